@@ -1,0 +1,42 @@
+# Every target does its own set-up on a fresh machine: a virtual environment with the
+# project installed; the test harness installs and starts Kafka, Redis and Prometheus.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast lint bench chaos soak services-up services-down clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rankstream demo --out report
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q tests
+
+# Unit tests only: no Kafka, Redis or Prometheus.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not services" tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/rankstream bench learners --json
+	$(BIN)/rankstream bench pipeline --json
+
+services-up: $(STAMP)
+	$(BIN)/rankstream services up
+
+services-down: $(STAMP)
+	$(BIN)/rankstream services down
+
+clean:
+	rm -rf $(VENV) report build *.egg-info .pytest_cache .ruff_cache .hypothesis

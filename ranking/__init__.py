@@ -1,0 +1,1 @@
+"""Ranking algorithms and metrics. Knows nothing of Kafka, Redis or Prometheus."""

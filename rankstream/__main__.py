@@ -1,0 +1,5 @@
+import sys
+
+from rankstream.cli import main
+
+sys.exit(main())

@@ -1,0 +1,69 @@
+"""The `rankstream` command line.
+
+Each command lives in its own module under `rankstream.commands` and exposes two
+functions: `add_arguments(parser)` (cheap: no heavy imports) and `run(args) -> int`.
+This file only maps command words to modules, so adding a command never touches the
+others. Heavy imports (numba, pyarrow, kafka) happen inside `run`, which keeps
+`rankstream --help` fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (command words) -> (module under rankstream.commands, one-line help)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("demo",): ("demo", "embedded pipeline, no services; writes DIR/report.json and plots"),
+    ("eval", "cbir"): ("eval_cbir", "online rankers vs baselines on a CBIR test bed"),
+    ("eval", "dml"): ("eval_dml", "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)"),
+    ("eval", "mkl"): ("eval_mkl", "RankMKL vs single features and concatenation (PubFig)"),
+    ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
+    ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
+    ("bench", "replay"): ("bench_replay", "train the four linear learners from a recorded log"),
+    ("simulate",): ("simulate", "run the CBIR engine and its users; produce triplets"),
+    ("worker", "online"): ("worker_online", "consume triplets, update online rankers"),
+    ("worker", "batch"): ("worker_batch", "reservoir sample; refit cMDS-DML and RankMKL"),
+    ("worker", "evaluator"): ("worker_evaluator", "score judged queries; export NDCG@50"),
+    ("record",): ("record", "write the triplet and query streams to Parquet"),
+    ("replay",): ("replay", "feed a recorded log back into Kafka or train from it"),
+    ("model", "show"): ("model_show", "print a stored model's summary"),
+    ("services", "up"): ("services_up", "start local Kafka, Redis and Prometheus"),
+    ("services", "down"): ("services_down", "stop the local services"),
+    ("services", "status"): ("services_status", "print where the local services listen"),
+    ("chaos",): ("chaos", "kill/restart the online worker; check exactly-once"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rankstream", description="Learn image rankings from a stream of feedback."
+    )
+    groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
+        (): parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    }
+    for words, (module_name, help_text) in sorted(COMMANDS.items()):
+        for depth in range(1, len(words)):
+            prefix = words[:depth]
+            if prefix not in groups:
+                sub = groups[prefix[:-1]].add_parser(prefix[-1], help=f"{prefix[-1]} commands")
+                groups[prefix] = sub.add_subparsers(
+                    dest=f"command_{depth}", metavar="COMMAND", required=True
+                )
+        leaf = groups[words[:-1]].add_parser(words[-1], help=help_text, description=help_text)
+        module = importlib.import_module(f"rankstream.commands.{module_name}")
+        module.add_arguments(leaf)
+        leaf.set_defaults(_module=module_name)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(f"rankstream.commands.{args._module}")
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

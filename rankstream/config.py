@@ -1,0 +1,68 @@
+"""Configuration from the environment.
+
+Unset Kafka/Redis settings mean the embedded default (no services). Every variable
+that docker compose or a test sets is read here and nowhere else, so `Settings` is the
+one list of what the system can be told.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+ENV_PREFIX = "RANKSTREAM_"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(ENV_PREFIX + name)
+    return value if value not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a process needs to find its transport, store and metrics endpoint."""
+
+    kafka_bootstrap: str | None = None  # host:port[,host:port]; None = embedded transport
+    redis_url: str | None = None  # redis://[user:pass@]host:port/db; None = embedded store
+    metrics_port: int | None = None  # Prometheus /metrics port; None = no HTTP exporter
+    metrics_host: str = "127.0.0.1"  # bind address of /metrics; 0.0.0.0 only when asked
+    topic_prefix: str = "rankstream"
+    # Kafka security pass-through (kafka-python names)
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_cafile: str | None = None
+    data_dir: str = field(default_factory=lambda: os.path.expanduser("~/.cache/rankstream"))
+
+    @property
+    def triplets_topic(self) -> str:
+        return f"{self.topic_prefix}.triplets"
+
+    @property
+    def queries_topic(self) -> str:
+        return f"{self.topic_prefix}.queries"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"{self.topic_prefix}.dead-letter"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        port = _env("METRICS_PORT")
+        defaults = cls()
+        return cls(
+            kafka_bootstrap=_env("KAFKA_BOOTSTRAP"),
+            redis_url=_env("REDIS_URL"),
+            metrics_port=int(port) if port is not None else None,
+            metrics_host=_env("METRICS_HOST", defaults.metrics_host),
+            topic_prefix=_env("TOPIC_PREFIX", defaults.topic_prefix),
+            kafka_security_protocol=_env(
+                "KAFKA_SECURITY_PROTOCOL", defaults.kafka_security_protocol
+            ),
+            kafka_sasl_mechanism=_env("KAFKA_SASL_MECHANISM"),
+            kafka_sasl_username=_env("KAFKA_SASL_USERNAME"),
+            kafka_sasl_password=_env("KAFKA_SASL_PASSWORD"),
+            kafka_ssl_cafile=_env("KAFKA_SSL_CAFILE"),
+            data_dir=_env("DATA_DIR", defaults.data_dir),
+        )

@@ -1,0 +1,1 @@
+"""Wire schema, transports (Kafka, embedded) and model stores (Redis, embedded)."""

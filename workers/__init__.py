@@ -1,0 +1,1 @@
+"""Long-running processes: the online worker, the batch worker and the evaluator."""
