@@ -1,0 +1,67 @@
+"""The Prometheus names in DESIGN.md are a contract with Grafana; check they are exported."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client import generate_latest
+
+from rankstream.config import Settings
+from workers import metrics
+
+CONTRACT = {
+    "rankstream_ndcg_at_50": {"model"},
+    "rankstream_map": {"model"},
+    "rankstream_queries_evaluated_total": set(),
+    "rankstream_triplets_consumed_total": set(),
+    "rankstream_model_updates_total": {"model"},
+    "rankstream_model_version": {"model"},
+    "rankstream_consumer_lag_records": {"topic", "partition"},
+    "rankstream_checkpoint_seconds": set(),
+    "rankstream_refit_seconds": {"model"},
+    "rankstream_dead_letters_total": {"reason"},
+    "rankstream_triplets_produced_total": set(),
+}
+
+
+def _families() -> dict[str, set[str]]:
+    """Sample name -> label names, for every rankstream sample currently exported."""
+    metrics.NDCG_AT_50.labels(model="opr").set(0.5)
+    metrics.MEAN_AVERAGE_PRECISION.labels(model="opr").set(0.5)
+    metrics.MODEL_UPDATES.labels(model="opr").inc(0)
+    metrics.MODEL_VERSION.labels(model="opr").set(1)
+    metrics.CONSUMER_LAG_RECORDS.labels(topic="t", partition="0").set(0)
+    metrics.REFIT_SECONDS.labels(model="rankmkl").observe(0.1)
+    metrics.DEAD_LETTERS.labels(reason="other").inc(0)
+    found: dict[str, set[str]] = {}
+    for family in metrics.REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name.startswith("rankstream_"):
+                found.setdefault(sample.name, set()).update(sample.labels)
+    return found
+
+
+def test_every_contract_metric_is_exported_with_its_labels() -> None:
+    found = _families()
+    for name, labels in CONTRACT.items():
+        sample = name if name in found else f"{name}_count"  # histograms export _count/_sum
+        assert sample in found, name
+        assert found[sample] - {"le"} == labels, name
+
+
+def test_dead_letter_reasons_are_bounded() -> None:
+    assert metrics.bounded_reason("unknown_version") == "unknown_version"
+    assert metrics.bounded_reason("query 12345 looked odd") == "other"
+
+
+def test_metrics_server_serves_the_contract_names() -> None:
+    port = metrics.start_metrics_server(Settings(metrics_port=0))
+    assert port is not None and port > 0
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "rankstream_triplets_consumed_total" in body
+    assert body.count("# TYPE rankstream_") >= len(CONTRACT)
+    assert generate_latest(metrics.REGISTRY)
+
+
+def test_no_metrics_server_without_a_port() -> None:
+    assert metrics.start_metrics_server(Settings(metrics_port=None)) is None

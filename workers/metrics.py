@@ -1,0 +1,123 @@
+"""Every Prometheus metric rankstream exports, defined once.
+
+The names are a contract with the Grafana panels (DESIGN.md), so all workers import
+their metrics from here instead of declaring their own: a rename happens in one place
+and two workers in one process never register the same name twice.
+
+Labels only take bounded values: model names (a handful of algorithms), dead-letter
+reasons (mapped onto `DEAD_LETTER_REASONS` by `bounded_reason`), and topic/partition
+pairs of the configured topics. Query ids never become labels.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+
+from rankstream.config import Settings
+
+# Dead-letter reasons a label may take; anything else is reported as "other".
+DEAD_LETTER_REASONS: frozenset[str] = frozenset(
+    {
+        "bad_bytes",
+        "unknown_version",
+        "wrong_width",
+        "bad_schema",
+        "non_finite",
+        "bad_label",
+        "bad_rows",
+        "other",
+    }
+)
+
+_CHECKPOINT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_REFIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+# --- producer (simulator, replay) -------------------------------------------------------
+TRIPLETS_PRODUCED = Counter(
+    "rankstream_triplets_produced_total", "Triplet records sent to the triplets topic."
+)
+
+# --- online worker ------------------------------------------------------------------------
+TRIPLETS_CONSUMED = Counter(
+    "rankstream_triplets_consumed_total",
+    "Triplet records read from the triplets topic and decoded (each counted once per worker).",
+)
+MODEL_UPDATES = Counter(
+    "rankstream_model_updates_total",
+    "Weight updates applied to a model (rows whose update rule changed the weights).",
+    ["model"],
+)
+MODEL_VERSION = Gauge(
+    "rankstream_model_version", "Version of a model last loaded or saved by this worker.", ["model"]
+)
+CONSUMER_LAG_RECORDS = Gauge(
+    "rankstream_consumer_lag_records",
+    "Triplet records between the worker's position and the end of a partition (estimated "
+    "from message lag x mean records per message).",
+    ["topic", "partition"],
+)
+CHECKPOINT_SECONDS = Histogram(
+    "rankstream_checkpoint_seconds",
+    "Time to save one checkpoint of every dirty model to the store.",
+    buckets=_CHECKPOINT_BUCKETS,
+)
+CHECKPOINT_FAILURES = Counter(
+    "rankstream_checkpoint_failures_total",
+    "Checkpoints that failed on a transient store error and will be retried.",
+)
+FENCING_ERRORS = Counter(
+    "rankstream_fencing_errors_total",
+    "Saves refused because a newer writer owns the model (this worker is stale).",
+    ["model"],
+)
+DEAD_LETTERS = Counter(
+    "rankstream_dead_letters_total",
+    "Messages sent to the dead-letter topic, by reason.",
+    ["reason"],
+)
+
+# --- evaluator ----------------------------------------------------------------------------
+NDCG_AT_50 = Gauge(
+    "rankstream_ndcg_at_50",
+    "Rolling mean NDCG@50 over recent judged queries, scored before the update they cause.",
+    ["model"],
+)
+MEAN_AVERAGE_PRECISION = Gauge(
+    "rankstream_map", "Rolling mean average precision over recent judged queries.", ["model"]
+)
+QUERIES_EVALUATED = Counter(
+    "rankstream_queries_evaluated_total", "Judged queries scored by the evaluator."
+)
+
+# --- batch worker -------------------------------------------------------------------------
+REFIT_SECONDS = Histogram(
+    "rankstream_refit_seconds",
+    "Time to refit a batch model on the reservoir sample.",
+    ["model"],
+    buckets=_REFIT_BUCKETS,
+)
+
+
+def bounded_reason(reason: str) -> str:
+    """Map a dead-letter reason onto the fixed label set, so labels stay bounded."""
+    return reason if reason in DEAD_LETTER_REASONS else "other"
+
+
+def start_metrics_server(settings: Settings) -> int | None:
+    """Serve /metrics on settings.metrics_host:metrics_port; return the bound port.
+
+    Returns None (and serves nothing) when no port is configured. Port 0 binds an
+    ephemeral port, which tests use to avoid collisions.
+    """
+    if settings.metrics_port is None:
+        return None
+    server, _thread = start_http_server(
+        settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY
+    )
+    return int(server.server_address[1])
+
+
+def sample_value(name: str, labels: dict[str, str] | None = None) -> float:
+    """Current value of one exported sample (0.0 when never set); for tests and reports."""
+    value = REGISTRY.get_sample_value(name, labels or {})
+    return 0.0 if value is None else float(value)
