@@ -244,6 +244,4 @@ def describe(
     image_list = list(images)
     if not image_list:
         raise ValueError("describe() needs at least one image")
-    return {
-        name: np.vstack([DESCRIPTORS[name](image) for image in image_list]) for name in names
-    }
+    return {name: np.vstack([DESCRIPTORS[name](image) for image in image_list]) for name in names}
