@@ -1,0 +1,85 @@
+"""Feature scaling that travels with a model.
+
+The 36 similarity features of phi live on very different scales, so rankers learn
+on standardized phi. The scaler is fitted explicitly on training phi only (never
+implicitly on whatever is scored) and is stored with the weights, so a model read
+back from the store scores exactly as it did when it was written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ranking.validation import as_float_matrix
+
+
+class Standardizer:
+    """z = (phi - mean) / std per dimension; zero-variance dimensions get std 1.
+
+    Pair differences x = phi1 - phi2 scale as x / std: the mean cancels.
+
+    >>> s = Standardizer().fit(np.array([[0.0, 5.0], [2.0, 5.0]]))
+    >>> s.transform(np.array([[2.0, 5.0]])).tolist()
+    [[1.0, 0.0]]
+    >>> s.transform_differences(np.array([[2.0, 3.0]])).tolist()
+    [[2.0, 3.0]]
+    """
+
+    def __init__(self) -> None:
+        self.mean_: np.ndarray | None = None
+        self.std_: np.ndarray | None = None
+
+    @property
+    def dim(self) -> int | None:
+        return None if self.mean_ is None else int(self.mean_.shape[0])
+
+    def fit(self, Phi: object) -> Standardizer:
+        """Learn mean and std from training phi (n, d), n >= 1."""
+        Phi = as_float_matrix(Phi, "Phi")
+        if Phi.shape[0] == 0:
+            raise ValueError("Phi has no rows; cannot fit a Standardizer")
+        mean = Phi.mean(axis=0)
+        std = Phi.std(axis=0)
+        std[~(std > 0)] = 1.0
+        self.mean_, self.std_ = mean, std
+        return self
+
+    def _fitted(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.mean_ is None or self.std_ is None:
+            raise ValueError("Standardizer is not fitted; call fit(training_phi) first")
+        return self.mean_, self.std_
+
+    def transform(self, Phi: object) -> np.ndarray:
+        """Standardized phi (m, d)."""
+        mean, std = self._fitted()
+        return (as_float_matrix(Phi, "Phi", mean.shape[0]) - mean) / std
+
+    def transform_differences(self, X: object, check_finite: bool = True) -> np.ndarray:
+        """Scaled pair differences (n, d): x / std (the mean cancels in phi1 - phi2)."""
+        _, std = self._fitted()
+        return as_float_matrix(X, "X", std.shape[0], check_finite) / std
+
+    def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """JSON-able meta and named arrays; no pickle."""
+        mean, std = self._fitted()
+        return {"kind": "standardizer", "dim": int(mean.shape[0])}, {
+            "mean": mean.copy(),
+            "std": std.copy(),
+        }
+
+    @classmethod
+    def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Standardizer:
+        if meta.get("kind") != "standardizer":
+            raise ValueError(f"state kind {meta.get('kind')!r} is not 'standardizer'")
+        dim = int(meta["dim"])
+        scaler = cls()
+        mean = np.array(arrays["mean"], dtype=np.float64)
+        std = np.array(arrays["std"], dtype=np.float64)
+        if mean.shape != (dim,) or std.shape != (dim,):
+            raise ValueError(f"standardizer arrays must have shape ({dim},)")
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise ValueError("standardizer state holds non-finite mean or non-positive std")
+        scaler.mean_, scaler.std_ = mean, std
+        return scaler
