@@ -1,0 +1,94 @@
+"""The one transport interface both Kafka and the embedded in-process log implement.
+
+Workers are written against these protocols only, so the same code runs on a real
+broker and, with no services, inside one process. Offsets follow Kafka's meaning: a
+consumer's position is the *next* offset it will read, per (topic, partition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from rankstream.config import Settings
+
+TopicPartition = tuple[str, int]
+RebalanceCallback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One record read from a partition log."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+
+class TransportError(RuntimeError):
+    """A send or admin operation failed after the client's own retries."""
+
+
+class Producer(Protocol):
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+    ) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Consumer(Protocol):
+    def assign(self, partitions: Sequence[TopicPartition]) -> None: ...
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None: ...
+
+    def assignment(self) -> list[TopicPartition]: ...
+
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+    def seek_to_beginning(self, topic: str, partition: int) -> None: ...
+
+    def position(self, topic: str, partition: int) -> int: ...
+
+    def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[Message]: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    def producer(self) -> Producer: ...
+
+    def consumer(self, group_id: str | None = None) -> Consumer: ...
+
+    def ensure_topics(self, topics: Mapping[str, int]) -> None: ...
+
+    def partitions_for(self, topic: str) -> list[int]: ...
+
+    def beginning_offsets(self, topic: str) -> dict[int, int]: ...
+
+    def end_offsets(self, topic: str) -> dict[int, int]: ...
+
+    def close(self) -> None: ...
+
+
+def open_transport(settings: Settings) -> Transport:
+    """Kafka when `settings.kafka_bootstrap` is set, else the process-wide embedded log."""
+    if settings.kafka_bootstrap:
+        from stream.kafka_transport import KafkaTransport
+
+        return KafkaTransport(settings)
+    from stream.embedded import embedded_transport
+
+    return embedded_transport()
