@@ -25,6 +25,7 @@ DEAD_LETTER_REASONS: frozenset[str] = frozenset(
         "non_finite",
         "bad_label",
         "bad_rows",
+        "rejected_by_model",
         "other",
     }
 )

@@ -1,0 +1,43 @@
+"""`rankstream model show NAME`: a stored model's version, counters, offsets and weights hash."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="model name (e.g. opr, opar1, cmds_dml)")
+    parser.add_argument("--version", type=int, default=None,
+                        help="a specific stored version (default: the latest)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.config import Settings
+    from stream.store import open_store
+    from workers.checkpoint import summarize
+
+    store = open_store(Settings.from_env())
+    try:
+        stored = (store.load(args.name) if args.version is None
+                  else store.load_version(args.name, args.version))
+    finally:
+        store.close()
+    if stored is None:
+        what = args.name if args.version is None else f"{args.name} version {args.version}"
+        print(f"no stored model {what}", file=sys.stderr)
+        return 1
+    summary = summarize(stored)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"model {summary['name']}", show_header=False)
+    for key, value in summary.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    Console().print(table)
+    return 0

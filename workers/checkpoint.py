@@ -1,0 +1,236 @@
+"""An online model together with the stream position it covers, and its fenced saves.
+
+Exactly-once rests on two rules kept here:
+
+* a model's offsets advance only when the message at that offset has been applied to
+  its weights (or skipped as a dead letter), in offset order per partition, so the
+  offsets saved with the weights are exactly the messages those weights include;
+* a save names the version this worker last loaded or saved (`expected_version`); the
+  store refuses it when someone else wrote since (`FencingError`).
+
+Scaling: raw phi on the wire is not standardized. A model holds whole messages back
+until it has seen `scaler_rows` triplets, fits its `Standardizer` on their phi1 and phi2
+rows, freezes it, then learns the held messages in order. Which messages are held
+depends only on the log, so a restarted worker fits the identical scaler; and a model
+with no scaler yet is never saved (its stored position stays at the start), so a crash
+while messages are held loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ranking.online import OnlineRanker
+from ranking.scaling import Standardizer
+from stream.store import FencingError, ModelStore, StoredModel
+
+MODEL_KIND = "online"
+DEFAULT_SCALER_ROWS = 2000
+
+
+@dataclass
+class _Held:
+    """A message waiting for the scaler: its position and its rows (None = skip only)."""
+
+    topic: str
+    partition: int
+    offset: int
+    phi1: np.ndarray | None
+    phi2: np.ndarray | None
+    y: np.ndarray | None
+
+
+@dataclass
+class TrackedModel:
+    """One online ranker (created once its scaler is frozen) and the offsets it covers."""
+
+    name: str
+    algo: str
+    params: dict[str, float] = field(default_factory=dict)  # OnlineRanker keyword args
+    ranker: OnlineRanker | None = None  # None until the scaler is fitted
+    scaler_rows: int = DEFAULT_SCALER_ROWS
+    version: int = 0  # version last loaded or saved by this process; 0 = never stored
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    dirty: bool = False
+    _held: list[_Held] = field(default_factory=list)
+    _held_rows: int = 0
+
+    # --- position -------------------------------------------------------------------
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The next offset this model has not yet covered; None = from the beginning."""
+        return self.offsets.get(topic, {}).get(partition)
+
+    def covers(self, topic: str, partition: int, offset: int) -> bool:
+        next_offset = self.next_offset(topic, partition)
+        return next_offset is not None and offset < next_offset
+
+    def _advance(self, topic: str, partition: int, offset: int) -> None:
+        self.offsets.setdefault(topic, {})[partition] = offset + 1
+        self.dirty = True
+
+    @property
+    def held_rows(self) -> int:
+        return self._held_rows
+
+    @property
+    def triplets_seen(self) -> int:
+        return 0 if self.ranker is None else self.ranker.n_seen
+
+    @property
+    def n_updates(self) -> int:
+        return 0 if self.ranker is None else self.ranker.n_updates
+
+    @property
+    def weights(self) -> np.ndarray:
+        return np.zeros(0) if self.ranker is None else self.ranker.weights
+
+    @property
+    def checkpointable(self) -> bool:
+        """Saved only once the scaler is frozen: before that nothing has been learned."""
+        return self.dirty and self.ranker is not None
+
+    # --- learning -------------------------------------------------------------------
+    def learn(self, topic: str, partition: int, offset: int,
+              phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> int:
+        """Apply one message's rows; returns how many weight updates that caused.
+
+        Raises ValueError (model and offsets unchanged) when the ranker rejects the
+        batch, e.g. a row that would make the weights non-finite.
+        """
+        if self.ranker is None:
+            self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
+            self._held_rows += len(y)
+            return self._fit_scaler_when_ready()
+        return self._apply(topic, partition, offset, phi1, phi2, y)
+
+    def skip(self, topic: str, partition: int, offset: int) -> None:
+        """Move past a message that holds nothing to learn (dead-lettered)."""
+        if self._held:
+            self._held.append(_Held(topic, partition, offset, None, None, None))
+        else:
+            self._advance(topic, partition, offset)
+
+    def _fit_scaler_when_ready(self) -> int:
+        if self._held_rows < self.scaler_rows:
+            return 0
+        rows = [h.phi1 for h in self._held if h.phi1 is not None]
+        rows += [h.phi2 for h in self._held if h.phi2 is not None]
+        scaler = Standardizer().fit(np.vstack(rows))
+        self.ranker = OnlineRanker(algo=self.algo, scaler=scaler, **self.params)
+        held, self._held, self._held_rows = self._held, [], 0
+        updates = 0
+        for h in held:
+            if h.y is None:
+                self._advance(h.topic, h.partition, h.offset)
+                continue
+            try:
+                updates += self._apply(h.topic, h.partition, h.offset, h.phi1, h.phi2, h.y)
+            except ValueError:
+                self._advance(h.topic, h.partition, h.offset)  # rejected by the ranker
+        return updates
+
+    def _apply(self, topic: str, partition: int, offset: int,
+               phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> int:
+        assert self.ranker is not None
+        before = self.ranker.n_updates
+        if len(y):
+            self.ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64), y)
+        self._advance(topic, partition, offset)
+        return self.ranker.n_updates - before
+
+    # --- state ----------------------------------------------------------------------
+    def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The ranker's own state (weights, scaler, counters) plus `triplets_seen`.
+
+        Anything that reads the store rebuilds the ranker with
+        `OnlineRanker.from_state(stored.meta, stored.arrays)`.
+        """
+        if self.ranker is None:
+            raise ValueError(f"model {self.name!r} has no scaler yet; nothing to save")
+        meta, arrays = self.ranker.to_state()
+        meta.update(triplets_seen=int(self.ranker.n_seen), scaler_rows=self.scaler_rows)
+        return meta, arrays
+
+    @classmethod
+    def from_stored(cls, stored: StoredModel) -> TrackedModel:
+        """Rebuild a model exactly as it was saved (weights, scaler, offsets, counters)."""
+        if stored.kind != MODEL_KIND:
+            raise ValueError(f"model {stored.name!r} has kind {stored.kind!r}, not {MODEL_KIND!r}")
+        ranker = OnlineRanker.from_state(stored.meta, stored.arrays)
+        if ranker.scaler is None:
+            raise ValueError(f"stored model {stored.name!r} has no scaler")
+        return cls(
+            name=stored.name,
+            algo=ranker.algo,
+            params={"C": ranker.C, "eta": ranker.eta, "r": ranker.r},
+            ranker=ranker,
+            scaler_rows=int(stored.meta.get("scaler_rows", DEFAULT_SCALER_ROWS)),
+            version=stored.version,
+            offsets={t: dict(parts) for t, parts in stored.offsets.items()},
+        )
+
+
+def load_or_create(store: ModelStore, name: str, params: dict[str, float],
+                   scaler_rows: int) -> TrackedModel:
+    """The stored model with its offsets, or a fresh one that starts at the beginning.
+
+    The model name is its algorithm (`opr`, `opar1`, ...). A stored model keeps the
+    hyper-parameters it was trained with; `params` only shape a new one.
+    """
+    stored = store.load(name)
+    if stored is None:
+        return TrackedModel(name=name, algo=name, params=dict(params), scaler_rows=scaler_rows)
+    return TrackedModel.from_stored(stored)
+
+
+def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
+    """Save weights with the offsets they cover, fenced on the version we last saw.
+
+    A save whose reply was lost (the connection dropped after the write) would look
+    fenced when retried; so on FencingError the stored model is read back, and if it
+    is this writer's own write of exactly this state, that version is adopted.
+    """
+    meta, arrays = model.to_state()
+    meta["writer"] = writer
+    meta["checkpoint_ms"] = time.time_ns() // 1_000_000
+    try:
+        version = store.save(model.name, kind=MODEL_KIND, meta=meta, arrays=arrays,
+                             offsets=model.offsets, expected_version=model.version)
+    except FencingError:
+        stored = store.load(model.name)
+        if not (stored is not None and stored.version == model.version + 1
+                and stored.meta.get("writer") == writer
+                and stored.meta.get("triplets_seen") == meta["triplets_seen"]
+                and stored.offsets == model.offsets):
+            raise
+        version = stored.version
+    model.version = version
+    model.dirty = False
+    return version
+
+
+def weights_sha256(weights: np.ndarray) -> str:
+    """sha256 of the weights as float64 little-endian bytes: equal iff bit-identical."""
+    return hashlib.sha256(np.ascontiguousarray(weights, dtype="<f8").tobytes()).hexdigest()
+
+
+def summarize(stored: StoredModel) -> dict[str, Any]:
+    """`model show`'s summary; offsets as {topic: {"partition": next_offset}}.
+
+    Models without a "weights" array (batch models) report weights_sha256 None.
+    """
+    weights = stored.arrays.get("weights")
+    return {
+        "name": stored.name,
+        "version": stored.version,
+        "n_updates": int(stored.meta.get("n_updates", 0)),
+        "triplets_seen": int(stored.meta.get("triplets_seen", 0)),
+        "offsets": {topic: {str(p): int(o) for p, o in sorted(parts.items())}
+                    for topic, parts in stored.offsets.items()},
+        "weights_sha256": None if weights is None else weights_sha256(weights),
+    }

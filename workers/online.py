@@ -1,0 +1,406 @@
+"""The online worker: triplets from the stream -> every online ranker -> fenced checkpoints.
+
+One consumer reads `settings.triplets_topic`; each message is decoded once and applied
+to every named model (one `learn_many` per model). Each model's weights are saved with
+the offsets they cover (`workers.checkpoint`), every `checkpoint_records` triplets or
+`checkpoint_seconds`, and on a clean stop (SIGTERM/SIGINT, `exit_when_idle`).
+
+Exact resume: on start each model is loaded with its offsets, and every partition is
+sought to the *minimum* next-offset over the models (the beginning when any model has
+no stored position). A message is then applied only to the models whose next-offset
+for that partition is <= the message's offset, so models checkpointed at different
+offsets (a crash between their saves) each see every triplet exactly once. Weights are
+bit-identical to an uninterrupted run when the per-model order of messages is the same;
+that holds within a partition, so single-partition topics give bit-identical resumes,
+while across partitions the interleaving depends on fetch timing (still exactly once).
+
+Fencing: a FencingError means another worker saved the model after us, so this worker
+is stale. It stops at once (no further saves of any model), logs and counts it, and
+`run` returns EXIT_FENCED; its supervisor restarts it, and the restart loads the newer
+checkpoint. Reloading in place would let two live workers keep taking turns.
+
+Dead letters: a message that fails to decode is sent to `settings.dead_letter_topic`
+with the reason and its source offset, and every model moves past it. Row-level
+rejects (NaN/Inf, bad labels) are learned around: the good rows are applied and the
+message is dead-lettered with the bad rows' indices. A message is dead-lettered only
+when it lies beyond every model's stored position at start-up; messages between the
+last checkpoint and a crash may be dead-lettered twice, which is why a dead letter's
+key is "topic:partition:offset" (consumers can deduplicate on it).
+
+Consumer lag is reported in records: message lag (end offset - position) times the
+mean records per message this worker has decoded so far (an estimate: blocks vary).
+
+Transient errors (broker or Redis unreachable) never kill the worker: polls back off
+and retry, and a failed checkpoint keeps its models dirty and is retried after a back-
+off, the stored offsets never moving without the weights they belong to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from stream.schema import SchemaError, dead_letter, decode_triplets
+
+from rankstream.config import Settings
+from stream.store import FencingError, ModelStore, open_store
+from stream.transport import Consumer, Message, Producer, Transport, open_transport
+from workers import metrics
+from workers.checkpoint import (
+    DEFAULT_SCALER_ROWS,
+    TrackedModel,
+    load_or_create,
+    save_checkpoint,
+)
+from workers.logging import get_logger, log_event
+
+EXIT_OK = 0
+EXIT_FENCED = 3
+LINEAR_ALGOS = ("opr", "opar1", "opar2", "ogdr")
+_LAG_REFRESH_SECONDS = 2.0
+_MAX_BACKOFF_SECONDS = 10.0
+
+log = get_logger("rankstream.worker.online")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What `rankstream worker online` can be told, beyond the environment's Settings."""
+
+    algos: tuple[str, ...] = LINEAR_ALGOS
+    checkpoint_records: int = 100_000
+    checkpoint_seconds: float = 5.0
+    exit_when_idle: float | None = None
+    group: str | None = None
+    scaler_rows: int = DEFAULT_SCALER_ROWS
+    C: float = 0.1
+    eta: float = 0.01
+    poll_ms: int = 200
+    max_poll_records: int = 500
+    partitions: int = 1  # created with this many partitions when the topic is missing
+
+    def __post_init__(self) -> None:
+        if not self.algos or len(set(self.algos)) != len(self.algos):
+            raise ValueError(f"algos must be distinct and non-empty, got {self.algos}")
+        if self.checkpoint_records < 1 or not self.checkpoint_seconds > 0:
+            raise ValueError("checkpoint_records must be >= 1 and checkpoint_seconds > 0")
+        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
+            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
+        if self.scaler_rows < 1:
+            raise ValueError(f"scaler_rows must be >= 1, got {self.scaler_rows}")
+
+
+BlockObserver = Callable[[Message, object], None]
+
+
+@dataclass
+class _Backoff:
+    """Exponential back-off for retries after transient errors."""
+
+    delay: float = 0.0
+    not_before: float = 0.0
+
+    def failed(self) -> float:
+        self.delay = min(_MAX_BACKOFF_SECONDS, max(0.1, self.delay * 2))
+        self.not_before = time.monotonic() + self.delay
+        return self.delay
+
+    def succeeded(self) -> None:
+        self.delay, self.not_before = 0.0, 0.0
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self.not_before
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean "a service is unreachable for now": retry, never crash."""
+    import kafka.errors
+    import redis.exceptions
+
+    from stream.transport import TransportError
+
+    return (TransportError, ConnectionError, TimeoutError, OSError,
+            kafka.errors.KafkaError, redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError)
+
+
+@dataclass
+class _Counters:
+    records: int = 0
+    messages: int = 0
+    since_checkpoint: int = 0
+    checkpoints: int = 0
+    dead_letters: int = 0
+    lag_records: dict[int, int] = field(default_factory=dict)
+
+
+class OnlineWorker:
+    """Consume triplets, update every named model, checkpoint with offsets (see module doc)."""
+
+    def __init__(self, settings: Settings, options: WorkerOptions, *,
+                 transport: Transport | None = None, store: ModelStore | None = None,
+                 on_block: BlockObserver | None = None) -> None:
+        self.settings = settings
+        self.options = options
+        self.transport = transport if transport is not None else open_transport(settings)
+        self.store = store if store is not None else open_store(settings)
+        self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.models: list[TrackedModel] = []
+        self.counters = _Counters()
+        self.fenced = False
+        self._on_block = on_block
+        self._stop = threading.Event()
+        self._transient = transient_errors()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._dead_letter_from: dict[int, int] = {}
+        self._checkpoint_backoff = _Backoff()
+        self._poll_backoff = _Backoff()
+        self._last_checkpoint = time.monotonic()
+        self._last_lag = 0.0
+
+    # --- lifecycle ------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to finish: a final checkpoint, then `run` returns."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT -> clean stop (main thread only)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    def run(self, until: Callable[[OnlineWorker], bool] | None = None) -> int:
+        """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced."""
+        self._start()
+        idle_since = time.monotonic()
+        try:
+            while not self._stop.is_set() and not self.fenced:
+                messages = self._poll()
+                if messages:
+                    self.process(messages)
+                    idle_since = time.monotonic()
+                self._maybe_checkpoint()
+                self._maybe_report_lag()
+                if until is not None and until(self):
+                    break
+                idle = self.options.exit_when_idle
+                if idle is not None and time.monotonic() - idle_since >= idle:
+                    log_event(log, "idle, exiting", idle_seconds=idle)
+                    break
+            if not self.fenced:
+                self._final_checkpoint()
+        finally:
+            self._close()
+        log_event(log, "worker stopped", records=self.counters.records,
+                  checkpoints=self.counters.checkpoints, fenced=self.fenced)
+        return EXIT_FENCED if self.fenced else EXIT_OK
+
+    def _start(self) -> None:
+        opts = self.options
+        topic = self.settings.triplets_topic
+        self._retry_until_stopped("ensure topics", lambda: self.transport.ensure_topics(
+            {topic: opts.partitions, self.settings.dead_letter_topic: 1}))
+
+        def load_all() -> None:
+            params = {"C": opts.C, "eta": opts.eta}
+            self.models = [load_or_create(self.store, name, params, opts.scaler_rows)
+                           for name in opts.algos]
+
+        self._retry_until_stopped("load models", load_all)
+        for model in self.models:
+            metrics.MODEL_VERSION.labels(model=model.name).set(model.version)
+            log_event(log, "model loaded", model=model.name, version=model.version,
+                      triplets_seen=model.triplets_seen,
+                      offsets={str(p): o for p, o in model.offsets.get(topic, {}).items()})
+        self._producer = self.transport.producer()
+        self._consumer = self.transport.consumer(opts.group)
+        if opts.group is None:
+            partitions = self.transport.partitions_for(topic)
+            self._consumer.assign([(topic, p) for p in partitions])
+            self._seek_to_models([(topic, p) for p in partitions])
+        else:
+            self._consumer.subscribe([topic], on_assign=self._seek_to_models)
+
+    def _seek_to_models(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Seek each partition to the earliest position any model still needs."""
+        assert self._consumer is not None
+        for topic, partition in partitions:
+            positions = [m.next_offset(topic, partition) for m in self.models]
+            stored = [p for p in positions if p is not None]
+            self._dead_letter_from[partition] = max(stored, default=0)
+            if len(stored) < len(positions):
+                self._consumer.seek_to_beginning(topic, partition)
+                where = "beginning"
+            else:
+                self._consumer.seek(topic, partition, min(stored))
+                where = min(stored)
+            log_event(log, "seek", topic=topic, partition=partition, offset=where)
+
+    def _close(self) -> None:
+        for closable in (self._consumer, self._producer):
+            if closable is not None:
+                try:
+                    closable.close()
+                except self._transient as exc:
+                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
+
+    def _retry_until_stopped(self, what: str, action: Callable[[], None]) -> None:
+        backoff = _Backoff()
+        while True:
+            try:
+                action()
+                return
+            except self._transient as exc:
+                if self._stop.is_set():
+                    raise
+                delay = backoff.failed()
+                log_event(log, f"{what} failed; retrying", level=logging.WARNING, error=repr(exc),
+                          retry_in_s=delay)
+                time.sleep(delay)
+
+    # --- consuming ------------------------------------------------------------------
+    def _poll(self) -> list[Message]:
+        assert self._consumer is not None
+        try:
+            messages = self._consumer.poll(timeout_ms=self.options.poll_ms,
+                                           max_records=self.options.max_poll_records)
+        except self._transient as exc:
+            delay = self._poll_backoff.failed()
+            log_event(log, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
+                      retry_in_s=delay)
+            self._stop.wait(delay)
+            return []
+        self._poll_backoff.succeeded()
+        return messages
+
+    def process(self, messages: Sequence[Message]) -> None:
+        """Decode each message once and apply it to every model that has not covered it."""
+        for message in messages:
+            targets = [m for m in self.models
+                       if not m.covers(message.topic, message.partition, message.offset)]
+            if not targets:
+                continue  # replayed after a crash; every model already has it
+            self.counters.messages += 1
+            try:
+                block, rejects = decode_triplets(message.value)
+            except SchemaError as exc:
+                self._dead_letter(message, exc.reason, exc.detail)
+                for model in targets:
+                    model.skip(message.topic, message.partition, message.offset)
+                continue
+            if rejects:
+                self._dead_letter(message, "bad_rows", _describe_rejects(rejects))
+            n = len(block.y)
+            self.counters.records += n
+            self.counters.since_checkpoint += n
+            metrics.TRIPLETS_CONSUMED.inc(n)
+            refused: list[str] = []
+            for model in targets:
+                try:
+                    updates = model.learn(message.topic, message.partition, message.offset,
+                                          block.phi1, block.phi2, block.y)
+                except ValueError as exc:  # the ranker refused the batch; model unchanged
+                    refused.append(f"{model.name}: {exc}")
+                    model.skip(message.topic, message.partition, message.offset)
+                    continue
+                metrics.MODEL_UPDATES.labels(model=model.name).inc(updates)
+            if refused:
+                self._dead_letter(message, "rejected_by_model", "; ".join(refused))
+            if self._on_block is not None:
+                self._on_block(message, block)
+
+    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
+        if message.offset < self._dead_letter_from.get(message.partition, 0):
+            return  # a previous worker already dead-lettered it (covered by a checkpoint)
+        assert self._producer is not None
+        value = dead_letter(message, reason, detail)
+        key = f"{message.topic}:{message.partition}:{message.offset}".encode()
+        try:
+            self._producer.send(self.settings.dead_letter_topic, value, key=key)
+        except self._transient as exc:
+            log_event(log, "dead-letter send failed", level=logging.ERROR, error=repr(exc),
+                      offset=message.offset)
+        metrics.DEAD_LETTERS.labels(reason=metrics.bounded_reason(reason)).inc()
+        self.counters.dead_letters += 1
+        log_event(log, "dead letter", level=logging.WARNING, reason=reason, detail=detail[:200],
+                  topic=message.topic, partition=message.partition, offset=message.offset)
+
+    # --- checkpoints ----------------------------------------------------------------
+    def _maybe_checkpoint(self) -> None:
+        due = (self.counters.since_checkpoint >= self.options.checkpoint_records
+               or time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds)
+        if due and self._checkpoint_backoff.ready():
+            self.checkpoint()
+
+    def checkpoint(self) -> bool:
+        """Save every model with unsaved progress; False if a transient error deferred it."""
+        dirty = [m for m in self.models if m.checkpointable]
+        self._last_checkpoint = time.monotonic()
+        if not dirty:
+            self.counters.since_checkpoint = 0
+            return True
+        started = time.perf_counter()
+        try:
+            for model in dirty:
+                version = save_checkpoint(self.store, model, self.writer)
+                metrics.MODEL_VERSION.labels(model=model.name).set(version)
+        except FencingError as exc:
+            self.fenced = True
+            metrics.FENCING_ERRORS.labels(model=exc.name).inc()
+            log_event(log, "fenced: a newer writer owns the model; stopping", level=logging.ERROR,
+                      model=exc.name, expected=exc.expected, actual=exc.actual)
+            return False
+        except self._transient as exc:
+            metrics.CHECKPOINT_FAILURES.inc()
+            delay = self._checkpoint_backoff.failed()
+            log_event(log, "checkpoint failed; will retry", level=logging.WARNING, error=repr(exc),
+                      retry_in_s=delay)
+            return False
+        self._checkpoint_backoff.succeeded()
+        metrics.CHECKPOINT_SECONDS.observe(time.perf_counter() - started)
+        self.counters.checkpoints += 1
+        self.counters.since_checkpoint = 0
+        log_event(log, "checkpoint", models={m.name: m.version for m in dirty},
+                  seconds=round(time.perf_counter() - started, 4))
+        return True
+
+    def _final_checkpoint(self) -> None:
+        """Retry a few times on transient errors, then give up (stored state stays valid)."""
+        for _ in range(5):
+            if self.checkpoint() or self.fenced:
+                return
+            time.sleep(self._checkpoint_backoff.delay)
+        log_event(log, "final checkpoint failed; restart resumes from the previous one",
+                  level=logging.ERROR)
+
+    # --- lag --------------------------------------------------------------------------
+    def _maybe_report_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._last_lag < _LAG_REFRESH_SECONDS or self._consumer is None:
+            return
+        self._last_lag = now
+        topic = self.settings.triplets_topic
+        try:
+            ends = self.transport.end_offsets(topic)
+            assignment = self._consumer.assignment()
+            per_message = self.counters.records / max(self.counters.messages, 1)
+            for t, partition in assignment:
+                lag = max(0, ends.get(partition, 0) - self._consumer.position(t, partition))
+                records = round(lag * per_message)
+                self.counters.lag_records[partition] = records
+                metrics.CONSUMER_LAG_RECORDS.labels(topic=t, partition=str(partition)).set(records)
+        except self._transient as exc:
+            log_event(log, "lag refresh failed", level=logging.WARNING, error=repr(exc))
+
+
+def _describe_rejects(rejects: object) -> str:
+    """A short text naming the rejected rows (indices and reasons) for the dead letter."""
+    return str(rejects)[:2000]
+
