@@ -116,12 +116,18 @@ def _learn_linear(step, w, X, y, param):  # pragma: no cover - compiled
 def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
     """Sequential AROW over the rows of X, updating w and sigma in place.
 
-    Sigma stays exactly symmetric (each entry is reduced by beta * (v_i * v_j)), so
-    Sigma x is accumulated column by column (contiguous, vectorisable) and equals the
-    row-wise product. Returns (n_updates, bad_row, status) like `_learn_linear`.
+    Written for speed without changing the arithmetic: Sigma's rank-one update
+    Sigma -= beta v v' is stored as u = sqrt(beta) v and applied lazily, fused into
+    the next update's pass that computes v = Sigma x (one sweep over Sigma per update
+    instead of two), and flushed before returning. Entries are reduced by u_j u_k, so
+    Sigma stays exactly symmetric and Sigma x can be accumulated column by column
+    (contiguous, vectorisable). Returns (n_updates, bad_row, status) like
+    `_learn_linear`; on a bad row the pending update is not flushed, which is fine
+    because callers discard their copies then.
     """
     n, d = X.shape
     v = np.empty(d)
+    u = np.zeros(d)  # pending rank-one update: the true Sigma is sigma - u u'
     n_updates = 0
     for i in range(n):
         yi = y[i]
@@ -142,20 +148,25 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
             v[k] = 0.0
         for j in range(d):
             xj = X[i, j]
+            uj = u[j]
             for k in range(d):
-                v[k] += sigma[j, k] * xj
+                s = sigma[j, k] - uj * u[k]
+                sigma[j, k] = s
+                v[k] += s * xj
         confidence = 0.0
         for j in range(d):
             confidence += X[i, j] * v[j]
         beta = 1.0 / (confidence + r)
         c = loss * beta * yi
+        root_beta = np.sqrt(beta)
         for j in range(d):
             w[j] += c * v[j]
-        for j in range(d):
-            vj = v[j]
-            for k in range(d):
-                sigma[j, k] -= beta * (vj * v[k])
+            u[j] = root_beta * v[j]
         n_updates += 1
+    for j in range(d):
+        uj = u[j]
+        for k in range(d):
+            sigma[j, k] -= uj * u[k]
     return n_updates, -1, 0
 
 
