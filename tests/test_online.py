@@ -176,9 +176,11 @@ def test_bad_dict_rows():
 @pytest.mark.parametrize("with_scaler", [False, True])
 def test_state_round_trip_is_exact_and_json_able(algo, with_scaler):
     X, y = stream(120, d=7, seed=5)
-    scaler = Standardizer().fit(np.random.default_rng(6).standard_normal((30, 7))) if (
-        with_scaler
-    ) else None
+    scaler = (
+        Standardizer().fit(np.random.default_rng(6).standard_normal((30, 7)))
+        if (with_scaler)
+        else None
+    )
     original = OnlineRanker(algo, C=0.2, eta=0.03, r=2.0, scaler=scaler).learn_many(X, y)
     meta, arrays = original.to_state()
     meta = json.loads(json.dumps(meta))
