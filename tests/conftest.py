@@ -1,0 +1,99 @@
+"""Shared pytest fixtures.
+
+Services (real Kafka, Redis, Prometheus) start lazily, once per session, under a
+temporary root, only when a test asks for `services` (directly or through
+`service_settings`); `pytest -m "not services"` therefore starts nothing. A test that
+uses them is marked `services` automatically. If they cannot be installed or started
+the test is skipped with the reason, except under CI=true, where it fails: integration
+tests never skip silently in CI.
+
+Add new fixtures below in their own section, with a line saying what they are for.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rankstream.config import Settings
+
+# -- markers ------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that (transitively) uses the `services` fixture."""
+    for item in items:
+        if "services" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.services)
+
+
+# -- real services --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunningServices:
+    """Where the session's services listen, and the manager to stop/restart them."""
+
+    kafka_bootstrap: str
+    redis_url: str
+    prometheus_url: str
+    manager: object  # rankstream.services.ServiceManager (imported lazily)
+
+    @property
+    def root(self) -> Path:
+        return self.manager.root  # type: ignore[attr-defined]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServices]:
+    """Kafka + Redis + Prometheus for the whole session, under a temporary root."""
+    from rankstream.services import ServiceError, ServiceManager
+
+    manager = ServiceManager(tmp_path_factory.mktemp("services"))
+    try:
+        endpoints = manager.up()
+    except ServiceError as exc:
+        manager.down()
+        reason = f"local services unavailable: {exc}"
+        if _in_ci():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield RunningServices(
+            kafka_bootstrap=endpoints.kafka_bootstrap,
+            redis_url=endpoints.redis_url,
+            prometheus_url=endpoints.prometheus_url,
+            manager=manager,
+        )
+    finally:
+        manager.down()
+
+
+def _unique_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def service_settings(services: RunningServices, tmp_path: Path) -> Settings:
+    """Settings on the real services; a unique topic prefix isolates topics and keys."""
+    return Settings(
+        kafka_bootstrap=services.kafka_bootstrap,
+        redis_url=services.redis_url,
+        topic_prefix=_unique_prefix(),
+        data_dir=str(tmp_path),
+    )
+
+
+@pytest.fixture
+def embedded_settings(tmp_path: Path) -> Settings:
+    """Settings with no Kafka or Redis: the in-process transport and store."""
+    return Settings(topic_prefix=_unique_prefix(), data_dir=str(tmp_path))
