@@ -65,3 +65,9 @@ def test_metrics_server_serves_the_contract_names() -> None:
 
 def test_no_metrics_server_without_a_port() -> None:
     assert metrics.start_metrics_server(Settings(metrics_port=None)) is None
+
+
+def test_every_schema_reason_is_a_label_value() -> None:
+    from stream.schema import REASONS
+
+    assert set(REASONS) <= metrics.DEAD_LETTER_REASONS

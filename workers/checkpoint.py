@@ -95,9 +95,11 @@ class TrackedModel:
         return self.dirty and self.ranker is not None
 
     # --- learning -------------------------------------------------------------------
-    def learn(self, topic: str, partition: int, offset: int,
-              phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> int:
+    def learn(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
+              phi2: np.ndarray, y: np.ndarray, x: np.ndarray | None = None) -> int:
         """Apply one message's rows; returns how many weight updates that caused.
+
+        `x` (phi1 - phi2 as float64) may be passed when several models share a block.
 
         Raises ValueError (model and offsets unchanged) when the ranker rejects the
         batch, e.g. a row that would make the weights non-finite.
@@ -106,7 +108,7 @@ class TrackedModel:
             self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
             self._held_rows += len(y)
             return self._fit_scaler_when_ready()
-        return self._apply(topic, partition, offset, phi1, phi2, y)
+        return self._apply(topic, partition, offset, phi1, phi2, y, x)
 
     def skip(self, topic: str, partition: int, offset: int) -> None:
         """Move past a message that holds nothing to learn (dead-lettered)."""
@@ -134,12 +136,14 @@ class TrackedModel:
                 self._advance(h.topic, h.partition, h.offset)  # rejected by the ranker
         return updates
 
-    def _apply(self, topic: str, partition: int, offset: int,
-               phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> int:
+    def _apply(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
+               phi2: np.ndarray, y: np.ndarray, x: np.ndarray | None = None) -> int:
         assert self.ranker is not None
         before = self.ranker.n_updates
         if len(y):
-            self.ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64), y)
+            if x is None:
+                x = np.subtract(phi1, phi2, dtype=np.float64)
+            self.ranker.learn_many(x, y)
         self._advance(topic, partition, offset)
         return self.ranker.n_updates - before
 

@@ -15,17 +15,17 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 
 from rankstream.config import Settings
 
-# Dead-letter reasons a label may take; anything else is reported as "other".
+# Dead-letter reasons a label may take (stream.schema.REASONS, checked by a test);
+# anything else is reported as "other".
 DEAD_LETTER_REASONS: frozenset[str] = frozenset(
     {
         "bad_bytes",
+        "bad_schema",
         "unknown_version",
         "wrong_width",
-        "bad_schema",
         "non_finite",
-        "bad_label",
-        "bad_rows",
-        "rejected_by_model",
+        "tied_relevance",
+        "oversized",
         "other",
     }
 )

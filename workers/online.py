@@ -44,12 +44,12 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from stream.schema import SchemaError, dead_letter, decode_triplets
-
 from rankstream.config import Settings
+from stream.schema import NON_FINITE, SchemaError, TripletBlock, dead_letter, decode_triplets
 from stream.store import FencingError, ModelStore, open_store
 from stream.transport import Consumer, Message, Producer, Transport, open_transport
 from workers import metrics
@@ -177,8 +177,12 @@ class OnlineWorker:
             signal.signal(sig, lambda *_: self.stop())
 
     def run(self, until: Callable[[OnlineWorker], bool] | None = None) -> int:
-        """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced."""
-        self._start()
+        """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced.
+
+        Starts the worker first unless `start()` was already called.
+        """
+        if self._consumer is None:
+            self.start()
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set() and not self.fenced:
@@ -202,7 +206,8 @@ class OnlineWorker:
                   checkpoints=self.counters.checkpoints, fenced=self.fenced)
         return EXIT_FENCED if self.fenced else EXIT_OK
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Create topics, load every model with its offsets, and seek the consumer there."""
         opts = self.options
         topic = self.settings.triplets_topic
         self._retry_until_stopped("ensure topics", lambda: self.transport.ensure_topics(
@@ -289,38 +294,52 @@ class OnlineWorker:
                 continue  # replayed after a crash; every model already has it
             self.counters.messages += 1
             try:
-                block, rejects = decode_triplets(message.value)
+                block = decode_triplets(message.value)
             except SchemaError as exc:
                 self._dead_letter(message, exc.reason, exc.detail)
                 for model in targets:
                     model.skip(message.topic, message.partition, message.offset)
                 continue
-            if rejects:
-                self._dead_letter(message, "bad_rows", _describe_rejects(rejects))
-            n = len(block.y)
-            self.counters.records += n
-            self.counters.since_checkpoint += n
-            metrics.TRIPLETS_CONSUMED.inc(n)
-            refused: list[str] = []
-            for model in targets:
-                try:
-                    updates = model.learn(message.topic, message.partition, message.offset,
-                                          block.phi1, block.phi2, block.y)
-                except ValueError as exc:  # the ranker refused the batch; model unchanged
-                    refused.append(f"{model.name}: {exc}")
-                    model.skip(message.topic, message.partition, message.offset)
-                    continue
-                metrics.MODEL_UPDATES.labels(model=model.name).inc(updates)
-            if refused:
-                self._dead_letter(message, "rejected_by_model", "; ".join(refused))
+            if block.rejects:
+                self._dead_letter_rows(message, block.rejects)
+            self._learn(message, block, targets)
             if self._on_block is not None:
                 self._on_block(message, block)
 
-    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
+    def _learn(self, message: Message, block: TripletBlock, targets: list[TrackedModel]) -> None:
+        """One x = phi1 - phi2 for every model; a model that refuses the batch skips it."""
+        n = len(block)
+        self.counters.records += n
+        self.counters.since_checkpoint += n
+        metrics.TRIPLETS_CONSUMED.inc(n)
+        x, y = block.x(), block.y()
+        refused: list[str] = []
+        for model in targets:
+            try:
+                updates = model.learn(message.topic, message.partition, message.offset,
+                                      block.phi1, block.phi2, y, x=x)
+            except ValueError as exc:  # the ranker refused the batch; model unchanged
+                refused.append(f"{model.name}: {exc}")
+                model.skip(message.topic, message.partition, message.offset)
+                continue
+            metrics.MODEL_UPDATES.labels(model=model.name).inc(updates)
+        if refused:
+            self._dead_letter(message, NON_FINITE, "; ".join(refused))
+
+    def _dead_letter_rows(self, message: Message, rejects: list[tuple[int, str]]) -> None:
+        reasons = Counter(reason for _, reason in rejects)
+        detail = f"{len(rejects)} rejected rows: " + ", ".join(
+            f"{count} {reason}" for reason, count in reasons.most_common())
+        self._dead_letter(message, reasons.most_common(1)[0][0], detail,
+                          rows=[row for row, _ in rejects])
+
+    def _dead_letter(self, message: Message, reason: str, detail: str,
+                     rows: list[int] | None = None) -> None:
+        """Send the original bytes, reason and source offset to the dead-letter topic."""
         if message.offset < self._dead_letter_from.get(message.partition, 0):
             return  # a previous worker already dead-lettered it (covered by a checkpoint)
         assert self._producer is not None
-        value = dead_letter(message, reason, detail)
+        value = dead_letter(message.value, reason, detail, message, rows)
         key = f"{message.topic}:{message.partition}:{message.offset}".encode()
         try:
             self._producer.send(self.settings.dead_letter_topic, value, key=key)
@@ -398,9 +417,4 @@ class OnlineWorker:
                 metrics.CONSUMER_LAG_RECORDS.labels(topic=t, partition=str(partition)).set(records)
         except self._transient as exc:
             log_event(log, "lag refresh failed", level=logging.WARNING, error=repr(exc))
-
-
-def _describe_rejects(rejects: object) -> str:
-    """A short text naming the rejected rows (indices and reasons) for the dead letter."""
-    return str(rejects)[:2000]
 

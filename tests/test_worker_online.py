@@ -1,0 +1,197 @@
+"""The online worker on the embedded transport and store (no services).
+
+Exact resume, models checkpointed at different offsets, fencing and dead letters;
+the Kafka/Redis versions of these checks are in test_worker_online_services.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rankstream.config import Settings
+from stream.embedded import embedded_transport
+from stream.generator import TripletGenerator
+from stream.schema import decode_dead_letter, schema_of
+from stream.store import open_store
+from workers.checkpoint import TrackedModel, weights_sha256
+from workers.metrics import sample_value
+from workers.online import EXIT_FENCED, EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+
+N_BLOCKS, BLOCK = 12, 250  # 3,000 triplets
+
+
+def _settings() -> Settings:
+    return Settings(topic_prefix=f"test-online-{uuid.uuid4().hex[:10]}")
+
+
+def _produce(settings: Settings, values: list[bytes]) -> None:
+    producer = embedded_transport().producer()
+    for value in values:
+        producer.send(settings.triplets_topic, value)
+    producer.flush()
+
+
+def _stream(seed: int = 7) -> list[bytes]:
+    return [b.encode() for b in TripletGenerator(seed=seed).blocks(N_BLOCKS * BLOCK, BLOCK)]
+
+
+def _options(**overrides: object) -> WorkerOptions:
+    base = {"scaler_rows": 600, "checkpoint_records": 1000, "exit_when_idle": 0.3,
+            "poll_ms": 50, "max_poll_records": 3}
+    base.update(overrides)
+    return WorkerOptions(**base)  # type: ignore[arg-type]
+
+
+def _hashes(settings: Settings) -> dict[str, tuple[str, int]]:
+    store = open_store(settings)
+    out = {}
+    for name in LINEAR_ALGOS:
+        stored = store.load(name)
+        assert stored is not None, name
+        out[name] = (weights_sha256(stored.arrays["weights"]), stored.meta["triplets_seen"])
+    return out
+
+
+def _uninterrupted(values: list[bytes]) -> dict[str, tuple[str, int]]:
+    settings = _settings()
+    _produce(settings, values)
+    assert OnlineWorker(settings, _options()).run() == EXIT_OK
+    return _hashes(settings)
+
+
+def test_uninterrupted_run_learns_every_triplet_once() -> None:
+    values = _stream()
+    result = _uninterrupted(values)
+    assert {seen for _, seen in result.values()} == {N_BLOCKS * BLOCK}
+    assert len({h for h, _ in result.values()}) == len(LINEAR_ALGOS)  # four different rules
+    store = open_store(_settings())
+    assert store.load("opr") is None  # another prefix sees nothing
+
+
+def test_crash_then_restart_is_bit_identical_even_with_staggered_checkpoints() -> None:
+    values = _stream()
+    expected = _uninterrupted(values)
+    settings = _settings()
+    _produce(settings, values)
+
+    crashed = OnlineWorker(settings, _options())
+    crashed.start()
+    consumer = crashed._consumer
+    assert consumer is not None
+    crashed.process(consumer.poll(timeout_ms=100, max_records=5))
+    assert crashed.checkpoint()
+    # "opr" gets further than the others before the crash: staggered stored offsets.
+    opr = next(m for m in crashed.models if m.name == "opr")
+    others = [m for m in crashed.models if m.name != "opr"]
+    crashed.models = [opr]
+    crashed.process(consumer.poll(timeout_ms=100, max_records=3))
+    assert crashed.checkpoint()
+    crashed.models = [opr, *others]
+    crashed.process(consumer.poll(timeout_ms=100, max_records=2))  # never checkpointed
+    stored = open_store(settings)
+    assert stored.load("opr").offsets[settings.triplets_topic] == {0: 8}  # type: ignore[union-attr]
+    assert stored.load("ogdr").offsets[settings.triplets_topic] == {0: 5}  # type: ignore[union-attr]
+
+    assert OnlineWorker(settings, _options()).run() == EXIT_OK
+    assert _hashes(settings) == expected
+
+
+def test_stale_worker_is_fenced_and_exits_non_zero() -> None:
+    settings = _settings()
+    values = _stream()
+    _produce(settings, values[:6])
+    stale = OnlineWorker(settings, _options())
+    stale.start()
+    assert stale._consumer is not None
+    stale.process(stale._consumer.poll(timeout_ms=100, max_records=6))
+    assert stale.checkpoint()
+
+    _produce(settings, values[6:9])
+    newer = OnlineWorker(settings, _options())  # e.g. the replacement after a false alarm
+    assert newer.run() == EXIT_OK
+    newest = open_store(settings).load("opar1")
+    assert newest is not None and newest.version == 2
+
+    _produce(settings, values[9:])
+    before = sample_value("rankstream_fencing_errors_total", {"model": "opr"})
+    assert stale.run() == EXIT_FENCED
+    assert stale.fenced
+    assert sample_value("rankstream_fencing_errors_total", {"model": "opr"}) == before + 1
+    after = open_store(settings).load("opar1")
+    assert after is not None and after.version == 2  # the stale worker wrote nothing
+    assert after.meta["writer"] == newer.writer
+
+
+def _unknown_version_message() -> bytes:
+    columns = [pa.array([1], pa.int64())] * 4 + [pa.array([1], pa.int8()), pa.array([0], pa.int8())]
+    phi = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(36, np.float32)), 36)
+    schema = schema_of("triplets").with_metadata(
+        {b"rankstream.schema": b"triplets", b"rankstream.version": b"99"})
+    batch = pa.RecordBatch.from_arrays([*columns, phi, phi], schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _message_with_nan_rows(generator: TripletGenerator, n: int, bad: list[int]) -> bytes:
+    cols = generator.block(n)
+    phi1 = np.array(cols.phi1)
+    phi1[bad, 3] = np.nan
+    arrays = [pa.array(np.asarray(getattr(cols, f))) for f in
+              ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2")]
+    phis = [pa.FixedSizeListArray.from_arrays(pa.array(p.reshape(-1)), 36)
+            for p in (phi1, cols.phi2)]
+    batch = pa.RecordBatch.from_arrays([*arrays, *phis], schema=schema_of("triplets"))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
+    settings = _settings()
+    generator = TripletGenerator(seed=3)
+    good = [generator.block(400).encode() for _ in range(3)]
+    values = [good[0], b"\x00not arrow at all", _unknown_version_message(),
+              _message_with_nan_rows(generator, 300, [4, 17]), good[1], good[2]]
+    _produce(settings, values)
+    before = sample_value("rankstream_dead_letters_total", {"reason": "bad_bytes"})
+    assert OnlineWorker(settings, _options(scaler_rows=300)).run() == EXIT_OK
+    assert sample_value("rankstream_dead_letters_total", {"reason": "bad_bytes"}) == before + 1
+
+    consumer = embedded_transport().consumer()
+    consumer.assign([(settings.dead_letter_topic, 0)])
+    letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=100)]
+    assert [(d.reason, d.source_offset) for d in letters] == [
+        ("bad_bytes", 1), ("unknown_version", 2), ("non_finite", 3)]
+    assert letters[2].rows == [4, 17] and letters[0].original == values[1]
+
+    for name, (_, seen) in _hashes(settings).items():
+        assert seen == 3 * 400 + 298, name  # the good rows of the NaN message count
+    stored = open_store(settings).load("opar2")
+    assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 6}
+    assert np.isfinite(stored.arrays["weights"]).all()
+
+
+def test_a_batch_the_ranker_refuses_leaves_model_and_offsets_unchanged() -> None:
+    model = TrackedModel(name="opr", algo="opr", scaler_rows=1)
+    ok = np.ones((2, 36), np.float32)
+    model.learn("t", 0, 0, ok * 2, ok, np.array([-1.0, 1.0]))
+    weights = model.weights
+    with pytest.raises(ValueError, match="labels"):
+        model.learn("t", 0, 1, ok * 3, ok, np.array([1.0, 0.0]))
+    assert np.array_equal(model.weights, weights) and model.next_offset("t", 0) == 1
+    model.skip("t", 0, 1)  # what the worker does next (and dead-letters the message)
+    assert model.next_offset("t", 0) == 2 and model.triplets_seen == 2
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        WorkerOptions(algos=("opr", "opr"))
+    with pytest.raises(ValueError, match="exit_when_idle"):
+        WorkerOptions(exit_when_idle=0)
