@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-import uuid
 
 import numpy as np
 import pytest
 
-from rankstream.config import Settings
 from stream.embedded_store import reset_embedded_stores
 from stream.store import FencingError, ModelStore, open_store
 
@@ -19,7 +17,7 @@ KEEP = 5
 def store(request):
     if request.param == "embedded":
         reset_embedded_stores()
-        settings = Settings(topic_prefix=f"s{uuid.uuid4().hex[:8]}")
+        settings = request.getfixturevalue("embedded_settings")
     else:
         settings = request.getfixturevalue("service_settings")
         assert settings.redis_url

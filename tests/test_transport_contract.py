@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
-from rankstream.config import Settings
 from stream.embedded import reset_embedded
 from stream.transport import Message, Transport, open_transport
 
@@ -16,7 +14,7 @@ from stream.transport import Message, Transport, open_transport
 def transport(request):
     if request.param == "embedded":
         reset_embedded()
-        settings = Settings(topic_prefix=f"t{uuid.uuid4().hex[:8]}")
+        settings = request.getfixturevalue("embedded_settings")
     else:
         settings = request.getfixturevalue("service_settings")
         assert settings.kafka_bootstrap

@@ -1,0 +1,265 @@
+"""The transport on a real Kafka broker (kafka-python 3.0).
+
+Messages are blocks of many records, so client limits are set for ~1 MiB messages
+(the broker accepts up to 16 MiB, `stream.schema.MAX_MESSAGE_BYTES`): batches of up to
+1 MiB per partition, a few milliseconds of linger, fetches of several MiB. kafka-python
+checks record-batch CRCs with the `crc32c` C extension when it is installed.
+
+Offsets are never auto-committed: a worker's position lives in the model store next to
+the state it produced, and it seeks there on assignment. Brokers come and go: `poll`
+logs and backs off on a transient failure instead of raising into the worker loop
+(kafka-python reconnects by itself), while `send`/`flush` raise `TransportError` once the
+client's own retries and delivery timeout are spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import IllegalStateError, KafkaError, TopicAlreadyExistsError
+
+from stream.schema import MAX_MESSAGE_BYTES
+from stream.transport import Message, RebalanceCallback, TransportError
+
+if TYPE_CHECKING:
+    from rankstream.config import Settings
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+PRODUCER_TUNING: dict[str, Any] = {
+    "acks": "all",
+    "linger_ms": 5,
+    "batch_size": 1 * MIB,
+    "max_request_size": MAX_MESSAGE_BYTES,
+    "compression_type": None,  # float features barely compress; CPU matters more here
+    "max_block_ms": 30_000,
+    "delivery_timeout_ms": 60_000,
+    "request_timeout_ms": 20_000,
+}
+CONSUMER_TUNING: dict[str, Any] = {
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "max_partition_fetch_bytes": 8 * MIB,
+    "fetch_max_bytes": 32 * MIB,
+    "fetch_max_wait_ms": 100,
+    "receive_buffer_bytes": 4 * MIB,
+    "check_crcs": True,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 1_000,
+}
+_POLL_BACKOFF_MAX_S = 5.0
+
+
+def client_config(settings: Settings) -> dict[str, Any]:
+    """Bootstrap and security settings shared by producer, consumer and admin clients."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_bootstrap.split(","),  # type: ignore[union-attr]
+        "security_protocol": settings.kafka_security_protocol,
+        "reconnect_backoff_max_ms": 5_000,
+    }
+    optional = {
+        "sasl_mechanism": settings.kafka_sasl_mechanism,
+        "sasl_plain_username": settings.kafka_sasl_username,
+        "sasl_plain_password": settings.kafka_sasl_password,
+        "ssl_cafile": settings.kafka_ssl_cafile,
+    }
+    config.update({k: v for k, v in optional.items() if v is not None})
+    return config
+
+
+class KafkaTransport:
+    """Factory for producers/consumers plus topic administration and offset lookups."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.kafka_bootstrap:
+            raise ValueError("KafkaTransport needs settings.kafka_bootstrap")
+        self._config = client_config(settings)
+        self._lock = threading.Lock()  # the metadata consumer is not thread-safe
+        self._meta: KafkaConsumer | None = None
+        self._admin: KafkaAdminClient | None = None
+
+    def producer(self) -> KafkaTransportProducer:
+        return KafkaTransportProducer(self._config)
+
+    def consumer(self, group_id: str | None = None) -> KafkaTransportConsumer:
+        return KafkaTransportConsumer(self._config, group_id)
+
+    def ensure_topics(self, topics: Mapping[str, int]) -> None:
+        """Create missing topics (broker-default replication); existing ones are kept."""
+        for name, partitions in topics.items():
+            if int(partitions) < 1:
+                raise ValueError(f"topic {name!r}: partitions must be >= 1, got {partitions}")
+        with self._lock:
+            if self._admin is None:
+                self._admin = KafkaAdminClient(**self._config)
+            missing = {
+                name: {"num_partitions": int(n), "replication_factor": -1}
+                for name, n in topics.items()
+                if name not in self._admin.list_topics()
+            }
+            if not missing:
+                return
+            try:
+                self._admin.create_topics(missing, wait_for_metadata=True)
+            except TopicAlreadyExistsError:
+                pass  # created concurrently by another process: that is the goal
+            except KafkaError as exc:
+                raise TransportError(f"could not create topics {sorted(missing)}: {exc}") from exc
+
+    def partitions_for(self, topic: str) -> list[int]:
+        with self._lock:
+            return sorted(self._metadata().partitions_for_topic(topic))
+
+    def beginning_offsets(self, topic: str) -> dict[int, int]:
+        return self._offsets(topic, "beginning_offsets")
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return self._offsets(topic, "end_offsets")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._meta is not None:
+                self._meta.close()
+            if self._admin is not None:
+                self._admin.close()
+            self._meta = self._admin = None
+
+    def _metadata(self) -> KafkaConsumer:
+        if self._meta is None:
+            self._meta = KafkaConsumer(**self._config, enable_auto_commit=False)
+        return self._meta
+
+    def _offsets(self, topic: str, which: str) -> dict[int, int]:
+        with self._lock:
+            meta = self._metadata()
+            tps = [TopicPartition(topic, p) for p in sorted(meta.partitions_for_topic(topic))]
+            if not tps:
+                return {}
+            return {tp.partition: int(o) for tp, o in getattr(meta, which)(tps).items()}
+
+
+class KafkaTransportProducer:
+    """Asynchronous sends; the first delivery failure is raised by the next call."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._producer = KafkaProducer(**config, **PRODUCER_TUNING)
+        self._failure: BaseException | None = None
+
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+    ) -> None:
+        self._raise_failure()
+        if len(value) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"message of {len(value)} bytes exceeds {MAX_MESSAGE_BYTES}")
+        try:
+            future = self._producer.send(topic, value=value, key=key, partition=partition)
+        except KafkaError as exc:
+            raise TransportError(f"send to {topic!r} failed: {exc}") from exc
+        future.add_errback(self._record_failure)
+
+    def flush(self, timeout: float | None = None) -> None:
+        try:
+            self._producer.flush(timeout=timeout)
+        except KafkaError as exc:
+            raise TransportError(f"flush failed: {exc}") from exc
+        self._raise_failure()
+
+    def close(self) -> None:
+        self._producer.close()
+
+    def _record_failure(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            exc, self._failure = self._failure, None
+            raise TransportError(f"delivery failed after retries: {exc}") from exc
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, on_assign: RebalanceCallback | None, on_revoke: RebalanceCallback | None):
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        if self._on_revoke is not None and revoked:
+            self._on_revoke(sorted((tp.topic, tp.partition) for tp in revoked))
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        if self._on_assign is not None:
+            self._on_assign(sorted((tp.topic, tp.partition) for tp in assigned))
+
+
+class KafkaTransportConsumer:
+    """kafka-python's consumer behind the `Consumer` protocol; positions are explicit."""
+
+    def __init__(self, config: Mapping[str, Any], group_id: str | None) -> None:
+        self._group_id = group_id
+        self._consumer = KafkaConsumer(**config, **CONSUMER_TUNING, group_id=group_id)
+        self._backoff_s = 0.0
+
+    def assign(self, partitions: Sequence[tuple[str, int]]) -> None:
+        try:
+            self._consumer.assign([TopicPartition(t, int(p)) for t, p in partitions])
+        except IllegalStateError as exc:
+            raise RuntimeError(f"cannot assign: {exc}") from exc
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+    ) -> None:
+        if self._group_id is None:
+            raise ValueError("subscribe needs a consumer opened with a group_id")
+        try:
+            self._consumer.subscribe(list(topics), listener=_Listener(on_assign, on_revoke))
+        except IllegalStateError as exc:
+            raise RuntimeError(f"cannot subscribe: {exc}") from exc
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        tp = self._assigned(topic, partition)
+        self._consumer.seek(tp, int(offset))
+
+    def seek_to_beginning(self, topic: str, partition: int) -> None:
+        self._consumer.seek_to_beginning(self._assigned(topic, partition))
+
+    def position(self, topic: str, partition: int) -> int:
+        return int(self._consumer.position(self._assigned(topic, partition)))
+
+    def poll(self, timeout_ms: int = 1000, max_records: int = 500) -> list[Message]:
+        """Records in offset order per partition; [] (logged, backed off) on broker trouble."""
+        try:
+            batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaError as exc:
+            self._backoff_s = min(max(2 * self._backoff_s, 0.1), _POLL_BACKOFF_MAX_S)
+            log.warning("kafka poll failed (%s); retrying in %.1fs", exc, self._backoff_s)
+            time.sleep(self._backoff_s)
+            return []
+        self._backoff_s = 0.0
+        return [
+            Message(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
+            for records in batches.values()
+            for r in records
+        ]
+
+    def close(self) -> None:
+        self._consumer.close(autocommit=False)
+
+    def _assigned(self, topic: str, partition: int) -> TopicPartition:
+        tp = TopicPartition(topic, int(partition))
+        if tp not in self._consumer.assignment():
+            raise ValueError(f"partition {(topic, partition)} is not assigned to this consumer")
+        return tp
