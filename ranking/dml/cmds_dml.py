@@ -1,0 +1,220 @@
+"""cMDS-DML (Yu & Li): ordinal metric learning by fitting a linear map to cMDS points.
+
+Algorithm 2: build the label EDM of eq. (8) (beta checked against Theorem 1), embed it
+by classical MDS through the m x m route of Algorithm 1, find K target neighbours, and
+minimise eq. (10)
+
+    f(L, c) = 1/2 sum_i ||L x_i - c y_i||^2 + mu sum_{eta_ij=1} (||L(x_i-x_j)||^2 - ||x_i-x_j||^2)^2
+
+by steepest descent with the Armijo rule from L0 = (e_1..e_s)^T, c0 = 1. A = L^T L.
+
+Example (digits, ordinal label = quintile of the ink):
+
+>>> import numpy as np
+>>> from sklearn.datasets import load_digits
+>>> X, _ = load_digits(return_X_y=True)
+>>> ink = X.sum(axis=1)
+>>> r = np.searchsorted(np.quantile(ink, [0.2, 0.4, 0.6, 0.8]), ink, side="right")
+>>> model = CMDSDML(n_components=3, n_neighbors=5, pca_components=30, random_state=0)
+>>> model.fit(X[:300], r[:300]).transform(X[:2]).shape
+(2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ranking.dml.armijo import steepest_descent
+from ranking.dml.base import OrdinalMetricLearner, Preprocessing
+from ranking.dml.edm import embed_labels, resolve_beta
+from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+
+STATE_KIND = "cmds-dml"
+
+
+class CMDSObjective:
+    """f(L, c) of eq. (10) and its analytic gradient over theta = [vec(L), c].
+
+    The fitting term is expanded as 1/2 tr(L Z^T Z L^T) - c tr(L Z^T Y) + c^2/2 ||Y||^2,
+    so after one O(n d^2) set-up each evaluation costs O(s d^2 + p s d) for p target
+    pairs instead of O(n s d): the refit time barely grows with n.
+    """
+
+    def __init__(self, Z: np.ndarray, Y: np.ndarray, V: np.ndarray, mu: float) -> None:
+        self.s, self.d = Y.shape[1], Z.shape[1]
+        self.gram = Z.T @ Z  # (d, d)
+        self.cross = Y.T @ Z  # (s, d)
+        self.y_sq = float(np.sum(Y * Y))
+        self.V = V
+        self.v_sq = np.einsum("ij,ij->i", V, V)
+        self.mu = float(mu)
+
+    def unpack(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
+        return theta[:-1].reshape(self.s, self.d), float(theta[-1])
+
+    @staticmethod
+    def pack(L: np.ndarray, c: float) -> np.ndarray:
+        return np.append(L.ravel(), c)
+
+    def _parts(self, theta: np.ndarray):
+        L, c = self.unpack(theta)
+        LG = L @ self.gram
+        fit = 0.5 * np.sum(LG * L) - c * np.sum(L * self.cross) + 0.5 * c * c * self.y_sq
+        LV = self.V @ L.T
+        excess = np.einsum("ij,ij->i", LV, LV) - self.v_sq
+        return L, c, LG, fit, LV, excess
+
+    def value(self, theta: np.ndarray) -> float:
+        _, _, _, fit, _, excess = self._parts(theta)
+        return float(fit + self.mu * excess @ excess)
+
+    def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        L, c, LG, fit, LV, excess = self._parts(theta)
+        grad_L = LG - c * self.cross + 4.0 * self.mu * (excess[:, None] * LV).T @ self.V
+        grad_c = c * self.y_sq - np.sum(L * self.cross)
+        return float(fit + self.mu * excess @ excess), self.pack(grad_L, grad_c)
+
+    def lipschitz_estimate(self) -> float:
+        """Curvature bound of the fitting term: lambda_max(Z^T Z) + ||Y||^2 (block bound)."""
+        return float(np.linalg.eigvalsh(self.gram)[-1] + self.y_sq)
+
+
+class CMDSDML(OrdinalMetricLearner):
+    """Ordinal distance metric learning with classical MDS (scikit-learn transformer).
+
+    Parameters follow Algorithm 2. `mu`, `gamma` act on the preprocessed points (centred,
+    optional PCA, divided by their RMS norm; see `ranking.dml.base`). `gamma=None` starts
+    each line search at 1 / (lambda_max(Z^T Z) + ||Y||^2), the step that the quadratic
+    fitting term accepts; `beta=None` is the automatic Theorem 1 choice of
+    `ranking.dml.edm.resolve_beta`. `n_components` (s) is capped at the preprocessed
+    dimension, since L0 = (e_1..e_s)^T needs s <= d. `random_state` is accepted for API
+    symmetry; the algorithm is deterministic.
+
+    Fitted attributes: components_ (s, n_features_in_), beta_, c_, n_iter_, objective_,
+    converged_, preprocessing_.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 3,
+        n_neighbors: int = 5,
+        mu: float = 0.1,
+        beta: float | None = None,
+        pca_components: int | None = None,
+        gamma: float | None = None,
+        rho: float = 0.5,
+        sigma: float = 0.05,
+        max_backtracks: int = 20,
+        max_iter: int = 500,
+        tol: float = 1e-6,
+        random_state: int | None = None,
+    ) -> None:
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.mu = mu
+        self.beta = beta
+        self.pca_components = pca_components
+        self.gamma = gamma
+        self.rho = rho
+        self.sigma = sigma
+        self.max_backtracks = max_backtracks
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        if int(self.n_components) < 1:
+            raise ValueError(f"n_components must be >= 1, got {self.n_components!r}")
+        if not (np.isfinite(self.mu) and self.mu >= 0):
+            raise ValueError(f"mu must be finite and >= 0, got {self.mu!r}")
+        if not 0 < self.rho < 1 or not 0 < self.sigma < 1:
+            raise ValueError(f"rho and sigma must lie in (0, 1), got {self.rho!r}, {self.sigma!r}")
+        if self.gamma is not None and not (np.isfinite(self.gamma) and self.gamma > 0):
+            raise ValueError(f"gamma must be finite and > 0 (or None), got {self.gamma!r}")
+
+    def fit(self, X: object, r: object) -> CMDSDML:
+        """Learn L from points X (n, d) and ordinal labels r (n,)."""
+        self._check_params()
+        Z, r = self._fit_preprocessed(X, r)
+        s = min(int(self.n_components), Z.shape[1])
+        self.beta_ = resolve_beta(r, self.beta)  # S1 (eq. 8 via Theorem 1)
+        Y = embed_labels(r, self.beta_, s)  # S2 (Algorithm 1)
+        pairs = target_neighbor_pairs(Z, r, int(self.n_neighbors))  # S3
+        objective = CMDSObjective(Z, Y, pair_differences(Z, pairs), self.mu)
+        gamma = self.gamma if self.gamma is not None else 1.0 / objective.lipschitz_estimate()
+        start = CMDSObjective.pack(np.eye(s, Z.shape[1]), 1.0)
+        result = steepest_descent(  # S4-S6
+            objective.value_and_grad,
+            objective.value,
+            start,
+            gamma=gamma,
+            rho=self.rho,
+            sigma=self.sigma,
+            max_backtracks=int(self.max_backtracks),
+            max_iter=int(self.max_iter),
+            tol=self.tol,
+        )
+        L, c = objective.unpack(result.x)
+        self._set_components(L)
+        self.c_ = c
+        self.n_iter_ = result.n_iter
+        self.objective_ = result.fun
+        self.converged_ = result.converged
+        return self
+
+    # --- model store: JSON meta + plain arrays, never pickle -------------------------
+    def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(meta, arrays) that `from_state` turns back into an identical fitted model."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "components_")
+        meta = {
+            "kind": STATE_KIND,
+            "params": self.get_params(),
+            "n_features_in": int(self.n_features_in_),
+            "beta": float(self.beta_),
+            "c": float(self.c_),
+            "n_iter": int(self.n_iter_),
+            "objective": float(self.objective_),
+            "converged": bool(self.converged_),
+            "scale": float(self.preprocessing_.scale),
+        }
+        arrays = {
+            "components": self.components_.copy(),
+            "mean": self.preprocessing_.mean.copy(),
+            "basis": self.preprocessing_.basis.copy(),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CMDSDML:
+        """Rebuild a fitted model from `to_state` output; checks kind, shapes, finiteness."""
+        if meta.get("kind") != STATE_KIND:
+            raise ValueError(f"state kind {meta.get('kind')!r} is not {STATE_KIND!r}")
+        missing = {"components", "mean", "basis"} - set(arrays)
+        if missing:
+            raise ValueError(f"state lacks arrays {sorted(missing)}")
+        components = np.asarray(arrays["components"], dtype=np.float64)
+        n_features = int(meta["n_features_in"])
+        if components.ndim != 2 or components.shape[1] != n_features:
+            raise ValueError(
+                f"components shape {components.shape} does not match {n_features} features"
+            )
+        if not all(np.all(np.isfinite(np.asarray(a, dtype=np.float64))) for a in arrays.values()):
+            raise ValueError("state arrays contain NaN or Inf")
+        model = cls(**meta["params"])
+        model.n_features_in_ = n_features
+        model.components_ = components
+        model.preprocessing_ = Preprocessing(
+            mean=np.asarray(arrays["mean"], dtype=np.float64),
+            basis=np.asarray(arrays["basis"], dtype=np.float64),
+            scale=float(meta["scale"]),
+        )
+        model.beta_ = float(meta["beta"])
+        model.c_ = float(meta["c"])
+        model.n_iter_ = int(meta["n_iter"])
+        model.objective_ = float(meta["objective"])
+        model.converged_ = bool(meta["converged"])
+        return model
