@@ -1,0 +1,240 @@
+"""The model store on Redis (redis-py 8): fenced, atomic, versioned, announced.
+
+Layout under `p = settings.topic_prefix` (default "rankstream"):
+  `{p}:model:{name}`            hash: version, kind, meta (JSON envelope with offsets and
+                                created_ms, see `stream.store`), arrays (`stream.codec` bytes)
+  `{p}:model:{name}:v:{n}`      the same hash for each of the newest `keep_versions` versions
+  `{p}:model:{name}:versions`   sorted set indexing those snapshots (so trimming is exact)
+  `{p}:models`                  set of model names
+  `{p}:model-updated`           pub/sub channel, JSON {"name", "version"} per save
+
+`save` is one Lua script (EVALSHA): check the stored version against `expected_version`,
+write latest and snapshot, trim, add the name, publish — atomic, so a reader never sees a
+half-written model and two writers can never both win. Reads retry with exponential
+back-off on connection errors. A save whose connection drops may have been applied; its
+retry then finds the store one version ahead *with our own envelope* and reports success
+instead of a false `FencingError`.
+
+Pub/sub is fire-and-forget: announcements published while a listener is disconnected
+are lost, so long-running listeners should also check `latest_versions()` now and then.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from stream.store import (
+    DEFAULT_KEEP_VERSIONS,
+    EncodedModel,
+    FencingError,
+    StoredModel,
+    check_expected_version,
+    check_name,
+    decode_model,
+    encode_model,
+    finite_or_none,
+)
+
+if TYPE_CHECKING:
+    from rankstream.config import Settings
+
+log = logging.getLogger(__name__)
+
+_SAVE_SCRIPT = """
+local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if current ~= tonumber(ARGV[1]) then
+  return redis.error_reply('FENCED ' .. current)
+end
+local v = current + 1
+local fields = {'version', v, 'kind', ARGV[3], 'meta', ARGV[4], 'arrays', ARGV[5]}
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HSET', KEYS[1] .. ':v:' .. v, unpack(fields))
+local index = KEYS[1] .. ':versions'
+redis.call('ZADD', index, v, v)
+local oldest_kept = v - tonumber(ARGV[6]) + 1
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. oldest_kept)) do
+  redis.call('DEL', KEYS[1] .. ':v:' .. old)
+end
+redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. oldest_kept)
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('PUBLISH', ARGV[7], cjson.encode({name = ARGV[2], version = v}))
+return v
+"""
+_SAVE_ATTEMPTS = 5
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs)."""
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        socket_timeout=10,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
+
+
+class RedisModelStore:
+    """`ModelStore` on Redis; see the module docstring for keys and guarantees."""
+
+    def __init__(self, settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> None:
+        if not settings.redis_url:
+            raise ValueError("RedisModelStore needs settings.redis_url")
+        if keep_versions < 1:
+            raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
+        self.keep_versions = keep_versions
+        self._prefix = settings.topic_prefix
+        self._client = redis_client(settings.redis_url)
+        self._save_script = self._client.register_script(_SAVE_SCRIPT)
+        self.channel = f"{self._prefix}:model-updated"
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}:model:{check_name(name)}"
+
+    def load(self, name: str) -> StoredModel | None:
+        return self._load_hash(name, self._key(name))
+
+    def load_version(self, name: str, version: int) -> StoredModel | None:
+        return self._load_hash(name, f"{self._key(name)}:v:{int(version)}")
+
+    def versions(self, name: str) -> list[int]:
+        return sorted(int(v) for v in self._client.zrange(f"{self._key(name)}:versions", 0, -1))
+
+    def names(self) -> list[str]:
+        return sorted(n.decode() for n in self._client.smembers(f"{self._prefix}:models"))
+
+    def latest_versions(self) -> dict[str, int]:
+        names = self.names()
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            pipe.hget(self._key(name), "version")
+        return {n: int(v) for n, v in zip(names, pipe.execute(), strict=True) if v is not None}
+
+    def save(
+        self,
+        name: str,
+        *,
+        kind: str,
+        meta: dict,
+        arrays: Mapping[str, np.ndarray],
+        offsets: Mapping[str, Mapping[int, int]],
+        expected_version: int,
+    ) -> int:
+        """Fenced atomic write of version expected+1; FencingError if someone was first."""
+        key = self._key(name)
+        expected = check_expected_version(expected_version)
+        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets)
+        args = [expected, name, encoded.kind, encoded.envelope, encoded.arrays,
+                self.keep_versions, self.channel]  # fmt: skip
+        delay = 0.05
+        for attempt in range(_SAVE_ATTEMPTS):
+            try:
+                return int(self._save_script(keys=[key, f"{self._prefix}:models"], args=args))
+            except ResponseError as exc:
+                if not str(exc).startswith("FENCED"):
+                    raise
+                actual = int(str(exc).split()[1])
+                if actual == expected + 1 and self._is_ours(key, encoded.envelope):
+                    return actual  # an earlier attempt landed before its reply was lost
+                raise FencingError(name, expected, actual) from None
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if attempt == _SAVE_ATTEMPTS - 1:
+                    raise
+                log.warning("redis save of %r failed (%s); retrying in %.2fs", name, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 4, 2.0)
+        raise AssertionError("unreachable")
+
+    def listen(self) -> PubSubAnnouncements:
+        """Subscribes before returning: every save after this call is delivered."""
+        return PubSubAnnouncements(self._client, self.channel)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _is_ours(self, key: str, envelope: str) -> bool:
+        stored = self._client.hget(key, "meta")
+        return stored is not None and stored.decode() == envelope
+
+    def _load_hash(self, name: str, key: str) -> StoredModel | None:
+        fields = self._client.hgetall(key)
+        if not fields:
+            return None
+        encoded = EncodedModel(
+            kind=fields[b"kind"].decode(),
+            envelope=fields[b"meta"].decode(),
+            arrays=fields[b"arrays"],
+        )
+        return decode_model(name, int(fields[b"version"]), encoded)
+
+
+class PubSubAnnouncements:
+    """(name, version) from the update channel; `close` (any thread) ends iteration."""
+
+    _SLICE_S = 0.2  # longest a blocked reader waits before noticing `close`
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pubsub = client.pubsub()
+        self._pubsub.subscribe(channel)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait for the subscription to be live
+            message = self._pubsub.get_message(timeout=0.5)
+            if message is not None and message["type"] == "subscribe":
+                return
+        raise RedisConnectionError(f"no confirmation of the subscription to {channel}")
+
+    def get(self, timeout: float | None = None) -> tuple[str, int] | None:
+        """Next announcement, or None after `timeout` seconds or once closed."""
+        limit = finite_or_none(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        while not self._closed:
+            wait = (
+                self._SLICE_S
+                if deadline is None
+                else min(self._SLICE_S, deadline - time.monotonic())
+            )
+            if wait < 0:
+                return None
+            with self._lock:
+                if self._closed:
+                    return None
+                try:
+                    message = self._pubsub.get_message(timeout=wait)
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    log.warning("redis pub/sub interrupted (%s); resubscribing", exc)
+                    message = None
+                    time.sleep(min(wait, 0.5))
+            if message is not None and message["type"] == "message":
+                data = json.loads(message["data"])
+                return str(data["name"]), int(data["version"])
+        return None
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return self
+
+    def __next__(self) -> tuple[str, int]:
+        item = self.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            self._pubsub.close()
