@@ -76,8 +76,8 @@ class OrdinalMetricLearner(TransformerMixin, BaseEstimator):
 
     def _fit_preprocessed(self, X: object, r: object) -> tuple[np.ndarray, np.ndarray]:
         X, r = validate_data(self, X, r, y_numeric=True, dtype=np.float64)
-        r = check_ordinal_labels(r)
         check_enough_samples(X.shape[0], self.n_neighbors)
+        r = check_ordinal_labels(r)
         self.preprocessing_ = Preprocessing.fit(X, self.pca_components)
         return self.preprocessing_.apply(X), r
 

@@ -134,10 +134,10 @@ class CMDSDML(OrdinalMetricLearner):
         if self.gamma is not None and not (np.isfinite(self.gamma) and self.gamma > 0):
             raise ValueError(f"gamma must be finite and > 0 (or None), got {self.gamma!r}")
 
-    def fit(self, X: object, r: object) -> CMDSDML:
-        """Learn L from points X (n, d) and ordinal labels r (n,)."""
+    def fit(self, X: object, y: object) -> CMDSDML:
+        """Learn L from points X (n, d) and ordinal labels y (the paper's r, shape (n,))."""
         self._check_params()
-        Z, r = self._fit_preprocessed(X, r)
+        Z, r = self._fit_preprocessed(X, y)
         s = min(int(self.n_components), Z.shape[1])
         self.beta_ = resolve_beta(r, self.beta)  # S1 (eq. 8 via Theorem 1)
         Y = embed_labels(r, self.beta_, s)  # S2 (Algorithm 1)

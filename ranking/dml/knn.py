@@ -35,10 +35,10 @@ class OrdinalKNNRegressor(RegressorMixin, BaseEstimator):
         self.aggregate = aggregate
         self.rounding = rounding
 
-    def fit(self, X: object, r: object) -> OrdinalKNNRegressor:
+    def fit(self, X: object, y: object) -> OrdinalKNNRegressor:
         if self.aggregate not in ("mean", "median"):
             raise ValueError(f"aggregate must be 'mean' or 'median', got {self.aggregate!r}")
-        X, r = validate_data(self, X, r, y_numeric=True, dtype=np.float64)
+        X, r = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
         if int(self.n_neighbors) < 1 or X.shape[0] < int(self.n_neighbors):
             check_enough_samples(X.shape[0], int(self.n_neighbors) - 1)
         from sklearn.neighbors import NearestNeighbors

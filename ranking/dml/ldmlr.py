@@ -125,10 +125,10 @@ class LDMLR(OrdinalMetricLearner):
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
 
-    def fit(self, X: object, r: object) -> LDMLR:
-        """Learn the PSD metric A from points X (n, d) and ordinal labels r (n,)."""
+    def fit(self, X: object, y: object) -> LDMLR:
+        """Learn the PSD metric A from points X (n, d) and ordinal labels y (n,)."""
         self._check_params()
-        Z, r = self._fit_preprocessed(X, r)
+        Z, r = self._fit_preprocessed(X, y)
         pairs = target_neighbor_pairs(Z, r, int(self.n_neighbors))
         objective = LDMLRObjective(
             weighted_scatter(Z, r, self.power), pair_differences(Z, pairs), self.mu
