@@ -1,0 +1,142 @@
+"""Similarity measures and the query-dependent feature map phi(q, p).
+
+The online-LTR paper (§3, §5.1) ranks with phi(q, p): every descriptor compared with
+every similarity measure, 9 x 4 = 36 numbers. Each measure here compares one query
+descriptor with a matrix of candidate descriptors, vectorised, higher = more similar.
+
+Chi-square is defined for non-negative histograms. For descriptors that can be negative
+(moments, DCT) `PhiMap.fit` records each descriptor's global minimum over the collection
+and chi-square compares the shifted vectors a - min and b - min: a fixed translation of
+the whole descriptor space, so it keeps the same value for every pair and needs no data
+from the query. Descriptors that are never negative get no shift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Similarity = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _check_pair(query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a (d,) query and an (m, d) candidate matrix; return them as float64."""
+    query = np.asarray(query, dtype=np.float64)
+    candidates = np.asarray(candidates, dtype=np.float64)
+    if query.ndim != 1:
+        raise ValueError(f"query must be a 1-d descriptor, got shape {query.shape}")
+    if candidates.ndim != 2 or candidates.shape[1] != query.shape[0]:
+        raise ValueError(
+            f"candidates must be (m, {query.shape[0]}) to match the query, "
+            f"got shape {candidates.shape}"
+        )
+    if not (np.all(np.isfinite(query)) and np.all(np.isfinite(candidates))):
+        raise ValueError("descriptors contain NaN or Inf")
+    return query, candidates
+
+
+def negative_euclidean(query: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """-||q - p||_2 for every candidate row p."""
+    query, candidates = _check_pair(query, candidates)
+    difference = candidates - query
+    return -np.sqrt(np.einsum("ij,ij->i", difference, difference))
+
+
+def negative_l1(query: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """-||q - p||_1 for every candidate row p."""
+    query, candidates = _check_pair(query, candidates)
+    return -np.abs(candidates - query).sum(axis=1)
+
+
+def cosine(query: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """q.p / (|q| |p|); 0 when either vector is all zeros (no direction to compare)."""
+    query, candidates = _check_pair(query, candidates)
+    norms = np.linalg.norm(candidates, axis=1) * np.linalg.norm(query)
+    dots = candidates @ query
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def negative_chi_square(
+    query: np.ndarray, candidates: np.ndarray, shift: float = 0.0
+) -> np.ndarray:
+    """-(1/2) sum_i (q_i - p_i)^2 / (q_i + p_i), bins with q_i + p_i = 0 contributing 0.
+
+    `shift` is added to both vectors first (see the module docstring); after the shift
+    every value must be non-negative.
+    """
+    query, candidates = _check_pair(query, candidates)
+    query, candidates = query + shift, candidates + shift
+    if query.min() < 0 or candidates.min() < 0:
+        raise ValueError("chi-square needs non-negative descriptors; pass a shift")
+    total = candidates + query
+    squared = (candidates - query) ** 2
+    ratio = np.divide(squared, total, out=np.zeros_like(total), where=total > 0)
+    return -0.5 * ratio.sum(axis=1)
+
+
+SIMILARITIES: dict[str, Similarity] = {
+    "euclidean": negative_euclidean,
+    "l1": negative_l1,
+    "cosine": cosine,
+    "chi_square": negative_chi_square,
+}
+"""The four measures in their fixed order (phi's feature order follows it)."""
+
+
+@dataclass
+class PhiMap:
+    """phi(q, p) over a fixed collection: descriptor-major, measure-minor, 36 columns.
+
+    Fit once on the collection's descriptors (name -> (n, d) matrix); then
+    `phi(query, candidates)` gives the (m, n_descriptors * n_measures) feature matrix
+    between one query image and candidate images, all given as row indices.
+    """
+
+    measures: Sequence[str] = tuple(SIMILARITIES)
+    descriptors_: dict[str, np.ndarray] = field(default_factory=dict, init=False)
+    chi_square_shift_: dict[str, float] = field(default_factory=dict, init=False)
+
+    def fit(self, descriptors: Mapping[str, np.ndarray]) -> PhiMap:
+        unknown = [name for name in self.measures if name not in SIMILARITIES]
+        if unknown:
+            raise ValueError(f"unknown similarity measure(s) {unknown}")
+        sizes = {np.asarray(matrix).shape[0] for matrix in descriptors.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"descriptor matrices disagree on the number of images: {sizes}")
+        self.descriptors_ = {}
+        for name, matrix in descriptors.items():
+            matrix = np.asarray(matrix, dtype=np.float64)
+            if matrix.ndim != 2 or not np.all(np.isfinite(matrix)):
+                raise ValueError(f"descriptor {name!r} must be a finite (n, d) matrix")
+            self.descriptors_[name] = matrix
+        self.chi_square_shift_ = {
+            name: max(0.0, -float(matrix.min())) for name, matrix in self.descriptors_.items()
+        }
+        return self
+
+    @property
+    def feature_names(self) -> list[str]:
+        """ "descriptor:measure" for each column of phi."""
+        return [f"{d}:{m}" for d in self.descriptors_ for m in self.measures]
+
+    @property
+    def n_images(self) -> int:
+        return next(iter(self.descriptors_.values())).shape[0]
+
+    def phi(self, query: int, candidates: np.ndarray) -> np.ndarray:
+        """(len(candidates), n_features) float64: phi(query image, each candidate image)."""
+        if not self.descriptors_:
+            raise ValueError("PhiMap is not fitted")
+        candidates = np.asarray(candidates, dtype=np.int64)
+        columns = []
+        for name, matrix in self.descriptors_.items():
+            query_vector, candidate_matrix = matrix[query], matrix[candidates]
+            for measure in self.measures:
+                if measure == "chi_square":
+                    shift = self.chi_square_shift_[name]
+                    columns.append(negative_chi_square(query_vector, candidate_matrix, shift))
+                else:
+                    columns.append(SIMILARITIES[measure](query_vector, candidate_matrix))
+        return np.column_stack(columns)
