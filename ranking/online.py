@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ranking.scaling import Standardizer
+from ranking.scaling import Standardizer, linear_scores
 from ranking.validation import as_float_matrix, as_float_vector, check_positive
 
 # Kernel status codes: which check stopped the loop at `bad_row`.
@@ -333,10 +333,9 @@ class OnlineRanker:
 
     def score(self, Phi: object) -> np.ndarray:
         """Scores (m,) of candidates phi (m, d); higher ranks first."""
-        Phi = as_float_matrix(Phi, "Phi", self._dim)
-        if self.scaler is not None:
-            Phi = self.scaler.transform(Phi)
-        return np.zeros(Phi.shape[0]) if self._w is None else Phi @ self._w
+        if self._w is None:
+            return np.zeros(as_float_matrix(Phi, "Phi").shape[0])
+        return linear_scores(Phi, self._w, self.scaler)
 
     # ---------------------------------------------------------------- storage
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -83,3 +83,16 @@ class Standardizer:
             raise ValueError("standardizer state holds non-finite mean or non-positive std")
         scaler.mean_, scaler.std_ = mean, std
         return scaler
+
+
+def linear_scores(
+    Phi: object, weights: np.ndarray, scaler: Standardizer | None = None
+) -> np.ndarray:
+    """w . phi for each row of Phi (m, d), through `scaler` when the model has one.
+
+    The one scoring path of every linear model (online rankers and baselines), so
+    they cannot disagree on how phi is scaled before the dot product.
+    """
+    if scaler is not None:
+        return scaler.transform(Phi) @ weights
+    return as_float_matrix(Phi, "Phi", weights.shape[0]) @ weights
