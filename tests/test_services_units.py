@@ -40,11 +40,11 @@ def test_scrape_targets_merge_per_job_and_reject_bad_input(tmp_path):
         add_scrape_target("ok", "127.0.0.1", root=tmp_path)
 
 
-def test_cluster_id_is_16_bytes_of_url_safe_base64():
-    ids = {random_cluster_id() for _ in range(50)}
-    assert len(ids) == 50
+def test_cluster_id_is_16_bytes_of_url_safe_base64_never_option_like():
+    ids = {random_cluster_id() for _ in range(500)}  # ~1 in 64 raw ids starts with '-'
+    assert len(ids) == 500
     for cluster_id in ids:
-        assert len(cluster_id) == 22
+        assert len(cluster_id) == 22 and not cluster_id.startswith("-")
         assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
 
 

@@ -25,8 +25,15 @@ JVM_OPTIONS = ("-Xmx512m", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true
 
 
 def random_cluster_id() -> str:
-    """What `kafka-storage.sh random-uuid` prints: 16 random bytes, url-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """What `kafka-storage.sh random-uuid` prints: 16 random bytes, url-safe base64.
+
+    Like Kafka's own Uuid.randomUuid, never one starting with '-': the storage tool's
+    argument parser would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @contextlib.contextmanager
@@ -81,8 +88,8 @@ class KafkaService(Service):
     def _format(self, java: list[str], properties: Path, progress: Progress) -> None:
         import subprocess
 
-        command = [*java, "kafka.tools.StorageTool", "format", "-t", random_cluster_id()]
-        command += ["-c", str(properties), "--ignore-formatted"]
+        command = [*java, "kafka.tools.StorageTool", "format", "--ignore-formatted"]
+        command += [f"--cluster-id={random_cluster_id()}", f"--config={properties}"]
         with progress.step("formatting Kafka storage (KRaft)"), open(self.log_path, "ab") as log:
             if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode:
                 raise ServiceError(f"kafka storage format failed:\n{log_tail(self.log_path)}")
