@@ -1,0 +1,81 @@
+"""`rankstream eval dml`: cMDS-DML vs LDMLR vs Euclidean kNN, ordinal MAE (paper Tables 3-7)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", choices=["digits", "pubfig"], default="digits")
+    parser.add_argument("--attribute", default=None, help="PubFig attribute (default: Young)")
+    parser.add_argument("--repeats", type=int, default=20, help="random train/test splits")
+    parser.add_argument("--n-train", type=int, default=10, help="training images per label")
+    parser.add_argument(
+        "--k", type=int, nargs="+", default=[5], help="target neighbours K (e.g. --k 4 5 6)"
+    )
+    parser.add_argument("--s", type=int, default=3, help="cMDS-DML embedding dimension")
+    parser.add_argument("--pca", type=int, default=40, help="PCA dimension before learning")
+    parser.add_argument("--validation-splits", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _print_table(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rankstream.evals.dml import METHODS
+
+    for result in report.get("by_K", [report]):
+        table = Table(
+            title=f"{report['description']}: n_train={report['n_train']}, K={result['K']}, "
+            f"s={report['s']}, {report['repeats']} splits"
+        )
+        for column in ("method", "MAE", "std", "fit s", "chosen"):
+            table.add_column(column, justify="left" if column in ("method", "chosen") else "right")
+        best = min(result[m]["mae"] for m in METHODS)
+        for method in METHODS:
+            row = result[method]
+            mae = f"{row['mae']:.4f}"
+            table.add_row(
+                method,
+                f"[bold]{mae}[/bold]" if row["mae"] == best else mae,
+                f"±{row['std']:.4f}",
+                f"{row['seconds']:.3f}",
+                ", ".join(f"{k}={v:g}" for k, v in row["params"].items()),
+            )
+        Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from rankstream.evals.dml import DmlEvalConfig, run_dml_eval
+
+    config = DmlEvalConfig(
+        dataset=args.dataset,
+        attribute=args.attribute,
+        n_train=args.n_train,
+        ks=tuple(args.k),
+        s=args.s,
+        repeats=args.repeats,
+        pca_components=args.pca,
+        validation_splits=args.validation_splits,
+        seed=args.seed,
+    )
+    with Progress(transient=True, console=_stderr_console()) as progress:
+        task = progress.add_task("eval dml", total=config.repeats * len(config.ks))
+        report = run_dml_eval(config, progress=lambda: progress.advance(task))
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        _print_table(report)
+    return 0
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)

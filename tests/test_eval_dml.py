@@ -1,0 +1,63 @@
+"""`rankstream eval dml`: JSON shape on a tiny configuration, and the ordinal test beds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rankstream.cli import main
+from simulators.ordinal import dense_ranks, ink_quantile_labels, load_ordinal, per_label_split
+
+
+def test_ink_quintiles_are_balanced_and_ordered():
+    images = np.arange(50, dtype=float)[:, None] * np.ones((1, 4))
+    labels = ink_quantile_labels(images)
+    assert np.bincount(labels.astype(int)).tolist() == [10] * 5
+    assert np.all(np.diff(labels) >= 0)
+    assert dense_ranks(np.array([5, 3, 3, 9])).tolist() == [1.0, 0.0, 0.0, 2.0]
+
+
+def test_per_label_split():
+    r = np.repeat([0.0, 1.0, 2.0], [5, 6, 7])
+    train, test = per_label_split(r, 3, np.random.default_rng(0))
+    assert np.bincount(r[train].astype(int)).tolist() == [3, 3, 3]
+    assert np.intersect1d(train, test).size == 0 and train.size + test.size == r.size
+    with pytest.raises(ValueError, match="cannot draw"):
+        per_label_split(r, 5, np.random.default_rng(0))
+
+
+def test_unknown_dataset_raises():
+    with pytest.raises(ValueError, match="unknown ordinal data set"):
+        load_ordinal("mnist")
+
+
+def test_cli_json_shape(capsys):
+    code = main(
+        [
+            "eval",
+            "dml",
+            "--dataset",
+            "digits",
+            "--repeats",
+            "1",
+            "--n-train",
+            "6",
+            "--k",
+            "3",
+            "--pca",
+            "10",
+            "--validation-splits",
+            "1",
+            "--json",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"dataset", "n_train", "K", "s", "repeats"} <= set(report)
+    assert report["dataset"] == "digits" and report["K"] == 3 and report["n_train"] == 30
+    for method in ("cmds_dml", "ldmlr", "euclidean_knn"):
+        row = report[method]
+        assert {"mae", "std", "seconds"} <= set(row)
+        assert 0.0 <= row["mae"] <= 4.0 and row["seconds"] >= 0.0
