@@ -24,6 +24,8 @@ class Settings:
 
     kafka_bootstrap: str | None = None  # host:port[,host:port]; None = embedded transport
     redis_url: str | None = None  # redis://[user:pass@]host:port/db; None = embedded store
+    redis_password: str | None = None  # overrides the URL's password (secrets from env files)
+    prometheus_url: str | None = None  # http://host:port of the Prometheus that scrapes workers
     metrics_port: int | None = None  # Prometheus /metrics port; None = no HTTP exporter
     metrics_host: str = "127.0.0.1"  # bind address of /metrics; 0.0.0.0 only when asked
     topic_prefix: str = "rankstream"
@@ -54,6 +56,8 @@ class Settings:
         return cls(
             kafka_bootstrap=_env("KAFKA_BOOTSTRAP"),
             redis_url=_env("REDIS_URL"),
+            redis_password=_env("REDIS_PASSWORD"),
+            prometheus_url=_env("PROMETHEUS_URL"),
             metrics_port=int(port) if port is not None else None,
             metrics_host=_env("METRICS_HOST", defaults.metrics_host),
             topic_prefix=_env("TOPIC_PREFIX", defaults.topic_prefix),
