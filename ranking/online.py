@@ -22,8 +22,8 @@ beta = 1 / (x' Sigma x + r), and when l > 0: alpha = l beta, w += alpha y Sigma 
 Sigma -= beta (Sigma x)(Sigma x)'.
 
 The sequential loops are compiled with numba (cache=True: the compile is paid once
-per machine); the step size of each linear rule is one small compiled function in a
-dispatch table, as river's `linear_model/pa.py` does, and one loop serves all four.
+per machine); the four linear rules share one loop and differ only in the step size
+chosen through a dispatch table (algo -> rule), as river's `linear_model/pa.py` does.
 
 Example: learn that the first feature decides the order.
 
@@ -40,7 +40,7 @@ Example: learn that the first feature decides the order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -52,36 +52,31 @@ from ranking.validation import as_float_matrix, as_float_vector, check_positive
 # Kernel status codes: which check stopped the loop at `bad_row`.
 _OK, _NONFINITE, _BAD_LABEL = 0, 1, 2
 
+# Linear rule codes. The rules differ only in their step size lambda_t; numba's
+# on-disk cache cannot key a kernel that takes a compiled function as an argument
+# (each process would compile and store a new copy), so the dispatch table below
+# maps each algo to a code that `_step_size` switches on, in this one place.
+_OPR, _OPAR1, _OPAR2, _OGDR = 0, 1, 2, 3
+
 
 @njit(cache=True, fastmath=False)
-def _opr_step(margin: float, sqnorm: float, param: float) -> float:
-    """OPR eq. (1): a full step on a mistake (zero margin included)."""
-    return 1.0 if margin <= 0.0 else 0.0
-
-
-@njit(cache=True, fastmath=False)
-def _opar1_step(margin: float, sqnorm: float, C: float) -> float:
-    """OPAR-I eq. (5): lambda = min(C, l / |x|^2)."""
+def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
+    """lambda_t of w += lambda_t y x; param is C (OPAR-I/II) or eta (OGDR)."""
+    if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included
+        return 1.0 if margin <= 0.0 else 0.0
     loss = 1.0 - margin
-    return min(C, loss / sqnorm) if loss > 0.0 else 0.0
+    if loss <= 0.0:
+        return 0.0
+    if rule == _OPAR1:  # eq. (5): min(C, l / |x|^2)
+        return min(param, loss / sqnorm)
+    if rule == _OPAR2:  # the lambda_t after eq. (5): l / (|x|^2 + 1/(2C))
+        return loss / (sqnorm + 1.0 / (2.0 * param))
+    return param  # OGDR, eq. (7): eta while the hinge loss is positive
 
 
 @njit(cache=True, fastmath=False)
-def _opar2_step(margin: float, sqnorm: float, C: float) -> float:
-    """OPAR-II: lambda = l / (|x|^2 + 1/(2C))."""
-    loss = 1.0 - margin
-    return loss / (sqnorm + 1.0 / (2.0 * C)) if loss > 0.0 else 0.0
-
-
-@njit(cache=True, fastmath=False)
-def _ogdr_step(margin: float, sqnorm: float, eta: float) -> float:
-    """OGDR eq. (7): a fixed step eta while the hinge loss is positive."""
-    return eta if margin < 1.0 else 0.0
-
-
-@njit(cache=True, fastmath=False)
-def _learn_linear(step, w, X, y, param):  # pragma: no cover - compiled
-    """Sequential w += step(m, |x|^2) y x over the rows of X, in place.
+def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
+    """Sequential w += lambda_t y x over the rows of X, in place.
 
     Returns (n_updates, bad_row, status). Finiteness and labels are checked in the
     same pass (|x|^2 is NaN/Inf exactly when a value is, or overflows), so callers
@@ -103,7 +98,7 @@ def _learn_linear(step, w, X, y, param):  # pragma: no cover - compiled
             return n_updates, i, 1
         if sqnorm == 0.0:
             continue
-        lam = step(yi * dot, sqnorm, param)
+        lam = _step_size(rule, yi * dot, sqnorm, param)
         if lam != 0.0:
             c = lam * yi
             for j in range(d):
@@ -170,12 +165,12 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
     return n_updates, -1, 0
 
 
-# algo -> (compiled step size, name of the hyper-parameter it reads)
-_LINEAR_RULES: dict[str, tuple[Callable[..., float], str | None]] = {
-    "opr": (_opr_step, None),
-    "opar1": (_opar1_step, "C"),
-    "opar2": (_opar2_step, "C"),
-    "ogdr": (_ogdr_step, "eta"),
+# algo -> (rule code for `_step_size`, name of the hyper-parameter it reads)
+_LINEAR_RULES: dict[str, tuple[int, str | None]] = {
+    "opr": (_OPR, None),
+    "opar1": (_OPAR1, "C"),
+    "opar2": (_OPAR2, "C"),
+    "ogdr": (_OGDR, "eta"),
 }
 ALGOS: tuple[str, ...] = (*_LINEAR_RULES, "arow")
 
@@ -302,9 +297,9 @@ class OnlineRanker:
         w = self._w.copy()
         sigma = None if self._sigma is None else self._sigma.copy()
         if sigma is None:
-            step, param_name = _LINEAR_RULES[self.algo]
+            rule, param_name = _LINEAR_RULES[self.algo]
             param = 0.0 if param_name is None else getattr(self, param_name)
-            n_updates, bad_row, status = _learn_linear(step, w, X, labels, param)
+            n_updates, bad_row, status = _learn_linear(rule, w, X, labels, param)
         else:
             n_updates, bad_row, status = _learn_arow(w, sigma, X, labels, self.r)
         if status == _BAD_LABEL:
