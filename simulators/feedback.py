@@ -1,0 +1,266 @@
+"""The relevance-feedback loop of §5.5 of the online-LTR paper, as plain numpy records.
+
+A simulated search engine receives query images one after another. For each it
+retrieves K candidates (`simulators.retrieval`), computes their 36-d phi, ranks them
+with the *serving model* (any callable `score_fn(phi) -> scores`), and the simulated
+user judges the top `judged` (50). Every ordered pair of judged images with different
+graded relevance becomes a triplet; ties are never emitted. The next query is then
+served by whatever model has learned from these triplets.
+
+Choices where the paper is silent (each is tested):
+
+* **Queries** are ImageCLEF (ground-truth) images, never distractors: the paper draws
+  2,000 random images whose relevance is known. The simulator walks a seeded random
+  permutation of the ground-truth images and reshuffles when it runs out, so the first
+  `len(ground_truth)` queries are distinct. The query image itself is never a candidate.
+* **Judged queries** list the K candidates in *served order* (the serving model's
+  ranking, ties kept in retrieval order): the judged images are the first `n_judged`.
+  `relevance` covers all K, so an evaluator can score any other model's top 50 among them.
+* **Triplet orientation** is randomised: for each pair (a more relevant, b less relevant)
+  a fair coin decides whether p1 = a or p1 = b, so y = sign(rel1 - rel2) takes both
+  values (DESIGN.md's wire label). Linear pairwise rankers see the same y x either way.
+  Within a query the triplets are shuffled (users' judgements arrive in no order).
+* **Determinism**: query order, orientation coins and shuffles come from separate child
+  streams of the seed, so the records depend only on the seed and the scores returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ranking.metrics import ndcg_at_k, ranked_order
+from simulators.collection import Collection, progress_bar
+from simulators.retrieval import CandidateIndex
+
+ScoreFn = Callable[[np.ndarray], np.ndarray]
+NDCG_K = 50
+
+
+@dataclass(frozen=True)
+class RetrievedQuery:
+    """One query's candidates before ranking: ids in retrieval order, their phi and relevance."""
+
+    query_id: int  # sequence number of the query in the stream
+    image_id: int  # the query image
+    candidate_ids: np.ndarray  # (K,) int64
+    phi: np.ndarray  # (K, 36) float32
+    relevance: np.ndarray  # (K,) int8 ground-truth graded relevance
+
+
+@dataclass(frozen=True)
+class JudgedQueryRecord:
+    """The `rankstream.queries` record: candidates in served order, the first n_judged judged."""
+
+    query_id: int
+    image_id: int
+    candidate_ids: np.ndarray  # (K,) int64, served order
+    phi: np.ndarray  # (K, 36) float32, same order
+    relevance: np.ndarray  # (K,) int8, same order
+    n_judged: int
+
+
+@dataclass(frozen=True)
+class TripletRecords:
+    """A block of `rankstream.triplets` records (column arrays of equal length n)."""
+
+    seq: np.ndarray  # (n,) int64 producer sequence
+    query_id: np.ndarray  # (n,) int64
+    p1_id: np.ndarray  # (n,) int64
+    p2_id: np.ndarray  # (n,) int64
+    rel1: np.ndarray  # (n,) int8
+    rel2: np.ndarray  # (n,) int8
+    phi1: np.ndarray  # (n, 36) float32
+    phi2: np.ndarray  # (n, 36) float32
+
+    def __len__(self) -> int:
+        return int(self.seq.shape[0])
+
+    @property
+    def y(self) -> np.ndarray:
+        """Labels sign(rel1 - rel2) in {+1, -1} as float64, ready for `learn_many`."""
+        return np.sign(self.rel1.astype(np.float64) - self.rel2.astype(np.float64))
+
+    @property
+    def differences(self) -> np.ndarray:
+        """x = phi1 - phi2 (n, 36) float64, the learners' input rows."""
+        return self.phi1.astype(np.float64) - self.phi2.astype(np.float64)
+
+
+def judge(
+    query: RetrievedQuery,
+    scores: np.ndarray,
+    n_judged: int,
+    first_seq: int,
+    rng: np.random.Generator,
+) -> tuple[JudgedQueryRecord, TripletRecords]:
+    """Rank candidates by `scores`, judge the top `n_judged`, emit all non-tied pairs."""
+    k = len(query.candidate_ids)
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.shape != (k,):
+        raise ValueError(f"score_fn must return shape ({k},), got {scores.shape}")
+    if not np.isfinite(scores).all():
+        raise ValueError("score_fn returned NaN or Inf scores")
+    order = ranked_order(scores)  # the metric's own order: stable, ties keep retrieval order
+    ids, phi, rel = query.candidate_ids[order], query.phi[order], query.relevance[order]
+    n_judged = min(n_judged, k)
+    top = rel[:n_judged].astype(np.int64)
+    better, worse = np.nonzero(top[:, None] > top[None, :])
+    flip = rng.random(len(better)) < 0.5
+    first = np.where(flip, worse, better)
+    second = np.where(flip, better, worse)
+    shuffle = rng.permutation(len(first))
+    first, second = first[shuffle], second[shuffle]
+    n = len(first)
+    triplets = TripletRecords(
+        seq=first_seq + np.arange(n, dtype=np.int64),
+        query_id=np.full(n, query.query_id, dtype=np.int64),
+        p1_id=ids[first],
+        p2_id=ids[second],
+        rel1=rel[first],
+        rel2=rel[second],
+        phi1=phi[first],
+        phi2=phi[second],
+    )
+    record = JudgedQueryRecord(query.query_id, query.image_id, ids, phi, rel, n_judged)
+    return record, triplets
+
+
+class FeedbackSimulator:
+    """The search engine and its users over a collection (see the module docstring).
+
+    >>> from simulators.collection import build_collection
+    >>> sim = FeedbackSimulator(build_collection(n_images=3000, progress=False), seed=1)
+    >>> judged, triplets = sim.step(lambda phi: phi.sum(axis=1))
+    >>> judged.phi.shape, bool((triplets.rel1 != triplets.rel2).all())
+    ((300, 36), True)
+    """
+
+    def __init__(
+        self,
+        collection: Collection,
+        seed: int = 0,
+        candidates: int = 300,
+        judged: int = 50,
+        index: CandidateIndex | None = None,
+    ) -> None:
+        if not 1 <= judged <= candidates < collection.n_images:
+            raise ValueError(
+                f"need 1 <= judged <= candidates < n_images, got {judged}, {candidates}"
+            )
+        self.collection = collection
+        self.seed = seed
+        self.n_candidates = candidates
+        self.n_judged = judged
+        self.index = (
+            index
+            if index is not None
+            else CandidateIndex.build(collection, seed=seed, progress=False)
+        )
+        order_seed, judge_seed, calibration_seed = np.random.SeedSequence(seed).spawn(3)
+        self._order_rng = np.random.default_rng(order_seed)
+        self._judge_rng = np.random.default_rng(judge_seed)
+        self._calibration_seed = calibration_seed
+        self._ground_truth = collection.ground_truth_ids
+        self._pending: np.ndarray = np.empty(0, dtype=np.int64)
+        self.queries_served = 0
+        self.triplets_emitted = 0
+
+    def next_query(self) -> RetrievedQuery:
+        """Draw the next query image and retrieve its candidates (model-independent)."""
+        if len(self._pending) == 0:
+            self._pending = self._order_rng.permutation(self._ground_truth)
+        image, self._pending = int(self._pending[0]), self._pending[1:]
+        query = self.retrieve(image, self.queries_served)
+        self.queries_served += 1
+        return query
+
+    def retrieve(self, image_id: int, query_id: int = -1) -> RetrievedQuery:
+        """Candidates, phi and relevance for one query image."""
+        ids = self.index.candidates(image_id, self.n_candidates)
+        return RetrievedQuery(
+            query_id=query_id,
+            image_id=image_id,
+            candidate_ids=ids,
+            phi=self.collection.phi(image_id, ids),
+            relevance=self.collection.relevance(image_id, ids),
+        )
+
+    def judge(
+        self, query: RetrievedQuery, scores: np.ndarray
+    ) -> tuple[JudgedQueryRecord, TripletRecords]:
+        """The user's feedback on `query` ranked by `scores`; advances the triplet seq."""
+        records = judge(query, scores, self.n_judged, self.triplets_emitted, self._judge_rng)
+        self.triplets_emitted += len(records[1])
+        return records
+
+    def step(self, score_fn: ScoreFn) -> tuple[JudgedQueryRecord, TripletRecords]:
+        """One query of the loop: retrieve, rank with `score_fn(phi)`, judge, emit."""
+        query = self.next_query()
+        return self.judge(query, score_fn(query.phi))
+
+    def calibration_phi(self, n_queries: int = 50) -> np.ndarray:
+        """Candidate phi (n_queries * K, 36) of queries from their own seed stream.
+
+        For fitting a feature Standardizer: label-free, and drawn independently of the
+        query stream, so no model is scaled with the queries it is scored on.
+        """
+        rng = np.random.default_rng(self._calibration_seed)
+        images = rng.choice(
+            self._ground_truth, size=min(n_queries, len(self._ground_truth)), replace=False
+        )
+        return np.concatenate([self.retrieve(int(i)).phi for i in images])
+
+
+def run_online_experiment(
+    collection: Collection,
+    algos: Iterable[str] = ("opr", "opar1", "opar2", "ogdr"),
+    n_queries: int = 2000,
+    seed: int = 0,
+    index: CandidateIndex | None = None,
+    ranker_params: Mapping[str, Mapping[str, float]] | None = None,
+    calibration_queries: int = 50,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """§5.5: per-query NDCG@50 of Uni-Con and of each online ranker serving its own loop.
+
+    Every algorithm sees the same query sequence and candidates; each ranks with its
+    current model (zero weights at first: ties keep retrieval order), is scored on that
+    ranking, learns from the triplets of its own judged top 50, and serves the next
+    query with the updated model. Uni-Con (equal weights on standardized phi) is scored
+    on the same queries. Features are standardized with a scaler fitted on
+    `calibration_phi`. Returns {"unicon": (n_queries,), algo: (n_queries,), ...}.
+    """
+    from ranking.baselines import UniCon
+    from ranking.online import OnlineRanker
+    from ranking.scaling import Standardizer
+
+    sim = FeedbackSimulator(collection, seed=seed, index=index)
+    scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
+    params = ranker_params or {}
+    rankers = {a: OnlineRanker(algo=a, scaler=scaler, **params.get(a, {})) for a in algos}
+    unicon = UniCon(scaler=scaler)
+    judge_rngs = {
+        a: np.random.default_rng(s)
+        for a, s in zip(rankers, np.random.SeedSequence([seed, 1]).spawn(len(rankers)), strict=True)
+    }
+    curves = {name: np.empty(n_queries) for name in ("unicon", *rankers)}
+    with progress_bar(progress, "online experiment", n_queries) as advance:
+        for t in range(n_queries):
+            query = sim.next_query()
+            curves["unicon"][t] = served_ndcg(query, unicon.score(query.phi))
+            for name, ranker in rankers.items():
+                scores = ranker.score(query.phi)
+                curves[name][t] = served_ndcg(query, scores)
+                _, triplets = judge(query, scores, sim.n_judged, 0, judge_rngs[name])
+                if len(triplets):
+                    ranker.learn_many(triplets.differences, triplets.y)
+            advance()
+    return curves
+
+
+def served_ndcg(query: RetrievedQuery, scores: np.ndarray) -> float:
+    """NDCG@50 of the candidates ranked by `scores` (ideal = best order of all K)."""
+    return ndcg_at_k(scores, query.relevance, NDCG_K)
