@@ -11,7 +11,8 @@ Retrieval" (IJCAI 2015; /work/shared/papers/online-ltr-cbir_opr-opar-ogdr.txt) a
                      w += l / (|x|^2 + 1/(2C)) y x
 * OGDR, eq. (7):     w += eta y x        when l > 0
 
-and a row with |x|^2 = 0 changes nothing. One reading choice: the paper's OPR
+and a row with |x|^2 = 0 (as computed in float64, so a row whose entries all lie
+below ~1e-154 counts as zero) changes nothing. One reading choice: the paper's OPR
 updates when m < 0; we update when m <= 0, because with w = 0 every margin is 0 and
 the strict reading would never move (DESIGN.md makes the same call).
 
