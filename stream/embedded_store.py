@@ -20,6 +20,7 @@ from stream.store import (
     FencingError,
     StoredModel,
     check_expected_version,
+    check_keep_versions,
     check_name,
     decode_model,
     encode_model,
@@ -113,10 +114,12 @@ class EmbeddedModelStore:
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        keep_versions: int | None = None,
     ) -> int:
         """Fenced, atomic write of the next version; announces it to every listener."""
         check_name(name)
         expected = check_expected_version(expected_version)
+        keep = check_keep_versions(keep_versions, self.keep_versions)
         encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets)
         with self._lock:
             actual = self._latest.get(name, 0)
@@ -125,7 +128,7 @@ class EmbeddedModelStore:
             version = actual + 1
             kept = self._versions.setdefault(name, {})
             kept[version] = encoded
-            for old in [v for v in kept if v <= version - self.keep_versions]:
+            for old in [v for v in kept if v <= version - keep]:
                 del kept[old]
             self._latest[name] = version
             listeners = list(self._listeners)

@@ -42,6 +42,7 @@ from stream.store import (
     FencingError,
     StoredModel,
     check_expected_version,
+    check_keep_versions,
     check_name,
     decode_model,
     encode_model,
@@ -133,13 +134,15 @@ class RedisModelStore:
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        keep_versions: int | None = None,
     ) -> int:
         """Fenced atomic write of version expected+1; FencingError if someone was first."""
         key = self._key(name)
         expected = check_expected_version(expected_version)
+        keep = check_keep_versions(keep_versions, self.keep_versions)
         encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets)
         args = [expected, name, encoded.kind, encoded.envelope, encoded.arrays,
-                self.keep_versions, self.channel]  # fmt: skip
+                keep, self.channel]  # fmt: skip
         delay = 0.05
         for attempt in range(_SAVE_ATTEMPTS):
             try:

@@ -73,6 +73,7 @@ class ModelStore(Protocol):
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        keep_versions: int | None = None,
     ) -> int: ...
 
     def listen(self) -> Announcements: ...
@@ -99,6 +100,15 @@ class EncodedModel:
     kind: str
     envelope: str
     arrays: bytes
+
+
+def check_keep_versions(keep_versions: int | None, default: int) -> int:
+    """Per-save override of how many versions to keep (big reservoirs keep few)."""
+    if keep_versions is None:
+        return default
+    if isinstance(keep_versions, bool) or not isinstance(keep_versions, int) or keep_versions < 1:
+        raise ValueError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
+    return keep_versions
 
 
 def check_name(name: str) -> str:

@@ -104,6 +104,36 @@ def test_only_the_most_recent_versions_are_kept(store):
     assert kept is not None and kept.meta["n_updates"] == 3
 
 
+def test_a_save_can_keep_fewer_versions_than_the_store_default(store):
+    for v in range(3):
+        _save(store, "big", v, seed=v)
+    store.save(
+        "big",
+        kind="reservoir",
+        meta={},
+        arrays={"x": np.zeros(2)},
+        offsets={},
+        expected_version=3,
+        keep_versions=1,
+    )
+    assert store.versions("big") == [4]
+    assert store.load_version("big", 3) is None
+    with pytest.raises(ValueError, match="keep_versions"):
+        _save_keep(store, 0)
+
+
+def _save_keep(store: ModelStore, keep: int) -> int:
+    return store.save(
+        "other",
+        kind="online",
+        meta={},
+        arrays={},
+        offsets={},
+        expected_version=0,
+        keep_versions=keep,
+    )
+
+
 def test_announcements_arrive_for_every_save(store):
     updates = store.listen()
     _save(store, "a", 0)
