@@ -1,0 +1,1 @@
+"""Offline evaluations behind `rankstream eval ...`: each returns a JSON-ready dict."""

@@ -1,0 +1,48 @@
+"""One way to print "method -> metrics" tables, shared by every eval command.
+
+Eval commands print either exactly one JSON object (`--json`) or this table, so the
+table goes to stdout by default; pass `stderr=True` to keep stdout clean for data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+Cell = float | int | str | None
+
+
+def print_method_table(
+    title: str,
+    rows: Mapping[str, Mapping[str, Cell]],
+    formats: Mapping[str, str] | None = None,
+    stderr: bool = False,
+) -> None:
+    """Print one row per method, one column per metric (columns in first-seen order).
+
+    `formats` maps a column to a format spec (default ".4f" for floats); missing cells
+    print as "-". Example: print_method_table("digits", {"opr": {"mAP": 0.71}}).
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    formats = formats or {}
+    columns: list[str] = []
+    for metrics in rows.values():
+        columns.extend(column for column in metrics if column not in columns)
+    table = Table(title=title)
+    table.add_column("method", style="bold")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for method, metrics in rows.items():
+        table.add_row(
+            method, *(_cell(metrics.get(column), formats.get(column)) for column in columns)
+        )
+    Console(stderr=stderr).print(table)
+
+
+def _cell(value: Cell, spec: str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec or ".4f")
+    return format(value, spec) if spec else str(value)
