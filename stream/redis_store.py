@@ -77,10 +77,16 @@ return v
 _SAVE_ATTEMPTS = 5
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs)."""
+def redis_client(url: str, password: str | None = None) -> redis.Redis:
+    """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs).
+
+    `password` (settings.redis_password) overrides the URL's, so secrets can stay out
+    of the URL.
+    """
+    extra = {} if password is None else {"password": password}
     return redis.Redis.from_url(
         url,
+        **extra,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         socket_timeout=10,
@@ -99,7 +105,7 @@ class RedisModelStore:
             raise ValueError(f"keep_versions must be >= 1, got {keep_versions}")
         self.keep_versions = keep_versions
         self._prefix = settings.topic_prefix
-        self._client = redis_client(settings.redis_url)
+        self._client = redis_client(settings.redis_url, settings.redis_password)
         self._save_script = self._client.register_script(_SAVE_SCRIPT)
         self.channel = f"{self._prefix}:model-updated"
 
