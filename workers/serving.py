@@ -1,0 +1,275 @@
+"""Models read back from the store as scorers, and the champion policy that picks one to serve.
+
+`SCORERS` maps a stored model's kind to a factory that rebuilds it as a `Scorer`
+(`score(phi (k, 36) float32) -> (k,) float64`, higher = more relevant). The simulator
+ranks with one, the evaluator scores every model with them, so the two can never
+disagree on how a model scores. A worker that publishes a new kind registers its
+factory here (`SCORERS["cmds_dml"] = ...`).
+
+Kinds "linear" (Uni-Con and the other baselines, written with their own `to_state`)
+and "online" (the online worker's checkpoints, `OnlineRanker.to_state`) are both
+w . phi through the stored Standardizer, so one factory serves both: it dispatches on
+the state's own `meta["kind"]`.
+
+The champion is the model with the best rolling NDCG@50 over recent judged queries
+(the evaluator's numbers). The evaluator publishes them as the model `evaluator`
+(kind "scores", meta {"rolling_ndcg": {model: value}, "window": W, "champion": name}),
+and `ServingModel` reads that record to know what to serve. Uni-Con serves until a
+learned model beats it: a challenger replaces the current champion only with a
+strictly higher rolling NDCG@50 (plus `margin`) over at least `min_queries` queries,
+so one lucky query never flips the engine back and forth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from prometheus_client import Counter, Gauge
+
+from ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
+from ranking.online import OnlineRanker
+from ranking.validation import as_float_matrix
+from stream.schema import PHI_DIM
+from stream.store import ModelStore, StoredModel
+from workers.logging import get_logger, log_event
+
+UNI_CON = "uni_con"
+CHAMPION = "champion"
+EVALUATOR_RECORD = "evaluator"
+SCORES_KIND = "scores"
+
+log = get_logger("rankstream.serving")
+
+# Bounded labels: model names only (a handful of algorithms).
+SERVING_MODEL_INFO = Gauge(
+    "rankstream_serving_model_info",
+    "1 for the model the simulated search engine currently ranks with, 0 for the others.",
+    ["model"],
+)
+SERVING_SWITCHES = Counter(
+    "rankstream_serving_switches_total",
+    "Times the serving model changed (a new champion or a fixed model first loaded).",
+)
+
+
+class Scorer(Protocol):
+    def score(self, phi: np.ndarray) -> np.ndarray: ...
+
+
+ScorerFactory = Callable[[StoredModel], Scorer]
+
+
+class CheckedScorer:
+    """Wraps a model's scoring: validates phi (k, 36), returns finite float64 (k,)."""
+
+    def __init__(self, name: str, version: int, score_fn: Callable[[np.ndarray], Any]) -> None:
+        self.name, self.version = name, version
+        self._score = score_fn
+
+    def score(self, phi: np.ndarray) -> np.ndarray:
+        phi = as_float_matrix(phi, "phi", PHI_DIM)
+        scores = np.asarray(self._score(phi), dtype=np.float64).reshape(-1)
+        if scores.shape != (phi.shape[0],):
+            raise ValueError(
+                f"model {self.name!r} v{self.version} returned {scores.shape} scores "
+                f"for {phi.shape[0]} candidates"
+            )
+        if not np.isfinite(scores).all():
+            raise ValueError(f"model {self.name!r} v{self.version} returned NaN or Inf scores")
+        return scores
+
+
+_LINEAR_STATES: dict[str, Callable[[dict, dict], Any]] = {
+    "online_ranker": OnlineRanker.from_state,
+    **{cls.kind: cls.from_state for cls in (LinearScorer, UniCon, BestFea, RankSVM)},
+}
+
+
+def linear_scorer(stored: StoredModel) -> Scorer:
+    """w . phi (through the stored scaler) of an online ranker or a linear baseline."""
+    state_kind = stored.meta.get("kind")
+    rebuild = _LINEAR_STATES.get(state_kind)
+    if rebuild is None:
+        raise ValueError(
+            f"model {stored.name!r} (kind {stored.kind!r}) holds state {state_kind!r}; "
+            f"linear states are {sorted(_LINEAR_STATES)}"
+        )
+    model = rebuild(stored.meta, stored.arrays)
+    if model.weights.shape != (PHI_DIM,):
+        raise ValueError(
+            f"model {stored.name!r} has {model.weights.shape[0]} weights, expected {PHI_DIM}"
+        )
+    return CheckedScorer(stored.name, stored.version, model.score)
+
+
+SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_scorer}
+
+
+def scorer_for(stored: StoredModel) -> Scorer:
+    """The stored model as a Scorer; ValueError for a kind nobody registered."""
+    factory = SCORERS.get(stored.kind)
+    if factory is None:
+        raise ValueError(
+            f"model {stored.name!r} has kind {stored.kind!r}, which has no scorer "
+            f"(registered: {sorted(SCORERS)})"
+        )
+    return factory(stored)
+
+
+class ScorerCache:
+    """LRU of (name, version) -> Scorer, None when that version is gone (trimmed).
+
+    Also remembers each name's kind, so a name whose kind has no scorer (a reservoir,
+    the evaluator's own record) is loaded once, not on every query.
+    """
+
+    def __init__(self, store: ModelStore, capacity: int = 64) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.store = store
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, int], Scorer | None] = OrderedDict()
+        self.kinds: dict[str, str] = {}
+
+    def scorable(self, name: str) -> bool | None:
+        """True/False once the name's kind is known; None before its first load."""
+        kind = self.kinds.get(name)
+        return None if kind is None else kind in SCORERS
+
+    def get(self, name: str, version: int) -> Scorer | None:
+        """The scorer of exactly this version; None if the store no longer has it.
+
+        Raises ValueError when the kind has no scorer or the state is unusable.
+        """
+        key = (name, int(version))
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        stored = self.store.load_version(name, int(version))
+        scorer = None
+        if stored is not None:
+            self.kinds[name] = stored.kind
+            scorer = scorer_for(stored)
+        self._entries[key] = scorer
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return scorer
+
+    def learn_kinds(self, names: list[str]) -> None:
+        """Load each unknown name once (its latest version) to learn its kind."""
+        for name in names:
+            if name not in self.kinds:
+                stored = self.store.load(name)
+                if stored is not None:
+                    self.kinds[name] = stored.kind
+                    if stored.kind in SCORERS:
+                        self._entries[(name, stored.version)] = scorer_for(stored)
+
+
+# --- champion policy -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ChampionPolicy:
+    """Who serves: the best rolling NDCG@50, with Uni-Con as the incumbent to beat."""
+
+    default: str = UNI_CON
+    margin: float = 0.0
+    min_queries: int = 20
+
+    def choose(
+        self,
+        current: str | None,
+        rolling_ndcg: Mapping[str, float],
+        counts: Mapping[str, int],
+    ) -> str:
+        """Keep `current` unless a model with enough queries beats it by more than margin."""
+        incumbent = current if current in rolling_ndcg else self.default
+        eligible = {m: v for m, v in rolling_ndcg.items() if counts.get(m, 0) >= self.min_queries}
+        if not eligible:
+            return incumbent
+        best = max(sorted(eligible), key=lambda m: eligible[m])  # ties: first by name
+        bar = rolling_ndcg.get(incumbent)
+        if best == incumbent or (bar is not None and eligible[best] <= bar + self.margin):
+            return incumbent
+        return best
+
+
+@dataclass(frozen=True)
+class Served:
+    """What ranked one query: the model, its version and scorer, every model's version."""
+
+    name: str
+    version: int
+    scorer: Scorer
+    model_versions: dict[str, int]
+
+
+class ServingModel:
+    """The simulator's view of the store: the model to rank with, refreshed each query.
+
+    `serving` is a model name or `champion`. `refresh()` costs one `latest_versions()`
+    call when nothing changed; a new champion or a new version of the served model is
+    loaded once (through the LRU). A champion that is not (yet) in the store, or whose
+    kind has no scorer, falls back to Uni-Con.
+    """
+
+    def __init__(self, store: ModelStore, serving: str = CHAMPION, cache_size: int = 16) -> None:
+        self.store = store
+        self.serving = serving
+        self.cache = ScorerCache(store, cache_size)
+        self.current: Served | None = None
+        self.switches = 0
+        self._champion: str = UNI_CON
+        self._record_version = 0
+
+    def refresh(self) -> Served:
+        latest = self.store.latest_versions()
+        self.cache.learn_kinds(sorted(latest))
+        versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
+        name = self.serving if self.serving != CHAMPION else self._read_champion(latest)
+        if name not in versions:
+            if self.serving != CHAMPION:
+                raise LookupError(f"serving model {name!r} is not in the store (or not scorable)")
+            name = UNI_CON
+        if UNI_CON not in versions and name == UNI_CON:
+            raise LookupError("Uni-Con is not in the store; publish it before serving")
+        version = versions[name]
+        if self.current is None or (self.current.name, self.current.version) != (name, version):
+            scorer = self.cache.get(name, version)
+            if scorer is None:  # trimmed between the two reads: serve what we have
+                if self.current is not None:
+                    return Served(self.current.name, self.current.version,
+                                  self.current.scorer, versions)
+                raise LookupError(f"model {name!r} v{version} vanished from the store")
+            self._switch(name, version, scorer)
+        assert self.current is not None
+        return Served(self.current.name, self.current.version, self.current.scorer, versions)
+
+    def _read_champion(self, latest: Mapping[str, int]) -> str:
+        version = latest.get(EVALUATOR_RECORD, 0)
+        if version != self._record_version:
+            record = self.store.load(EVALUATOR_RECORD)
+            if record is not None:
+                self._record_version = record.version
+                champion = record.meta.get("champion")
+                if isinstance(champion, str) and champion:
+                    self._champion = champion
+        return self._champion
+
+    def _switch(self, name: str, version: int, scorer: Scorer) -> None:
+        previous = self.current
+        self.current = Served(name, version, scorer, {})
+        if previous is not None and previous.name == name:
+            return  # a newer version of the same model: not a switch
+        if previous is not None:
+            SERVING_MODEL_INFO.labels(model=previous.name).set(0)
+        SERVING_MODEL_INFO.labels(model=name).set(1)
+        SERVING_SWITCHES.inc()
+        self.switches += 1
+        log_event(log, "serving model switched", level=logging.INFO,
+                  previous=None if previous is None else previous.name, model=name,
+                  version=version, mode=self.serving)
