@@ -90,7 +90,7 @@ class CollectionParams:
     n_super_topics: int = 5
     n_ground_truth: int = PAPER_N_GROUND_TRUTH
     seed: int = 0
-    signal: float = 3.7  # prototype scale in latent space; sets Uni-Con NDCG@50 ~0.80 at 1M
+    signal: float = 4.0  # prototype scale in latent space; sets Uni-Con NDCG@50 ~0.80 at 1M
     super_topic_share: float = 0.7  # fraction of a prototype's variance shared in its super-topic
     quality_spread: float = 0.25  # std of per-topic informativeness around a descriptor's base
     n_flickr_clusters: int = 512
