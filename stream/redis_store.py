@@ -81,18 +81,19 @@ def redis_client(url: str, password: str | None = None) -> redis.Redis:
     """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs).
 
     `password` (settings.redis_password) overrides the URL's, so secrets can stay out
-    of the URL.
+    of the URL (redis-py lets URL parts win over keywords, hence the pool edit).
     """
-    extra = {} if password is None else {"password": password}
-    return redis.Redis.from_url(
+    pool = redis.ConnectionPool.from_url(
         url,
-        **extra,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
     )
+    if password is not None:
+        pool.connection_kwargs["password"] = password
+    return redis.Redis(connection_pool=pool)
 
 
 class RedisModelStore:

@@ -9,8 +9,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from stream.redis_store import RedisModelStore
 
-pytestmark = pytest.mark.services
-
 
 def _save(store: RedisModelStore, expected: int, value: float = 1.0) -> int:
     return store.save(
@@ -23,6 +21,7 @@ def _save(store: RedisModelStore, expected: int, value: float = 1.0) -> int:
     )
 
 
+@pytest.mark.services
 def test_keys_follow_the_documented_layout_and_trimmed_snapshots_are_deleted(service_settings):
     store = RedisModelStore(service_settings, keep_versions=2)
     for v in range(3):
@@ -39,6 +38,7 @@ def test_keys_follow_the_documented_layout_and_trimmed_snapshots_are_deleted(ser
     store.close()
 
 
+@pytest.mark.services
 def test_a_save_whose_reply_was_lost_is_not_reported_as_fenced(service_settings):
     store = RedisModelStore(service_settings)
     real_script = store._save_script
@@ -57,6 +57,7 @@ def test_a_save_whose_reply_was_lost_is_not_reported_as_fenced(service_settings)
     store.close()
 
 
+@pytest.mark.services
 def test_the_store_and_its_listeners_recover_after_a_redis_restart(services, service_settings):
     store = RedisModelStore(service_settings)
     _save(store, 0)
@@ -68,3 +69,16 @@ def test_the_store_and_its_listeners_recover_after_a_redis_restart(services, ser
     assert updates.get(timeout=10) == ("m", expected + 1)
     updates.close()
     store.close()
+
+
+def test_settings_password_overrides_the_urls():
+    from stream.redis_store import redis_client
+
+    client = redis_client("redis://user:from-url@127.0.0.1:1/0", password="from-env")
+    assert client.connection_pool.make_connection().password == "from-env"
+    assert (
+        redis_client("redis://user:from-url@127.0.0.1:1/0").connection_pool.connection_kwargs[
+            "password"
+        ]
+        == "from-url"
+    )
