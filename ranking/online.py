@@ -229,10 +229,11 @@ class OnlineRanker:
         self.scaler = scaler
         if scaler is not None and scaler.dim is None:
             raise ValueError("scaler must be fitted (on training phi) before use")
+        start = None if warm_start is None else as_float_vector(warm_start, "warm_start")
         widths = {
             "dim": dim,
             "scaler": scaler.dim if scaler is not None else None,
-            "warm_start": np.shape(warm_start)[0] if warm_start is not None else None,
+            "warm_start": None if start is None else start.shape[0],
         }
         known = {k: v for k, v in widths.items() if v is not None}
         if len(set(known.values())) > 1:
@@ -242,8 +243,8 @@ class OnlineRanker:
         self._sigma: np.ndarray | None = None
         self.n_updates = 0
         self.n_seen = 0
-        if warm_start is not None:
-            self._w = as_float_vector(warm_start, "warm_start").copy()
+        if start is not None:
+            self._w = start.copy()
         if self._dim is not None:
             self._init_state(self._dim)
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ranking.validation import first_nonfinite_row
+
 
 class Reservoir:
     """Keeps a uniform sample of at most `capacity` rows of one or more columns.
@@ -65,9 +67,9 @@ class Reservoir:
             if a.shape[0] != n:
                 raise ValueError(f"column {i} has {a.shape[0]} rows, column 0 has {n}")
             if np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating):
-                bad = ~np.isfinite(a.reshape(n, -1)).all(axis=1)
-                if bad.any():
-                    raise ValueError(f"column {i} row {int(np.flatnonzero(bad)[0])} is NaN/Inf")
+                bad = first_nonfinite_row(a)
+                if bad >= 0:
+                    raise ValueError(f"column {i} row {bad} is NaN/Inf")
         if self._buffers is not None:
             if len(arrays) != len(self._buffers):
                 raise ValueError(f"expected {len(self._buffers)} columns, got {len(arrays)}")

@@ -15,7 +15,7 @@ def first_nonfinite_row(X: np.ndarray) -> int:
     """Index of the first row holding a NaN or Inf, or -1 when all are finite."""
     bad = ~np.isfinite(X)
     if X.ndim > 1:
-        bad = bad.reshape(X.shape[0], -1).any(axis=1)
+        bad = bad.any(axis=tuple(range(1, X.ndim)))
     hits = np.flatnonzero(bad)
     return int(hits[0]) if hits.size else -1
 
