@@ -36,8 +36,11 @@ class RankMKL:
     `kernels` is "linear" or "chi2" for every group, or one kind per group; chi2 is the
     exponential chi-square kernel exp(-gamma chi2(x, x')) and needs non-negative features.
     `gamma` (chi2 bandwidth) is None (= 1 / mean chi2 distance on the training points),
-    a float, or one value per group. `lam` is the L2 regulariser lam/2 ||d||^2 on the
-    kernel weights. Base kernels are scaled to unit spread (see `ranking.mkl.kernels`).
+    a float, or one value per group; `gamma_scale` multiplies the default (the knob that
+    cross-validation turns, since the data sets the default's units). `lam` is the L2
+    regulariser lam/2 ||d||^2 on the kernel weights. Base kernels are scaled to unit
+    spread (see `ranking.mkl.kernels`). With a single group the weight stays 1: rescaling
+    one kernel is what C does, so one group is exactly a kernel RankSVM.
 
     >>> rng = np.random.default_rng(0)
     >>> X = rng.random((40, 3)); noise = rng.random((40, 5))
@@ -52,6 +55,7 @@ class RankMKL:
         kernels: str | Sequence[str] = "chi2",
         C: float = 1.0,
         gamma: float | Sequence[float | None] | None = None,
+        gamma_scale: float = 1.0,
         lam: float = 1.0,
         max_iter: int = 30,
         tol: float = 1e-3,
@@ -62,6 +66,7 @@ class RankMKL:
         self.kernels = kernels
         self.C = C
         self.gamma = gamma
+        self.gamma_scale = gamma_scale
         self.lam = lam
         self.max_iter = max_iter
         self.tol = tol
@@ -82,6 +87,8 @@ class RankMKL:
             raise ValueError(f"C must be a positive finite number, got {self.C!r}")
         if not (np.isfinite(self.lam) and self.lam >= 0):
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
+        if not (np.isfinite(self.gamma_scale) and self.gamma_scale > 0):
+            raise ValueError(f"gamma_scale must be positive and finite, got {self.gamma_scale!r}")
 
     def fit(self, Xs: Sequence[np.ndarray], pairs: object) -> RankMKL:
         """Learn kernel weights and pair multipliers from (i above j) preference pairs."""
@@ -100,7 +107,10 @@ class RankMKL:
         if any(X.shape[0] != n for X in groups):
             raise ValueError(f"feature groups disagree on n: {[X.shape[0] for X in groups]}")
         pairs = check_pairs(pairs, n)
-        trained = [train_kernel(k, X, g) for X, k, g in zip(groups, kinds, gammas, strict=True)]
+        trained = [
+            train_kernel(k, X, g, self.gamma_scale)
+            for X, k, g in zip(groups, kinds, gammas, strict=True)
+        ]
         Ks = [K for K, _, _ in trained]
         solution = fit_mkl(
             Ks,
@@ -169,7 +179,11 @@ class RankMKL:
             "kind": "rankmkl",
             "kernels": list(self.kinds_),
             "gammas": [None if g is None else float(g) for g in self.gammas_],
-            "params": {"C": float(self.C), "lam": float(self.lam)},
+            "params": {
+                "C": float(self.C),
+                "lam": float(self.lam),
+                "gamma_scale": float(self.gamma_scale),
+            },
         }
         arrays = {
             "weights": self.weights_.copy(),

@@ -182,6 +182,7 @@ def fit_mkl(
     accepted when T(P(d - s g)) <= T(d) + sigma g.(P(d - s g) - d) (Armijo along the
     projection arc); the step doubles after an acceptance and halves after a rejection.
     Stops when the relative change of d falls below `tol` or after `max_iter` steps.
+    A single kernel is not reweighted (see below).
     """
     t = len(Ks)
     d = np.full(t, 1.0 / t) if d0 is None else np.asarray(d0, dtype=np.float64).copy()
@@ -190,8 +191,12 @@ def fit_mkl(
         sol = solve_rank_svm(combine(Ks, weights), pairs, C, beta0, inner_tol, max_epochs, seed)
         return sol, sol.objective + 0.5 * lam * float(weights @ weights)
 
+    if t == 1:
+        # One kernel: its weight only rescales K, which is what C already does, so a single
+        # group is the plain kernel RankSVM with d = 1 (and C keeps its usual meaning).
+        d = np.ones(1)
     sol, T = evaluate(d, None)
-    if t == 1 and lam == 0.0:
+    if t == 1:
         return MKLSolution(d, sol, T, 0)
     step = 1.0 / max(np.abs(mkl_gradient(Ks, sol.alpha, d, lam)).max(), 1e-12)
     sigma = 1e-4
