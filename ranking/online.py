@@ -112,13 +112,14 @@ def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
 def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
     """Sequential AROW over the rows of X, updating w and sigma in place.
 
-    Written for speed without changing the arithmetic: Sigma's rank-one update
-    Sigma -= beta v v' is stored as u = sqrt(beta) v and applied lazily, fused into
-    the next update's pass that computes v = Sigma x (one sweep over Sigma per update
-    instead of two), and flushed before returning. Entries are reduced by u_j u_k, so
-    Sigma stays exactly symmetric and Sigma x can be accumulated column by column
-    (contiguous, vectorisable). Returns (n_updates, bad_row, status) like
-    `_learn_linear`; on a bad row the pending update is not flushed, which is fine
+    Written for speed; equal to the textbook update up to rounding. The rank-one
+    update Sigma -= beta v v' is kept as u = sqrt(beta) v and applied lazily, fused
+    into the next update's sweep that computes v = Sigma x (one sweep over Sigma per
+    update instead of two, four rows at a time so v is loaded and stored once per four
+    rows), and flushed before returning. Entries are reduced by u_j u_k, so Sigma stays
+    exactly symmetric and Sigma x can be accumulated row of Sigma by row (contiguous,
+    vectorisable). Returns (n_updates, bad_row, status) like `_learn_linear`; on a bad
+    row the pending update is not flushed, which is fine
     because callers discard their copies then.
     """
     n, d = X.shape
@@ -142,13 +143,30 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
             continue
         for k in range(d):
             v[k] = 0.0
-        for j in range(d):
+        j = 0
+        while j + 4 <= d:  # four rows of sigma per sweep: v is loaded/stored once
+            x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
+            u0, u1, u2, u3 = u[j], u[j + 1], u[j + 2], u[j + 3]
+            for k in range(d):
+                uk = u[k]
+                s0 = sigma[j, k] - u0 * uk
+                s1 = sigma[j + 1, k] - u1 * uk
+                s2 = sigma[j + 2, k] - u2 * uk
+                s3 = sigma[j + 3, k] - u3 * uk
+                sigma[j, k] = s0
+                sigma[j + 1, k] = s1
+                sigma[j + 2, k] = s2
+                sigma[j + 3, k] = s3
+                v[k] = (((v[k] + s0 * x0) + s1 * x1) + s2 * x2) + s3 * x3  # row order kept
+            j += 4
+        while j < d:
             xj = X[i, j]
             uj = u[j]
             for k in range(d):
                 s = sigma[j, k] - uj * u[k]
                 sigma[j, k] = s
                 v[k] += s * xj
+            j += 1
         confidence = 0.0
         for j in range(d):
             confidence += X[i, j] * v[j]
