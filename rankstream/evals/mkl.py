@@ -212,11 +212,11 @@ def evaluate_pubfig(
 
     started = time.perf_counter()
     data = load_pubfig()
+    attributes = config.attributes or data.attribute_names
+    attributes = tuple(data.attribute_names[data.attribute_index(a)] for a in attributes)
     table = feature_table(
         data, cache_dir, None if progress is None else (lambda d, t: progress("features", d, t))
     )
-    attributes = config.attributes or data.attribute_names
-    attributes = tuple(data.attribute_names[data.attribute_index(a)] for a in attributes)
     train = np.flatnonzero(data.used_for_training)
     test = np.flatnonzero(~data.used_for_training)
     table["concat"] = unit_range_concat([table[f] for f in FEATURES], train)
