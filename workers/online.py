@@ -60,12 +60,13 @@ from workers.checkpoint import (
     save_checkpoint,
 )
 from workers.logging import get_logger, log_event
+from workers.resilience import Backoff as _Backoff
+from workers.resilience import retry_until_stopped, transient_errors
 
 EXIT_OK = 0
 EXIT_FENCED = 3
 LINEAR_ALGOS = ("opr", "opar1", "opar2", "ogdr")
 _LAG_REFRESH_SECONDS = 2.0
-_MAX_BACKOFF_SECONDS = 10.0
 
 log = get_logger("rankstream.worker.online")
 
@@ -98,37 +99,6 @@ class WorkerOptions:
 
 
 BlockObserver = Callable[[Message, object], None]
-
-
-@dataclass
-class _Backoff:
-    """Exponential back-off for retries after transient errors."""
-
-    delay: float = 0.0
-    not_before: float = 0.0
-
-    def failed(self) -> float:
-        self.delay = min(_MAX_BACKOFF_SECONDS, max(0.1, self.delay * 2))
-        self.not_before = time.monotonic() + self.delay
-        return self.delay
-
-    def succeeded(self) -> None:
-        self.delay, self.not_before = 0.0, 0.0
-
-    def ready(self) -> bool:
-        return time.monotonic() >= self.not_before
-
-
-def transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean "a service is unreachable for now": retry, never crash."""
-    import kafka.errors
-    import redis.exceptions
-
-    from stream.transport import TransportError
-
-    return (TransportError, ConnectionError, TimeoutError, OSError,
-            kafka.errors.KafkaError, redis.exceptions.ConnectionError,
-            redis.exceptions.TimeoutError)
 
 
 @dataclass
@@ -257,18 +227,7 @@ class OnlineWorker:
                     log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
 
     def _retry_until_stopped(self, what: str, action: Callable[[], None]) -> None:
-        backoff = _Backoff()
-        while True:
-            try:
-                action()
-                return
-            except self._transient as exc:
-                if self._stop.is_set():
-                    raise
-                delay = backoff.failed()
-                log_event(log, f"{what} failed; retrying", level=logging.WARNING, error=repr(exc),
-                          retry_in_s=delay)
-                time.sleep(delay)
+        retry_until_stopped(what, action, self._stop, self._transient, log)
 
     # --- consuming ------------------------------------------------------------------
     def _poll(self) -> list[Message]:

@@ -1,0 +1,71 @@
+"""Surviving unreachable services: which errors are transient, back-off, retry loops.
+
+Shared by every long-running worker (online, batch, evaluator), so "a broker or Redis
+went away" is recognised and retried the same way everywhere instead of each worker
+keeping its own copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workers.logging import log_event
+
+MAX_BACKOFF_SECONDS = 10.0
+
+
+@dataclass
+class Backoff:
+    """Exponential back-off for retries after transient errors."""
+
+    delay: float = 0.0
+    not_before: float = 0.0
+
+    def failed(self) -> float:
+        self.delay = min(MAX_BACKOFF_SECONDS, max(0.1, self.delay * 2))
+        self.not_before = time.monotonic() + self.delay
+        return self.delay
+
+    def succeeded(self) -> None:
+        self.delay, self.not_before = 0.0, 0.0
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self.not_before
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean "a service is unreachable for now": retry, never crash."""
+    import kafka.errors
+    import redis.exceptions
+
+    from stream.transport import TransportError
+
+    return (TransportError, ConnectionError, TimeoutError, OSError,
+            kafka.errors.KafkaError, redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError)
+
+
+def retry_until_stopped(what: str, action: Callable[[], None], stop: threading.Event,
+                        transient: tuple[type[BaseException], ...],
+                        logger: logging.Logger) -> None:
+    """Run `action` until it succeeds, backing off on transient errors.
+
+    Once `stop` is set a transient error is re-raised instead of retried, so a worker
+    asked to shut down while its services are away does not hang.
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            action()
+            return
+        except transient as exc:
+            if stop.is_set():
+                raise
+            delay = backoff.failed()
+            log_event(logger, f"{what} failed; retrying", level=logging.WARNING,
+                      error=repr(exc), retry_in_s=delay)
+            stop.wait(delay)
