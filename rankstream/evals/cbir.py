@@ -36,9 +36,9 @@ METHODS = ("uni_con", "best_fea", "ranksvm", "opr", "opar1", "opar2", "ogdr", "a
 
 ONLINE_GRIDS: dict[str, dict[str, Sequence[float]]] = {
     "opr": {},
-    "opar1": {"C": (0.001, 0.01, 0.1, 1.0)},
-    "opar2": {"C": (0.001, 0.01, 0.1, 1.0)},
-    "ogdr": {"eta": (0.001, 0.01, 0.1, 1.0)},
+    "opar1": {"C": (0.0001, 0.001, 0.01, 0.1, 1.0)},
+    "opar2": {"C": (0.0001, 0.001, 0.01, 0.1, 1.0)},
+    "ogdr": {"eta": (0.0001, 0.001, 0.01, 0.1, 1.0)},
     "arow": {"r": (0.1, 1.0, 10.0, 100.0)},
 }
 """Validation grids for the online rankers (the paper chooses them by cross validation)."""
