@@ -1,0 +1,48 @@
+"""`rankstream worker evaluator`: score judged queries with every model; export NDCG@50."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", type=int, default=200, metavar="W",
+                        help="rolling means over each model's last W judged queries (default 200)")
+    parser.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
+                        help="publish and exit when no query arrived for this long")
+    parser.add_argument("--min-queries", type=int, default=20, metavar="N",
+                        help="queries a model needs in its window to become champion")
+    parser.add_argument("--margin", type=float, default=0.0,
+                        help="NDCG@50 a challenger must gain over the champion to replace it")
+    parser.add_argument("--json", action="store_true",
+                        help="on exit, print one JSON summary on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.config import Settings
+    from workers.evaluator import Evaluator, EvaluatorOptions
+    from workers.logging import configure_logging, get_logger, log_event
+    from workers.metrics import start_metrics_server
+    from workers.serving import ChampionPolicy
+
+    configure_logging()
+    try:
+        options = EvaluatorOptions(
+            window=args.window, exit_when_idle=args.exit_when_idle,
+            policy=ChampionPolicy(margin=args.margin, min_queries=args.min_queries))
+    except ValueError as exc:
+        print(f"bad option: {exc}", file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    port = start_metrics_server(settings)
+    log_event(get_logger("rankstream.worker.evaluator"), "starting",
+              kafka=settings.kafka_bootstrap or "embedded",
+              redis="configured" if settings.redis_url else "embedded", metrics_port=port)
+    evaluator = Evaluator(settings, options)
+    evaluator.install_signal_handlers()
+    code = evaluator.run()
+    if args.json:
+        print(json.dumps(evaluator.summary()))
+    return code

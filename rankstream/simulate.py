@@ -1,0 +1,239 @@
+"""The simulated search engine on the transport: serve, judge, publish triplets and judged queries.
+
+`Simulation` wraps `simulators.feedback.FeedbackSimulator` (the §5.5 loop, pure numpy)
+with the stream: each `step()` is one query, ranked by the serving model read from the
+store (`workers.serving.ServingModel`: a named model or the evaluator's champion,
+re-read every query with one cheap `latest_versions()` call), whose judged top 50
+becomes one triplet block on `settings.triplets_topic` (key = query id) and one judged
+query on `settings.queries_topic` stamped with the serving model and the version of
+every scorable model current at serving time.
+
+Before the first query Uni-Con (equal weights on standardized phi) is published as
+`uni_con` (kind "linear") unless the store has it; its Standardizer is fitted on
+`FeedbackSimulator.calibration_phi`, candidate phi of queries from a seed stream of
+their own, never from the queries that are served and evaluated.
+
+Determinism: the records depend only on the seed, the collection and the sequence of
+serving models (the feedback loop's own guarantee); the rate limit only delays sends.
+The CLI's `run()` is `step()` in a loop; the embedded demo calls `step()` itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rankstream.config import Settings
+from simulators.collection import PAPER_N_IMAGES, Collection
+from simulators.feedback import FeedbackSimulator
+from simulators.retrieval import CandidateIndex
+from stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
+from stream.store import FencingError, ModelStore, open_store
+from stream.transport import Producer, Transport, open_transport
+from workers import metrics
+from workers.logging import get_logger, log_event
+from workers.serving import CHAMPION, UNI_CON, Served, ServingModel
+
+log = get_logger("rankstream.simulate")
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """What `rankstream simulate` can be told, beyond the environment's Settings."""
+
+    triplets: int = 100_000  # stop after at least this many triplets
+    seed: int = 0  # query stream seed (order, orientation coins, calibration)
+    images: int = PAPER_N_IMAGES
+    collection_seed: int = 0  # the collection is cached per (images, collection_seed)
+    rate: float | None = None  # triplets per second; None = unlimited
+    serving: str = CHAMPION
+    candidates: int = 300
+    judged: int = 50
+    calibration_queries: int = 50
+    partitions: int = 1  # of the topics, when they must be created
+
+    def __post_init__(self) -> None:
+        if self.triplets < 1:
+            raise ValueError(f"triplets must be >= 1, got {self.triplets}")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
+        if self.calibration_queries < 1 or self.partitions < 1:
+            raise ValueError("calibration_queries and partitions must be >= 1")
+
+
+class TokenBucket:
+    """Average `rate` tokens/s with bursts up to `capacity`; `take(n)` may borrow ahead.
+
+    A query's block is sent whole: `take(n)` waits until the bucket is not in debt, then
+    subtracts n (going negative), so a block larger than the capacity still passes and
+    the next one waits for the debt to be repaid. The clock and sleep are injectable.
+    """
+
+    def __init__(self, rate: float, capacity: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not rate > 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        self.rate = float(rate)
+        self.capacity = float(capacity if capacity is not None else rate)
+        self._clock, self._sleep = clock, sleep
+        self._tokens = self.capacity
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+
+    def take(self, n: int) -> float:
+        """Block until allowed, spend n tokens; returns the seconds waited."""
+        self._refill()
+        waited = 0.0
+        if self._tokens < 0:
+            wait = -self._tokens / self.rate
+            self._sleep(wait)
+            waited = wait
+            self._refill()
+        self._tokens -= n
+        return waited
+
+
+def load_collection(settings: Settings, options: SimulateOptions,
+                    progress: bool = True) -> tuple[Collection, CandidateIndex]:
+    """The cached collection and its candidate index under `settings.data_dir`."""
+    cache = Path(settings.data_dir) / "collections"
+    collection = Collection.load_or_build(cache, progress=progress, n_images=options.images,
+                                          seed=options.collection_seed)
+    index = CandidateIndex.load_or_build(collection, cache, seed=options.collection_seed,
+                                         progress=progress)
+    return collection, index
+
+
+def publish_unicon(store: ModelStore, simulator: FeedbackSimulator,
+                   calibration_queries: int) -> int:
+    """Publish Uni-Con unless the store has it; returns its version."""
+    from ranking.baselines import UniCon
+    from ranking.scaling import Standardizer
+
+    existing = store.load(UNI_CON)
+    if existing is not None:
+        return existing.version
+    scaler = Standardizer().fit(simulator.calibration_phi(calibration_queries))
+    meta, arrays = UniCon(scaler=scaler).to_state()
+    meta["calibration_queries"] = calibration_queries
+    try:
+        version = store.save(UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={},
+                             expected_version=0)
+    except FencingError:  # another simulator published it first: use theirs
+        return store.load(UNI_CON).version  # type: ignore[union-attr]
+    log_event(log, "published Uni-Con", version=version,
+              calibration_rows=int(calibration_queries * simulator.n_candidates))
+    return version
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One served query: who ranked it and how many triplets it produced."""
+
+    query_id: int
+    triplets: int
+    served: Served
+
+
+class Simulation:
+    """The search engine and its users on the transport; `step()` serves one query."""
+
+    def __init__(self, settings: Settings, options: SimulateOptions, *,
+                 transport: Transport | None = None, store: ModelStore | None = None,
+                 collection: Collection | None = None, index: CandidateIndex | None = None,
+                 progress: bool = False) -> None:
+        self.settings = settings
+        self.options = options
+        self.transport = transport if transport is not None else open_transport(settings)
+        self.store = store if store is not None else open_store(settings)
+        if collection is None:
+            collection, index = load_collection(settings, options, progress)
+        self.simulator = FeedbackSimulator(collection, seed=options.seed,
+                                           candidates=options.candidates,
+                                           judged=options.judged, index=index)
+        self.serving = ServingModel(self.store, options.serving)
+        self.bucket = TokenBucket(options.rate) if options.rate is not None else None
+        self.triplets_produced = 0
+        self.queries_produced = 0
+        self.served_by: dict[str, int] = {}
+        self._producer: Producer | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.triplets_produced >= self.options.triplets
+
+    def start(self) -> None:
+        """Create the topics and publish Uni-Con; idempotent."""
+        if self._producer is not None:
+            return
+        parts = self.options.partitions
+        self.transport.ensure_topics({self.settings.triplets_topic: parts,
+                                      self.settings.queries_topic: parts})
+        publish_unicon(self.store, self.simulator, self.options.calibration_queries)
+        self._producer = self.transport.producer()
+
+    def step(self) -> StepResult:
+        """Serve, judge and publish one query (its triplet block, then its judged query)."""
+        if self._producer is None:
+            self.start()
+        assert self._producer is not None
+        served = self.serving.refresh()
+        query = self.simulator.next_query()
+        record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
+        n = len(triplets)
+        if self.bucket is not None and n:
+            self.bucket.take(n)
+        key = triplet_key(record.query_id)
+        if n:
+            value = encode_triplets(seq=triplets.seq, query_id=triplets.query_id,
+                                    p1_id=triplets.p1_id, p2_id=triplets.p2_id,
+                                    rel1=triplets.rel1, rel2=triplets.rel2,
+                                    phi1=triplets.phi1, phi2=triplets.phi2)
+            self._producer.send(self.settings.triplets_topic, value, key=key)
+        judged = JudgedQuery(seq=self.queries_produced, query_id=record.query_id,
+                             candidate_ids=record.candidate_ids, phi=record.phi,
+                             relevance=record.relevance, served_by=served.name,
+                             served_version=served.version,
+                             model_versions=served.model_versions, judged=record.n_judged)
+        self._producer.send(self.settings.queries_topic, encode_query(judged), key=key)
+        metrics.TRIPLETS_PRODUCED.inc(n)
+        self.triplets_produced += n
+        self.queries_produced += 1
+        self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
+        return StepResult(record.query_id, n, served)
+
+    def run(self, on_step: Callable[[StepResult], None] | None = None) -> dict:
+        """Step until at least `options.triplets` triplets are out; flush; return a summary."""
+        started = time.perf_counter()
+        self.start()
+        while not self.done:
+            result = self.step()
+            if on_step is not None:
+                on_step(result)
+        self.close()
+        seconds = time.perf_counter() - started
+        summary = self.summary()
+        summary["seconds"] = round(seconds, 3)
+        summary["triplets_per_s"] = round(self.triplets_produced / seconds, 1) if seconds else None
+        log_event(log, "simulation finished", **summary)
+        return summary
+
+    def summary(self) -> dict:
+        return {"triplets": self.triplets_produced, "queries": self.queries_produced,
+                "served_by": dict(sorted(self.served_by.items())),
+                "serving_switches": self.serving.switches, "seed": self.options.seed,
+                "images": self.simulator.collection.n_images}
+
+    def close(self) -> None:
+        """Flush what was sent and close the producer."""
+        if self._producer is not None:
+            self._producer.flush()
+            self._producer.close()
+            self._producer = None

@@ -1,0 +1,145 @@
+"""`rankstream simulate` on the embedded transport and store: counts, determinism, consistency."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from ranking.online import OnlineRanker
+from rankstream.simulate import SimulateOptions, Simulation, TokenBucket
+from simulators.collection import build_collection
+from simulators.retrieval import CandidateIndex
+from stream.schema import decode_query, decode_triplets
+from stream.store import open_store
+from stream.transport import open_transport
+from workers.metrics import sample_value
+from workers.serving import UNI_CON
+
+N_IMAGES = 20_000
+OPTIONS = SimulateOptions(triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10)
+
+
+@pytest.fixture(scope="module")
+def world():
+    collection = build_collection(n_images=N_IMAGES, seed=0, progress=False)
+    return collection, CandidateIndex.build(collection, seed=0, progress=False)
+
+
+def _simulate(settings, world, options=OPTIONS) -> Simulation:
+    collection, index = world
+    simulation = Simulation(settings, options, collection=collection, index=index)
+    simulation.run()
+    return simulation
+
+
+def _read(settings, topic):
+    consumer = open_transport(settings).consumer()
+    consumer.assign([(topic, 0)])
+    out, batch = [], consumer.poll(timeout_ms=50, max_records=10_000)
+    while batch:
+        out += batch
+        batch = consumer.poll(timeout_ms=50, max_records=10_000)
+    return out
+
+
+def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings, world) -> None:
+    produced = sample_value("rankstream_triplets_produced_total")
+    simulation = _simulate(embedded_settings, world)
+    blocks = [(m.key, decode_triplets(m.value))
+              for m in _read(embedded_settings, embedded_settings.triplets_topic)]
+    queries = [(m.key, decode_query(m.value))
+               for m in _read(embedded_settings, embedded_settings.queries_topic)]
+    n = sum(len(b) for _, b in blocks)
+    assert n == simulation.triplets_produced >= OPTIONS.triplets
+    assert n - max(len(b) for _, b in blocks) < OPTIONS.triplets  # stopped right after N
+    assert sample_value("rankstream_triplets_produced_total") == produced + n
+    assert len(queries) == simulation.queries_produced
+    uni_con = open_store(embedded_settings).load(UNI_CON)
+    assert uni_con.kind == "linear" and uni_con.version == 1
+    by_query = {int(b.query_id[0]): (key, b) for key, b in blocks}
+    seq = np.concatenate([b.seq for _, b in blocks])
+    np.testing.assert_array_equal(seq, np.arange(n))
+    for key, q in queries:
+        assert key == str(q.query_id).encode()
+        assert (q.served_by, q.served_version, q.model_versions) == (UNI_CON, 1, {UNI_CON: 1})
+        assert q.phi.shape == (OPTIONS.candidates, 36) and q.judged == OPTIONS.judged
+        scores = simulation.serving.cache.get(UNI_CON, 1).score(q.phi)
+        assert (np.diff(scores) <= 1e-9).all()  # candidates in served order
+        top = q.relevance[: q.judged].astype(int)
+        pairs = int((top[:, None] > top[None, :]).sum())
+        if pairs == 0:
+            assert q.query_id not in by_query
+            continue
+        block_key, block = by_query[q.query_id]
+        assert block_key == key and len(block) == pairs
+        row = {int(c): i for i, c in enumerate(q.candidate_ids[: q.judged])}
+        p1 = np.array([row[int(p)] for p in block.p1_id])
+        np.testing.assert_array_equal(block.phi1, q.phi[p1])
+        np.testing.assert_array_equal(block.rel1, q.relevance[p1])
+
+
+def test_same_seed_and_serving_models_give_identical_streams(tmp_path, world) -> None:
+    from rankstream.config import Settings
+
+    streams = []
+    for prefix in ("detA", "detB", "detC"):
+        settings = Settings(topic_prefix=f"{prefix}{tmp_path.name[-12:]}",
+                            data_dir=str(tmp_path))
+        seed = OPTIONS.seed if prefix != "detC" else OPTIONS.seed + 1
+        _simulate(settings, world, dataclasses.replace(OPTIONS, seed=seed))
+        streams.append([m.value for m in _read(settings, settings.triplets_topic)]
+                       + [m.value for m in _read(settings, settings.queries_topic)])
+    assert streams[0] == streams[1]
+    assert streams[0] != streams[2]
+
+
+def test_a_named_serving_model_ranks_and_every_model_version_is_stamped(
+    embedded_settings, world
+) -> None:
+    store = open_store(embedded_settings)
+    weights = np.random.default_rng(2).standard_normal(36)
+    ranker = OnlineRanker(algo="opr", warm_start=weights)
+    meta, arrays = ranker.to_state()
+    store.save("opr", kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+    options = dataclasses.replace(OPTIONS, triplets=500, serving="opr")
+    simulation = _simulate(embedded_settings, world, options)
+    queries = [decode_query(m.value)
+               for m in _read(embedded_settings, embedded_settings.queries_topic)]
+    assert simulation.served_by == {"opr": len(queries)}
+    for q in queries:
+        assert q.served_by == "opr" and q.model_versions == {"opr": 1, UNI_CON: 1}
+        assert (np.diff(ranker.score(q.phi)) <= 1e-9).all()
+
+
+def test_token_bucket_averages_the_rate_and_lets_big_blocks_through() -> None:
+    now = [0.0]
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    bucket = TokenBucket(rate=100.0, clock=lambda: now[0], sleep=sleep)
+    for _ in range(5):
+        bucket.take(250)  # bigger than the one-second burst
+    # the fifth block goes once the first four (1000 tokens, 100 of them in the
+    # initial burst) are repaid at 100/s: t = 9 s
+    assert now[0] == pytest.approx((4 * 250 - 100) / 100)
+    assert all(s > 0 for s in slept[1:])
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0)
+    with pytest.raises(ValueError):
+        SimulateOptions(rate=-1.0)
+
+
+def test_cli_json_prints_one_object(monkeypatch, tmp_path, capsys) -> None:
+    from rankstream.cli import main
+
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("RANKSTREAM_TOPIC_PREFIX", f"cli{tmp_path.name[-10:]}")
+    assert main(["simulate", "--triplets", "200", "--images", "4000", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["triplets"] >= 200 and summary["served_by"] == {UNI_CON: summary["queries"]}
