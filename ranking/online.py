@@ -88,7 +88,7 @@ def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
-            return n_updates, i, 2
+            return n_updates, i, _BAD_LABEL
         dot = 0.0
         sqnorm = 0.0
         for j in range(d):
@@ -96,7 +96,7 @@ def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
             dot += w[j] * xj
             sqnorm += xj * xj
         if not sqnorm < np.inf:
-            return n_updates, i, 1
+            return n_updates, i, _NONFINITE
         if sqnorm == 0.0:
             continue
         lam = _step_size(rule, yi * dot, sqnorm, param)
@@ -105,7 +105,7 @@ def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
             for j in range(d):
                 w[j] += c * X[i, j]
             n_updates += 1
-    return n_updates, -1, 0
+    return n_updates, -1, _OK
 
 
 @njit(cache=True, fastmath=False)
@@ -129,7 +129,7 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
-            return n_updates, i, 2
+            return n_updates, i, _BAD_LABEL
         dot = 0.0
         sqnorm = 0.0
         for j in range(d):
@@ -137,7 +137,7 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
             dot += w[j] * xj
             sqnorm += xj * xj
         if not sqnorm < np.inf:
-            return n_updates, i, 1
+            return n_updates, i, _NONFINITE
         loss = 1.0 - yi * dot
         if sqnorm == 0.0 or loss <= 0.0:
             continue
@@ -181,7 +181,7 @@ def _learn_arow(w, sigma, X, y, r):  # pragma: no cover - compiled
         uj = u[j]
         for k in range(d):
             sigma[j, k] -= uj * u[k]
-    return n_updates, -1, 0
+    return n_updates, -1, _OK
 
 
 # algo -> (rule code for `_step_size`, name of the hyper-parameter it reads)
@@ -204,10 +204,10 @@ def _dense_row(x: object, dim: int | None) -> np.ndarray:
         return as_float_vector(x, "x", dim)
     positions: dict[int, float] = {}
     for key, value in x.items():
-        try:
-            pos = int(key)
-        except (TypeError, ValueError):
-            raise ValueError(f"feature key {key!r} is not an integer position") from None
+        is_position = isinstance(key, int | np.integer) and not isinstance(key, bool)
+        if not (is_position or (isinstance(key, str) and key.strip().isdigit())):
+            raise ValueError(f"feature key {key!r} is not an integer position")
+        pos = int(key)
         if pos < 0 or (dim is not None and pos >= dim):
             raise ValueError(f"feature key {key!r} is outside 0..{(dim or 0) - 1}")
         positions[pos] = value

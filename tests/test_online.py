@@ -166,8 +166,9 @@ def test_bad_dict_rows():
     ranker = OnlineRanker(dim=3)
     with pytest.raises(ValueError, match="outside"):
         ranker.learn_one({5: 1.0}, 1)
-    with pytest.raises(ValueError, match="integer position"):
-        ranker.learn_one({"colour": 1.0}, 1)
+    for key in ("colour", 1.5, True):
+        with pytest.raises(ValueError, match="integer position"):
+            ranker.learn_one({key: 1.0}, 1)
     with pytest.raises(ValueError, match="known width"):
         OnlineRanker().learn_one({0: 1.0}, 1)
 
