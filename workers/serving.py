@@ -177,7 +177,7 @@ class ChampionPolicy:
     """Who serves: the best rolling NDCG@50, with Uni-Con as the incumbent to beat."""
 
     default: str = UNI_CON
-    margin: float = 0.0
+    margin: float = 0.005  # learned models often tie; a small bar stops the champion flapping
     min_queries: int = 20
 
     def choose(

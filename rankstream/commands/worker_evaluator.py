@@ -14,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="publish and exit when no query arrived for this long")
     parser.add_argument("--min-queries", type=int, default=20, metavar="N",
                         help="queries a model needs in its window to become champion")
-    parser.add_argument("--margin", type=float, default=0.0,
-                        help="NDCG@50 a challenger must gain over the champion to replace it")
+    parser.add_argument("--margin", type=float, default=0.005,
+                        help="NDCG@50 a challenger must gain over the champion (default 0.005)")
     parser.add_argument("--json", action="store_true",
                         help="on exit, print one JSON summary on stdout")
 
