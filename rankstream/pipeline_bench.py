@@ -1,0 +1,215 @@
+"""End-to-end pipeline throughput: produce -> broker -> consume -> decode -> learn -> checkpoint.
+
+What the clock covers, and what it does not:
+
+* before the clock: a producer subprocess generates its triplet blocks (a pool of at
+  most `POOL_TRIPLETS` generated triplets, re-used with fresh `seq` numbers so memory
+  stays small at millions of triplets), the consumer connects and seeks, the numba
+  kernels are compiled;
+* inside the clock: Arrow encoding and sending (a real producer encodes), the broker,
+  the online worker's fetch, decode, one `learn_many` per linear learner, its periodic
+  checkpoints to the store, and the final checkpoint.
+
+Producing runs in a separate process so it overlaps consuming without sharing a GIL.
+Every run uses a fresh topic prefix, so topics and models start empty.
+
+Exactly-once is checked, not assumed: every consumed block's `seq` values are counted
+against the produced 0..n-1, and every model's stored `triplets_seen` must equal n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import queue
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rankstream.config import Settings
+
+POOL_TRIPLETS = 200_000
+_READY_TIMEOUT_S = 600.0
+_STALL_SECONDS = 30.0  # producer finished but nothing new arrived: report what was lost
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """One timed run; `lost`/`duplicated` count triplets (seq values and model counts)."""
+
+    triplets: int
+    seconds: float
+    lost: int
+    duplicated: int
+    checkpoints: int
+
+    @property
+    def triplets_per_s(self) -> float:
+        return self.triplets / self.seconds if self.seconds > 0 else 0.0
+
+
+def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
+             go: Any, status: Any) -> None:
+    """Producer subprocess: generate, report "ready", wait for `go`, encode and send.
+
+    Reports ("ready", 0), then ("ok", n) or ("error", text) on `status`.
+    """
+    from stream.generator import TripletGenerator
+    from stream.transport import open_transport
+
+    try:
+        generator = TripletGenerator(seed=seed)
+        pool = list(generator.blocks(min(n_triplets, POOL_TRIPLETS), block_size))
+        blocks, start = [], 0
+        while start < n_triplets:
+            base = pool[len(blocks) % len(pool)]
+            n = min(len(base), n_triplets - start)
+            seq = np.arange(start, start + n, dtype=np.int64)
+            blocks.append(dataclasses.replace(
+                base, seq=seq, query_id=base.query_id[:n], p1_id=base.p1_id[:n],
+                p2_id=base.p2_id[:n], rel1=base.rel1[:n], rel2=base.rel2[:n],
+                phi1=base.phi1[:n], phi2=base.phi2[:n]))
+            start += n
+        transport = open_transport(settings)
+        producer = transport.producer()
+        status.put(("ready", 0))
+        go.wait()
+        for block in blocks:
+            producer.send(settings.triplets_topic, block.encode(), key=block.key)
+        producer.flush()
+        producer.close()
+        transport.close()
+        status.put(("ok", n_triplets))
+    except Exception as exc:  # reported to the parent, which raises it
+        status.put(("error", repr(exc)))
+
+
+def _start_producer(settings: Settings, n_triplets: int, block_size: int,
+                    seed: int) -> tuple[Any, Any, Any]:
+    """A spawned process on a real broker; a thread for the in-process embedded log."""
+    if settings.kafka_bootstrap:
+        ctx = mp.get_context("spawn")
+        go, status = ctx.Event(), ctx.Queue()
+        worker: Any = ctx.Process(target=_produce, daemon=True, name="bench-producer",
+                                  args=(settings, n_triplets, block_size, seed, go, status))
+    else:
+        go, status = threading.Event(), queue.Queue()
+        worker = threading.Thread(target=_produce, daemon=True, name="bench-producer",
+                                  args=(settings, n_triplets, block_size, seed, go, status))
+    worker.start()
+    return go, status, worker
+
+
+def _warm_up_kernels(algos: tuple[str, ...]) -> None:
+    """Compile every learner's kernel before the clock starts."""
+    from ranking.online import OnlineRanker
+
+    rng = np.random.default_rng(0)
+    for algo in algos:
+        OnlineRanker(algo=algo).learn_many(rng.normal(size=(4, 36)), np.array([1, -1, 1, -1.0]))
+
+
+class _SeqCounter:
+    """Counts how often each produced seq was consumed (copies seq, not the block)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[np.ndarray] = []
+
+    def __call__(self, _message: object, block: object) -> None:
+        self.chunks.append(np.array(block.seq, dtype=np.int64))  # type: ignore[attr-defined]
+
+    def lost_and_duplicated(self, n: int) -> tuple[int, int]:
+        seen = np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int64)
+        outside = int(np.count_nonzero((seen < 0) | (seen >= n)))
+        counts = np.bincount(seen[(seen >= 0) & (seen < n)], minlength=n)
+        lost = int(np.count_nonzero(counts == 0))
+        duplicated = int(np.maximum(counts - 1, 0).sum()) + outside
+        return lost, duplicated
+
+
+def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int = 0,
+             checkpoint_records: int = 100_000,
+             progress: Callable[[int], None] | None = None) -> PipelineRun:
+    """One timed run on a fresh topic prefix (see module doc for what is timed)."""
+    from stream.store import open_store
+    from stream.transport import open_transport
+    from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+
+    if n_triplets < 1 or block_size < 1:
+        raise ValueError("n_triplets and block_size must be >= 1")
+    run_settings = dataclasses.replace(
+        settings, topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
+        metrics_port=None)
+    transport = open_transport(run_settings)
+    transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
+    _warm_up_kernels(LINEAR_ALGOS)
+
+    go, status, producer = _start_producer(run_settings, n_triplets, block_size, seed)
+    seqs = _SeqCounter()
+    options = WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=checkpoint_records,
+                            checkpoint_seconds=3600.0, poll_ms=100, max_poll_records=64)
+    worker = OnlineWorker(run_settings, options, transport=transport, on_block=seqs)
+    worker.start()
+    _expect(status, producer, "ready", _READY_TIMEOUT_S)
+    last_records, last_change = 0, time.monotonic()
+
+    def finished(w: OnlineWorker) -> bool:
+        nonlocal last_records, last_change
+        now = time.monotonic()
+        if w.counters.records != last_records:
+            last_records, last_change = w.counters.records, now
+            if progress is not None:
+                progress(last_records)
+        stalled = not producer.is_alive() and now - last_change > _STALL_SECONDS
+        return w.counters.records >= n_triplets or stalled
+
+    started = time.perf_counter()
+    go.set()
+    exit_code = worker.run(until=finished)
+    seconds = time.perf_counter() - started
+    _expect(status, producer, "ok", 60.0)
+    producer.join(timeout=10)
+    if exit_code != 0:
+        raise RuntimeError(f"online worker exited with {exit_code} during the benchmark")
+
+    lost, duplicated = seqs.lost_and_duplicated(n_triplets)
+    store = open_store(run_settings)
+    seen = []
+    for name in LINEAR_ALGOS:
+        stored = store.load(name)
+        seen.append(0 if stored is None else int(stored.meta["triplets_seen"]))
+    lost = max(lost, n_triplets - min(seen))
+    duplicated = max(duplicated, max(seen) - n_triplets)
+    return PipelineRun(triplets=n_triplets, seconds=seconds, lost=lost,
+                       duplicated=duplicated, checkpoints=worker.counters.checkpoints)
+
+
+def _expect(status: Any, producer: Any, what: str, timeout: float) -> None:
+    """Wait for the producer's next status; raise if it is not `what`."""
+    try:
+        kind, detail = status.get(timeout=timeout)
+    except queue.Empty:
+        kind, detail = "error", f"no {what!r} within {timeout:.0f} s "
+    if kind != what:
+        if isinstance(producer, mp.Process):
+            producer.kill()
+        raise RuntimeError(f"benchmark producer failed: {detail}")
+
+
+def summarize_runs(runs: list[PipelineRun]) -> dict[str, float | int]:
+    """The median run by seconds; lost/duplicated summed over runs (all must be 0)."""
+    median_seconds = statistics.median(r.seconds for r in runs)
+    return {
+        "triplets": runs[0].triplets,
+        "seconds": round(median_seconds, 3),
+        "triplets_per_s": round(runs[0].triplets / median_seconds, 1),
+        "lost": sum(r.lost for r in runs),
+        "duplicated": sum(r.duplicated for r in runs),
+        "checkpoints": int(statistics.median(r.checkpoints for r in runs)),
+    }
