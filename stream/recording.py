@@ -37,7 +37,9 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from stream.schema import (
     decode_triplets,
     encode_triplets,
 )
-from stream.transport import Message
+from stream.transport import Message, Transport
 
 KINDS = ("triplets", "queries")
 FORMAT_VERSION = 1
@@ -544,3 +546,96 @@ def _triplet_messages(directory: Path | str, skip_bad: bool,
                                   int(chunk.offset[start]), c["key"][start],
                                   int(c["timestamp_ms"][start]), value, int(stop - start),
                                   chunk.path, chunk.first_row + int(start))
+
+
+# --- the recorder loop ---------------------------------------------------------------
+@dataclass(frozen=True)
+class RecorderOptions:
+    """When files roll and when the recorder stops."""
+
+    messages_per_file: int = 500  # ~1M triplets per file with 2,000-row blocks
+    roll_seconds: float = 10.0  # a quiet stream still reaches disk this often
+    exit_when_idle: float | None = None
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
+    poll_ms: int = 200
+    max_poll_records: int = 500
+
+    def __post_init__(self) -> None:
+        if self.messages_per_file < 1 or not self.roll_seconds > 0:
+            raise ValueError("messages_per_file must be >= 1 and roll_seconds > 0")
+        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
+            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
+        if self.row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
+
+
+class Recorder:
+    """Copy topics into a recording directory, resuming where the files on disk end.
+
+    `topics` maps a stream kind ("triplets", "queries") to the topic to read. Every
+    partition is read from the position after its last committed message (or from the
+    beginning), so a recorder killed at any moment and restarted records every message
+    exactly once: buffered messages that never reached a file are simply read again.
+    """
+
+    def __init__(self, transport: Transport, directory: Path | str, topics: dict[str, str],
+                 options: RecorderOptions | None = None,
+                 on_commit: Callable[[Path, WriterCounts], None] | None = None) -> None:
+        self.transport = transport
+        self.options = options or RecorderOptions()
+        self.writers = {
+            topic: RecordingWriter(Path(directory), kind, topic, self.options.row_group_rows)
+            for kind, topic in topics.items()
+        }
+        self._on_commit = on_commit
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Commit what is buffered and return from `run` (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(self) -> dict[str, WriterCounts]:
+        """Record until stopped or idle for `exit_when_idle`; returns counts per topic."""
+        opts = self.options
+        self.transport.ensure_topics({t: 1 for t in self.writers if not
+                                      self.transport.partitions_for(t)})
+        consumer = self.transport.consumer(None)
+        try:
+            assigned = [(t, p) for t in self.writers for p in self.transport.partitions_for(t)]
+            consumer.assign(assigned)
+            for topic, partition in assigned:
+                position = self.writers[topic].positions.get(partition)
+                if position is None:
+                    consumer.seek_to_beginning(topic, partition)
+                else:
+                    consumer.seek(topic, partition, position)
+            last_commit = idle_since = time.monotonic()
+            while not self._stop.is_set():
+                messages = consumer.poll(timeout_ms=opts.poll_ms,
+                                         max_records=opts.max_poll_records)
+                now = time.monotonic()
+                if messages:
+                    idle_since = now
+                for message in messages:
+                    writer = self.writers[message.topic]
+                    writer.add(message)
+                    if writer.pending_messages >= opts.messages_per_file:
+                        self._commit(writer)
+                if now - last_commit >= opts.roll_seconds:
+                    self._commit_all()
+                    last_commit = now
+                if opts.exit_when_idle is not None and now - idle_since >= opts.exit_when_idle:
+                    break
+            self._commit_all()
+        finally:
+            consumer.close()
+        return {topic: w.counts for topic, w in self.writers.items()}
+
+    def _commit_all(self) -> None:
+        for writer in self.writers.values():
+            self._commit(writer)
+
+    def _commit(self, writer: RecordingWriter) -> None:
+        path = writer.commit()
+        if path is not None and self._on_commit is not None:
+            self._on_commit(path, writer.counts)
