@@ -47,6 +47,8 @@ def configure_logging(level: str | int = "INFO") -> None:
     """Send every log record to stderr as JSON; safe to call more than once."""
     root = logging.getLogger()
     root.setLevel(level if isinstance(level, int) else level.upper())
+    # kafka-python logs every connection at INFO; workers report what matters themselves.
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     if any(getattr(h, _HANDLER_MARK, False) for h in root.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
