@@ -153,6 +153,8 @@ class Simulation:
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
         self.store = store if store is not None else open_store(settings)
+        self._owned = ([self.transport] if transport is None else []) + (
+            [self.store] if store is None else [])
         if collection is None:
             collection, index = load_collection(settings, options, progress)
         self.simulator = FeedbackSimulator(collection, seed=options.seed,
@@ -232,8 +234,11 @@ class Simulation:
                 "images": self.simulator.collection.n_images}
 
     def close(self) -> None:
-        """Flush what was sent and close the producer."""
+        """Flush what was sent; close the producer, and the transport/store if opened here."""
         if self._producer is not None:
             self._producer.flush()
             self._producer.close()
             self._producer = None
+        for owned in self._owned:
+            owned.close()
+        self._owned = []

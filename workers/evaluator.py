@@ -147,6 +147,8 @@ class Evaluator:
         self.options = options or EvaluatorOptions()
         self.transport = transport if transport is not None else open_transport(settings)
         self.store = store if store is not None else open_store(settings)
+        self._owned = ([self.transport] if transport is None else []) + (
+            [self.store] if store is None else [])
         self.cache = ScorerCache(self.store, self.options.cache_size)
         self.rolling = RollingScores(self.options.window)
         self.history: deque[QueryScores] = deque(maxlen=self.options.history)
@@ -391,11 +393,13 @@ class Evaluator:
                 time.sleep(delay)
 
     def close(self) -> None:
-        for closable in (self._consumer, self._producer):
+        """Close the consumer and producer, and the transport/store if opened here."""
+        for closable in (self._consumer, self._producer, *self._owned):
             if closable is not None:
                 try:
                     closable.close()
                 except self._transient as exc:
                     log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
         self._consumer = self._producer = None
+        self._owned = []
 
