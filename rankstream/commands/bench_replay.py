@@ -1,0 +1,109 @@
+"""`rankstream bench replay`: a recorded log through the four linear learners, whole process.
+
+A log of N triplets (the benchmark's 2,000-row blocks, as a recorder writes them) is
+generated into a temporary directory first; then `rankstream replay DIR --direct --algo
+opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
+interpreter start-up, imports, numba's cache load, Parquet reading and learning all
+count. One warm-up run (populating numba's cache and the page cache) is reported apart;
+`seconds` is the median of the timed runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+ALGOS = "opr,opar1,opar2,ogdr"
+TOPIC = "bench.triplets"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--triplets", type=int, default=3_000_000, help="triplets in the log")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
+    parser.add_argument("--block-size", type=int, default=2000, help="triplets per message")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the triplet generator")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def write_log(directory, n_triplets: int, block_size: int, seed: int,
+              on_rows=lambda n: None) -> int:
+    """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
+    from stream.generator import TripletGenerator
+    from stream.recording import RecordingWriter
+    from stream.transport import Message
+
+    writer = RecordingWriter(directory, "triplets", TOPIC)
+    start_ms = 1_700_000_000_000
+    blocks = TripletGenerator(seed=seed).blocks(n_triplets, block_size)
+    for offset, block in enumerate(blocks):
+        writer.add(Message(TOPIC, 0, offset, block.key, block.encode(), start_ms + offset))
+        if writer.pending_messages >= 500:
+            writer.commit()
+        on_rows(len(block))
+    writer.commit()
+    return sum(p.stat().st_size for p in directory.rglob("*.parquet"))
+
+
+def replay_command(directory) -> list[str]:
+    return [sys.executable, "-m", "rankstream", "replay", str(directory), "--direct",
+            "--algo", ALGOS, "--json"]
+
+
+def timed_replay(directory, n_triplets: int) -> float:
+    """Wall seconds of one whole `replay --direct` process; checks what it printed."""
+    import subprocess
+
+    start = time.perf_counter()
+    done = subprocess.run(replay_command(directory), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"replay exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    models = json.loads(done.stdout)
+    seen = {name: m["triplets_seen"] for name, m in models.items()}
+    if sorted(seen) != sorted(ALGOS.split(",")) or set(seen.values()) != {n_triplets}:
+        raise RuntimeError(f"replay learned {seen}, expected {n_triplets} per model")
+    return seconds
+
+
+def run(args: argparse.Namespace) -> int:
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    if args.triplets < 1 or args.repeats < 1 or args.block_size < 1:
+        print("--triplets, --repeats and --block-size must be >= 1", file=sys.stderr)
+        return 2
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="rankstream-bench-replay-") as tmp:
+        directory = Path(tmp)
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task(f"recording {args.triplets:,} triplets",
+                                     total=args.triplets)
+            log_bytes = write_log(directory, args.triplets, args.block_size, args.seed,
+                                  lambda n: progress.advance(task, n))
+        with err.status("warm-up run (numba cache, page cache)"):
+            warmup = timed_replay(directory, args.triplets)
+        runs = []
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task("timed runs", total=args.repeats)
+            for _ in range(args.repeats):
+                runs.append(timed_replay(directory, args.triplets))
+                progress.advance(task)
+    seconds = statistics.median(runs)
+    report = {"triplets": args.triplets, "seconds": seconds,
+              "triplets_per_s": args.triplets / seconds, "warmup_seconds": warmup,
+              "runs": runs, "log_bytes": log_bytes}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    Console().print(
+        f"replay --direct of {args.triplets:,} triplets through {ALGOS}: "
+        f"{seconds:.3f} s median of {args.repeats} (whole process), "
+        f"{args.triplets / seconds / 1e6:.2f} M triplets/s; warm-up {warmup:.2f} s"
+    )
+    return 0

@@ -1,0 +1,168 @@
+"""`rankstream replay DIR`: feed a recorded log back into the stream, or train from it.
+
+Into the configured transport (Kafka, or the embedded log): at the recorded pace by
+default, `--speed F` times faster, or `--as-fast-as-possible`; order and keys kept.
+With `--direct`: train fresh online rankers straight from the files (a back-test of
+other algorithms or hyper-parameters) and print their summaries as `model show` does,
+{name: {...}}. Either way the same log gives bit-identical weights.
+
+The direct path is the hot path of `rankstream bench replay`, so it imports only what
+it uses (no Kafka, Redis, Prometheus or rich unless stderr is a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_ALGOS = "opr,opar1,opar2,ogdr"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="a directory written by `record`")
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=None, metavar="F",
+                      help="replay F times faster than recorded (default: recorded pace)")
+    pace.add_argument("--as-fast-as-possible", action="store_true",
+                      help="send without waiting between messages")
+    pace.add_argument("--direct", action="store_true",
+                      help="train from the files instead of sending them")
+    parser.add_argument("--topics", default="triplets,queries",
+                        help="streams to send back: triplets,queries (default both)")
+    parser.add_argument("--algo", default=DEFAULT_ALGOS,
+                        help="--direct: comma-separated models (opr,opar1,opar2,ogdr,arow)")
+    parser.add_argument("--C", type=float, default=0.1, help="--direct: OPAR-I/II C")
+    parser.add_argument("--eta", type=float, default=0.01, help="--direct: OGDR step size")
+    parser.add_argument("--scaler-rows", type=int, default=2000, metavar="N",
+                        help="--direct: triplets that fit each model's scaler (as the worker)")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip and count damaged files/rows instead of stopping")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if not Path(args.directory).is_dir():
+        print(f"no recording at {args.directory}", file=sys.stderr)
+        return 2
+    if args.direct:
+        return _run_direct(args)
+    return _run_into_transport(args)
+
+
+def _run_direct(args: argparse.Namespace) -> int:
+    from rankstream.replay import DirectOptions, train_from_log
+    from stream.recording import RecordingError
+
+    algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
+    try:
+        options = DirectOptions(algos=algos, C=args.C, eta=args.eta,
+                                scaler_rows=args.scaler_rows, skip_bad=args.skip_bad)
+        with _Progress("training from the log", _log_rows(args.directory)) as advance:
+            result = train_from_log(args.directory, options, on_rows=advance)
+    except RecordingError as exc:
+        print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"bad option: {exc}", file=sys.stderr)
+        return 2
+    summaries = result.summaries()
+    counts = result.counts
+    if counts.bad_rows or counts.bad_files:
+        print(f"skipped {counts.bad_rows} bad rows and {counts.bad_files} bad files",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps(summaries))
+        return 0
+    _print_table(summaries, f"trained from {args.directory} ({counts.rows:,} triplets)")
+    return 0
+
+
+def _run_into_transport(args: argparse.Namespace) -> int:
+    from rankstream.commands.record import KIND_TOPICS, parse_kinds
+    from rankstream.config import Settings
+    from stream.recording import RecordingError, replay_log
+    from stream.transport import open_transport
+
+    kinds = parse_kinds(args.topics)
+    if kinds is None:
+        return 2
+    speed = None if args.as_fast_as_possible else (1.0 if args.speed is None else args.speed)
+    settings = Settings.from_env()
+    topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
+    transport = open_transport(settings)
+    try:
+        with _Progress(f"replaying into {', '.join(topics.values())}",
+                       _log_rows(args.directory)) as advance:
+            counts = replay_log(transport, args.directory, topics, speed=speed,
+                                skip_bad=args.skip_bad,
+                                on_message=lambda m: advance(m.rows if m.kind == "triplets"
+                                                             else 0))
+    except RecordingError as exc:
+        print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"bad option: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        transport.close()
+    report = {"messages": counts.messages, "triplets": counts.rows,
+              "seconds": counts.seconds, "bad_rows": counts.read.bad_rows,
+              "bad_files": counts.read.bad_files}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"sent {counts.messages} messages ({counts.rows:,} triplets) to "
+              f"{', '.join(topics.values())} in {counts.seconds:.2f}s", file=sys.stderr)
+    return 0
+
+
+def _log_rows(directory: str) -> int:
+    """Triplet rows in the log's footers (for the progress bar); 0 if unreadable."""
+    from stream.recording import RecordingError, log_paths, read_log_file
+
+    total = 0
+    for path in log_paths(directory, "triplets"):
+        try:
+            total += read_log_file(path, "triplets").rows
+        except RecordingError:
+            continue
+    return total
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal; a no-op (no import) otherwise."""
+
+    def __init__(self, description: str, total: int) -> None:
+        self._description, self._total = description, total
+        self._bar = None
+
+    def __enter__(self):
+        if not sys.stderr.isatty():
+            return lambda n: None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self._bar = Progress(console=Console(stderr=True), transient=True)
+        self._bar.start()
+        task = self._bar.add_task(self._description, total=self._total or None)
+        return lambda n: self._bar.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _print_table(summaries: dict, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("model", "triplets_seen", "n_updates", "weights_sha256"):
+        table.add_column(column)
+    for name, s in summaries.items():
+        table.add_row(name, f"{s['triplets_seen']:,}", f"{s['n_updates']:,}",
+                      str(s["weights_sha256"])[:16])
+    Console().print(table)
