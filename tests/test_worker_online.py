@@ -195,3 +195,39 @@ def test_options_are_validated() -> None:
         WorkerOptions(algos=("opr", "opr"))
     with pytest.raises(ValueError, match="exit_when_idle"):
         WorkerOptions(exit_when_idle=0)
+
+
+class _FlakyStore:
+    """Wraps a store; the next `failures` saves raise a Redis-style connection error."""
+
+    def __init__(self, inner: object, failures: int) -> None:
+        self.inner, self.failures = inner, failures
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def save(self, name: str, **kwargs: object) -> int:
+        if self.failures:
+            self.failures -= 1
+            import redis.exceptions
+
+            raise redis.exceptions.ConnectionError("redis went away")
+        return self.inner.save(name, **kwargs)  # type: ignore[attr-defined]
+
+
+def test_failed_checkpoint_is_retried_and_never_advances_offsets_alone() -> None:
+    settings = _settings()
+    _produce(settings, _stream()[:4])
+    store = _FlakyStore(open_store(settings), failures=1)
+    worker = OnlineWorker(settings, _options(), store=store)  # type: ignore[arg-type]
+    worker.start()
+    assert worker._consumer is not None
+    worker.process(worker._consumer.poll(timeout_ms=100, max_records=4))
+    failures = sample_value("rankstream_checkpoint_failures_total")
+    assert not worker.checkpoint()
+    assert sample_value("rankstream_checkpoint_failures_total") == failures + 1
+    assert all(m.dirty for m in worker.models) and open_store(settings).load("opr") is None
+    assert worker.run() == EXIT_OK  # retried after the back-off, then the final checkpoint
+    stored = open_store(settings).load("opr")
+    assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 4}
+    assert stored.meta["triplets_seen"] == 4 * BLOCK
