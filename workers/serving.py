@@ -110,6 +110,19 @@ def linear_scorer(stored: StoredModel) -> Scorer:
 SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_scorer}
 
 
+# --- batch models (the batch worker's kinds; owned with workers/batch_models.py) -------
+def batch_scorer(stored: StoredModel) -> Scorer:
+    """cMDS-DML kNN relevance or RankMKL decision values, rebuilt by `workers.batch_models`."""
+    from workers.batch_models import scorer_from_state
+
+    model = scorer_from_state(stored.kind, stored.meta, stored.arrays)
+    return CheckedScorer(stored.name, stored.version, model.score)
+
+
+SCORERS["cmds_dml"] = batch_scorer
+SCORERS["rankmkl"] = batch_scorer
+
+
 def scorer_for(stored: StoredModel) -> Scorer:
     """The stored model as a Scorer; ValueError for a kind nobody registered."""
     factory = SCORERS.get(stored.kind)
