@@ -1,0 +1,193 @@
+"""Replay of recorded logs: the same weights through the transport + worker and direct.
+
+A stream (with a garbage message and a NaN row the worker must drop) is learned by the
+online worker, recorded, replayed into a fresh topic and learned again, and trained
+straight from the files: every model's weights_sha256 must agree, on the embedded
+transport and on the real Kafka/Redis. Damaged logs are reported with file and row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rankstream.cli import main
+from rankstream.config import Settings
+from rankstream.replay import DirectOptions, train_from_log
+from stream.generator import TripletGenerator
+from stream.recording import RecordingError, iter_messages, log_paths
+from stream.schema import schema_of
+from stream.store import open_store
+from stream.transport import open_transport
+from workers.checkpoint import weights_sha256
+from workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+
+N_BLOCKS, BLOCK, SCALER_ROWS = 12, 250, 600
+
+
+def _nan_row_message(block, row: int) -> bytes:
+    """A valid triplets message except one NaN feature: the worker drops that row."""
+    phi1 = block.phi1.copy()
+    phi1[row, 3] = np.nan
+    arrays = [pa.array(getattr(block, name)) for name in ("seq", "query_id", "p1_id", "p2_id",
+                                                          "rel1", "rel2")]
+    arrays += [pa.FixedSizeListArray.from_arrays(pa.array(p.ravel()), 36)
+               for p in (phi1, block.phi2)]
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema_of("triplets"))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _stream() -> list[tuple[bytes, bytes]]:
+    blocks = list(TripletGenerator(seed=5).blocks(N_BLOCKS * BLOCK, BLOCK))
+    values = [(b.key, b.encode()) for b in blocks]
+    values[4] = (blocks[4].key, _nan_row_message(blocks[4], 17))
+    values.insert(7, (b"junk", b"not an arrow message"))
+    return values
+
+
+def _produce(settings: Settings, values: list[tuple[bytes, bytes]]) -> None:
+    transport = open_transport(settings)
+    transport.ensure_topics({settings.triplets_topic: 1, settings.dead_letter_topic: 1})
+    producer = transport.producer()
+    for key, value in values:
+        producer.send(settings.triplets_topic, value, key=key)
+    producer.flush()
+    producer.close()
+    transport.close()
+
+
+def _learn_with_worker(settings: Settings, idle: float) -> dict[str, tuple[str, int]]:
+    options = WorkerOptions(scaler_rows=SCALER_ROWS, checkpoint_records=1000, exit_when_idle=idle,
+                            poll_ms=50, max_poll_records=3)
+    transport = open_transport(settings)
+    try:
+        assert OnlineWorker(settings, options, transport=transport).run() == EXIT_OK
+    finally:
+        transport.close()  # no client left polling a broker after the session ends
+    store = open_store(settings)
+    out = {}
+    for name in LINEAR_ALGOS:
+        stored = store.load(name)
+        assert stored is not None, name
+        out[name] = (weights_sha256(stored.arrays["weights"]), stored.meta["triplets_seen"])
+    store.close()
+    return out
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """Point the CLI (Settings.from_env) at these settings."""
+    for var, value in (("KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
+                       ("REDIS_URL", settings.redis_url), ("TOPIC_PREFIX", settings.topic_prefix)):
+        monkeypatch.setenv(f"RANKSTREAM_{var}", value or "")
+
+
+def _round_trip(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                capsys: pytest.CaptureFixture[str], idle: float) -> None:
+    _produce(settings, _stream())
+    original = _learn_with_worker(settings, idle)
+    expected_rows = N_BLOCKS * BLOCK - 1  # the NaN row is dropped
+    assert {seen for _, seen in original.values()} == {expected_rows}
+
+    out = tmp_path / "log"
+    _use(monkeypatch, settings)
+    assert main(["record", "--out", str(out), "--topics", "triplets", "--exit-when-idle",
+                 str(idle), "--messages-per-file", "5"]) == 0
+    assert len(log_paths(out, "triplets")) == 3  # 13 messages, 5 per file
+
+    replayed = dataclasses.replace(settings, topic_prefix=f"r{uuid.uuid4().hex[:10]}")
+    _use(monkeypatch, replayed)
+    assert main(["replay", str(out), "--topics", "triplets", "--as-fast-as-possible"]) == 0
+    assert _learn_with_worker(replayed, idle) == original
+
+    capsys.readouterr()
+    assert main(["replay", str(out), "--direct", "--scaler-rows", str(SCALER_ROWS),
+                 "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert {name: (m["weights_sha256"], m["triplets_seen"]) for name, m in direct.items()} \
+        == original
+    assert direct["opr"]["offsets"] == {settings.triplets_topic: {"0": 13}}
+
+
+def test_direct_and_replayed_runs_match_the_original_embedded(tmp_path, monkeypatch, capsys):
+    settings = Settings(topic_prefix=f"t{uuid.uuid4().hex[:10]}")
+    _round_trip(settings, tmp_path, monkeypatch, capsys, idle=0.3)
+
+
+def test_direct_and_replayed_runs_match_the_original_on_kafka(service_settings, tmp_path,
+                                                             monkeypatch, capsys):
+    _round_trip(service_settings, tmp_path, monkeypatch, capsys, idle=3.0)
+
+
+# --- damaged logs ----------------------------------------------------------------------
+def _recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    settings = Settings(topic_prefix=f"t{uuid.uuid4().hex[:10]}")
+    _produce(settings, [(b.key, b.encode()) for b in TripletGenerator(seed=2).blocks(3000, 250)])
+    out = tmp_path / "log"
+    _use(monkeypatch, settings)
+    assert main(["record", "--out", str(out), "--topics", "triplets", "--exit-when-idle", "0.2",
+                 "--messages-per-file", "4"]) == 0
+    return out
+
+
+def _rewrite(path: Path, change) -> None:
+    """Rewrite a log file with `change(table) -> table`, keeping its footer metadata."""
+    table = pq.read_table(path)
+    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), path,
+                   compression="none")
+
+
+def test_truncated_file_is_reported_by_name_or_skipped(tmp_path, monkeypatch, capsys):
+    out = _recorded(tmp_path, monkeypatch)
+    second = log_paths(out, "triplets")[1]
+    second.write_bytes(second.read_bytes()[: second.stat().st_size // 2])
+    capsys.readouterr()
+    assert main(["replay", str(out), "--direct", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert str(second) in err and "not a complete Parquet file" in err
+    assert main(["replay", str(out), "--direct", "--json", "--skip-bad"]) == 0
+    models = json.loads(capsys.readouterr().out)
+    assert {m["triplets_seen"] for m in models.values()} == {2000}  # 1,000 rows lost
+
+
+def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch):
+    out = _recorded(tmp_path, monkeypatch)
+    path = log_paths(out, "triplets")[2]
+
+    def poison(table: pa.Table) -> pa.Table:
+        phi = np.frombuffer(table.column("phi1").combine_chunks().buffers()[1],
+                            np.float32).copy().reshape(-1, 36)
+        phi[123, 5] = np.inf
+        column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(144), len(phi),
+                                                      [None, pa.py_buffer(phi)])
+        return table.set_column(table.schema.get_field_index("phi1"),
+                                table.schema.field("phi1"), column)
+
+    _rewrite(path, poison)
+    with pytest.raises(RecordingError, match="row 123: phi holds NaN or Inf") as caught:
+        train_from_log(out)
+    assert caught.value.path == path and caught.value.row == 123
+    with pytest.raises(RecordingError, match="row 123"):
+        list(iter_messages(out, "triplets"))
+    result = train_from_log(out, DirectOptions(skip_bad=True))
+    assert result.counts.bad_rows == 1
+    assert {m.triplets_seen for m in result.models} == {2999}
+
+    def tie(table: pa.Table) -> pa.Table:
+        rel2 = table.column("rel2").to_numpy().copy()
+        rel2[7] = table.column("rel1").to_numpy()[7]
+        return table.set_column(table.schema.get_field_index("rel2"),
+                                table.schema.field("rel2"), pa.array(rel2))
+
+    _rewrite(path, tie)
+    with pytest.raises(RecordingError, match=r"row 7: tied relevance"):
+        train_from_log(out)
