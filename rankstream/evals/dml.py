@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-CMDS_GRID = {"mu": (1e-4, 1e-3, 1e-2)}
+CMDS_GRID = {"mu": (1e-4, 1e-3, 1e-2), "tol": (3e-5, 1e-5)}
 LDMLR_GRID = {"mu": (1e-2, 1.0, 1e2), "learning_rate": (0.3, 1.0)}
 METHODS = ("cmds_dml", "ldmlr", "euclidean_knn")
 
