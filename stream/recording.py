@@ -598,8 +598,7 @@ class Recorder:
     def run(self) -> dict[str, WriterCounts]:
         """Record until stopped or idle for `exit_when_idle`; returns counts per topic."""
         opts = self.options
-        self.transport.ensure_topics({t: 1 for t in self.writers if not
-                                      self.transport.partitions_for(t)})
+        self.transport.ensure_topics({t: 1 for t in self.writers})  # existing ones kept
         consumer = self.transport.consumer(None)
         try:
             assigned = [(t, p) for t in self.writers for p in self.transport.partitions_for(t)]
