@@ -6,8 +6,9 @@ estimated by K-nearest-neighbour regression in the learned space (`OrdinalKNNReg
 and the MAE is averaged over `repeats` random splits (std across splits). `seconds` is
 the mean time to fit the metric (the kNN index is negligible).
 
-Neither learner keeps settings that fail: before the repeats, mu (both) and LDMLR's step
-are chosen on `validation_splits` extra random splits of the same kind, by mean MAE; the
+Neither learner keeps settings that fail: before the repeats, mu (both), LDMLR's step
+and cMDS-DML's S4 tolerance (eps, see `ranking.dml.cmds_dml`) are chosen on
+`validation_splits` extra random splits of the same kind, by mean MAE; the
 reported repeats use fresh seeds. BLAS runs single-threaded so that fit times on a shared
 machine measure the algorithms, not thread contention.
 """
