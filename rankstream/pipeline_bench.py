@@ -48,6 +48,7 @@ class PipelineRun:
     lost: int
     duplicated: int
     checkpoints: int
+    producer_seconds: float  # slowest producer's encode + send + flush (who is the bottleneck)
 
     @property
     def triplets_per_s(self) -> float:
@@ -55,10 +56,12 @@ class PipelineRun:
 
 
 def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
-             go: Any, status: Any) -> None:
+             share: tuple[int, int], go: Any, status: Any) -> None:
     """Producer subprocess: generate, report "ready", wait for `go`, encode and send.
 
-    Reports ("ready", 0), then ("ok", n) or ("error", text) on `status`.
+    `share` = (index, count): this producer sends blocks index, index+count, ... of the
+    same deterministic sequence, so several producers together send every seq once.
+    Reports ("ready", 0), then ("ok", seconds spent producing) or ("error", text).
     """
     from stream.generator import TripletGenerator
     from stream.transport import open_transport
@@ -80,39 +83,44 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
         producer = transport.producer()
         status.put(("ready", 0))
         go.wait()
-        for block in blocks:
+        started = time.perf_counter()
+        index, count = share
+        for block in blocks[index::count]:
             producer.send(settings.triplets_topic, block.encode(), key=block.key)
         producer.flush()
         producer.close()
         transport.close()
-        status.put(("ok", n_triplets))
+        status.put(("ok", time.perf_counter() - started))
     except Exception as exc:  # reported to the parent, which raises it
         status.put(("error", repr(exc)))
 
 
-def _start_producer(settings: Settings, n_triplets: int, block_size: int,
-                    seed: int) -> tuple[Any, Any, Any]:
-    """A spawned process on a real broker; a thread for the in-process embedded log."""
+def _start_producers(settings: Settings, n_triplets: int, block_size: int, seed: int,
+                     count: int) -> tuple[Any, Any, list[Any]]:
+    """Spawned processes on a real broker; threads for the in-process embedded log."""
     if settings.kafka_bootstrap:
-        ctx = mp.get_context("spawn")
-        go, status = ctx.Event(), ctx.Queue()
-        worker: Any = ctx.Process(target=_produce, daemon=True, name="bench-producer",
-                                  args=(settings, n_triplets, block_size, seed, go, status))
+        ctx: Any = mp.get_context("spawn")
+        go, status, make = ctx.Event(), ctx.Queue(), ctx.Process
     else:
-        go, status = threading.Event(), queue.Queue()
-        worker = threading.Thread(target=_produce, daemon=True, name="bench-producer",
-                                  args=(settings, n_triplets, block_size, seed, go, status))
-    worker.start()
-    return go, status, worker
+        go, status, make = threading.Event(), queue.Queue(), threading.Thread
+    producers = [make(target=_produce, daemon=True, name=f"bench-producer-{i}",
+                      args=(settings, n_triplets, block_size, seed, (i, count), go, status))
+                 for i in range(count)]
+    for producer in producers:
+        producer.start()
+    return go, status, producers
 
 
-def _warm_up_kernels(algos: tuple[str, ...]) -> None:
-    """Compile every learner's kernel before the clock starts."""
-    from ranking.online import OnlineRanker
+def _warm_up(algos: tuple[str, ...]) -> None:
+    """Pay one-time costs before the clock: numba compiles, pyarrow.compute's import."""
+    from stream.generator import TripletGenerator
+    from stream.schema import decode_triplets
+    from workers.checkpoint import TrackedModel
 
-    rng = np.random.default_rng(0)
+    block = decode_triplets(TripletGenerator(seed=1).block(8).encode())
     for algo in algos:
-        OnlineRanker(algo=algo).learn_many(rng.normal(size=(4, 36)), np.array([1, -1, 1, -1.0]))
+        TrackedModel(name=algo, algo=algo, scaler_rows=1).learn(
+            "warm-up", 0, 0, block.phi1, block.phi2, block.y(), x=block.x())
 
 
 class _SeqCounter:
@@ -134,29 +142,30 @@ class _SeqCounter:
 
 
 def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int = 0,
-             checkpoint_records: int = 100_000,
+             checkpoint_records: int = 100_000, producers: int = 1,
              progress: Callable[[int], None] | None = None) -> PipelineRun:
     """One timed run on a fresh topic prefix (see module doc for what is timed)."""
     from stream.store import open_store
     from stream.transport import open_transport
     from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
-    if n_triplets < 1 or block_size < 1:
-        raise ValueError("n_triplets and block_size must be >= 1")
+    if n_triplets < 1 or block_size < 1 or producers < 1:
+        raise ValueError("n_triplets, block_size and producers must be >= 1")
     run_settings = dataclasses.replace(
         settings, topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
         metrics_port=None)
     transport = open_transport(run_settings)
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
-    _warm_up_kernels(LINEAR_ALGOS)
+    _warm_up(LINEAR_ALGOS)
 
-    go, status, producer = _start_producer(run_settings, n_triplets, block_size, seed)
+    go, status, producer_list = _start_producers(run_settings, n_triplets, block_size, seed,
+                                                 producers)
     seqs = _SeqCounter()
     options = WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=checkpoint_records,
                             checkpoint_seconds=3600.0, poll_ms=100, max_poll_records=64)
     worker = OnlineWorker(run_settings, options, transport=transport, on_block=seqs)
     worker.start()
-    _expect(status, producer, "ready", _READY_TIMEOUT_S)
+    _expect_all(status, producer_list, "ready", _READY_TIMEOUT_S)
     last_records, last_change = 0, time.monotonic()
 
     def finished(w: OnlineWorker) -> bool:
@@ -166,15 +175,17 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
             last_records, last_change = w.counters.records, now
             if progress is not None:
                 progress(last_records)
-        stalled = not producer.is_alive() and now - last_change > _STALL_SECONDS
+        producing = any(p.is_alive() for p in producer_list)
+        stalled = not producing and now - last_change > _STALL_SECONDS
         return w.counters.records >= n_triplets or stalled
 
     started = time.perf_counter()
     go.set()
     exit_code = worker.run(until=finished)
     seconds = time.perf_counter() - started
-    _expect(status, producer, "ok", 60.0)
-    producer.join(timeout=10)
+    producer_seconds = max(_expect_all(status, producer_list, "ok", 60.0))
+    for producer in producer_list:
+        producer.join(timeout=10)
     if exit_code != 0:
         raise RuntimeError(f"online worker exited with {exit_code} during the benchmark")
 
@@ -187,19 +198,25 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
     lost = max(lost, n_triplets - min(seen))
     duplicated = max(duplicated, max(seen) - n_triplets)
     return PipelineRun(triplets=n_triplets, seconds=seconds, lost=lost,
-                       duplicated=duplicated, checkpoints=worker.counters.checkpoints)
+                       duplicated=duplicated, checkpoints=worker.counters.checkpoints,
+                       producer_seconds=producer_seconds)
 
 
-def _expect(status: Any, producer: Any, what: str, timeout: float) -> None:
-    """Wait for the producer's next status; raise if it is not `what`."""
-    try:
-        kind, detail = status.get(timeout=timeout)
-    except queue.Empty:
-        kind, detail = "error", f"no {what!r} within {timeout:.0f} s "
-    if kind != what:
-        if isinstance(producer, mp.Process):
-            producer.kill()
-        raise RuntimeError(f"benchmark producer failed: {detail}")
+def _expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:
+    """Wait for every producer's next status and return their numbers; raise if not `what`."""
+    values = []
+    for _ in producers:
+        try:
+            kind, detail = status.get(timeout=timeout)
+        except queue.Empty:
+            kind, detail = "error", f"no {what!r} within {timeout:.0f} s"
+        if kind != what:
+            for producer in producers:
+                if isinstance(producer, mp.Process):
+                    producer.kill()
+            raise RuntimeError(f"benchmark producer failed: {detail}")
+        values.append(float(detail))
+    return values
 
 
 def summarize_runs(runs: list[PipelineRun]) -> dict[str, float | int]:

@@ -231,3 +231,16 @@ def test_failed_checkpoint_is_retried_and_never_advances_offsets_alone() -> None
     stored = open_store(settings).load("opr")
     assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 4}
     assert stored.meta["triplets_seen"] == 4 * BLOCK
+
+
+def test_consumer_lag_is_reported_in_records() -> None:
+    settings = _settings()
+    _produce(settings, _stream()[:4])
+    worker = OnlineWorker(settings, _options())
+    worker.start()
+    assert worker._consumer is not None
+    worker.process(worker._consumer.poll(timeout_ms=100, max_records=1))
+    worker._maybe_report_lag()
+    labels = {"topic": settings.triplets_topic, "partition": "0"}
+    assert worker.counters.lag_records == {0: 3 * BLOCK}  # 3 messages x 250 records each
+    assert sample_value("rankstream_consumer_lag_records", labels) == 3 * BLOCK

@@ -15,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed runs; the median is reported (default 3)")
     parser.add_argument("--checkpoint-records", type=int, default=100_000, metavar="N",
                         help="worker checkpoint interval in triplets (default 100000)")
+    parser.add_argument("--producers", type=int, default=2, metavar="P",
+                        help="producer processes sharing the blocks (default 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -32,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"bench pipeline runs through real Kafka and Redis: set {' and '.join(missing)} "
                   "(e.g. `rankstream services up` prints them)")
         return 2
-    if args.triplets < 1 or args.block_size < 1 or args.repeats < 1:
-        err.print("--triplets, --block-size and --repeats must be >= 1")
+    if min(args.triplets, args.block_size, args.repeats, args.producers) < 1:
+        err.print("--triplets, --block-size, --repeats and --producers must be >= 1")
         return 2
     runs = []
     for repeat in range(args.repeats):
@@ -42,11 +44,13 @@ def run(args: argparse.Namespace) -> int:
                 status.update(f"run {repeat + 1}/{args.repeats}: {records:,}/{args.triplets:,}")
 
             result = run_once(settings, args.triplets, args.block_size, seed=repeat,
-                              checkpoint_records=args.checkpoint_records, progress=progress)
+                              checkpoint_records=args.checkpoint_records,
+                              producers=args.producers, progress=progress)
         runs.append(result)
         err.print(f"run {repeat + 1}: {result.triplets_per_s:,.0f} triplets/s "
                   f"({result.seconds:.2f} s, lost {result.lost}, duplicated {result.duplicated}, "
-                  f"{result.checkpoints} checkpoints)")
+                  f"{result.checkpoints} checkpoints; producing took "
+                  f"{result.producer_seconds:.2f} s)")
     summary = summarize_runs(runs)
     if args.json:
         print(json.dumps(summary))
