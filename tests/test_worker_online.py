@@ -244,3 +244,14 @@ def test_consumer_lag_is_reported_in_records() -> None:
     labels = {"topic": settings.triplets_topic, "partition": "0"}
     assert worker.counters.lag_records == {0: 3 * BLOCK}  # 3 messages x 250 records each
     assert sample_value("rankstream_consumer_lag_records", labels) == 3 * BLOCK
+
+
+def test_group_mode_resumes_exactly() -> None:
+    values = _stream()
+    expected = _uninterrupted(values)
+    settings = _settings()
+    _produce(settings, values[:5])
+    assert OnlineWorker(settings, _options(group="g1")).run() == EXIT_OK
+    _produce(settings, values[5:])
+    assert OnlineWorker(settings, _options(group="g1")).run() == EXIT_OK  # resumes at 5
+    assert _hashes(settings) == expected
