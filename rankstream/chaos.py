@@ -16,9 +16,9 @@ worker online` as a subprocess and, at seeded points of its stored progress, inj
 
 The harness is the worker's supervisor: whatever way the worker ends (killed, fenced
 exit 3, idle exit while a service was away) it is started again, until it exits 0 with
-every model's stored offsets at the end of the topic. Kafka restarts wait until the
-producer has finished, so what is tested is the consumer side (the producer is not
-idempotent; see docs/RELIABILITY.md).
+every model's stored offsets at the end of the topic. The producer is paced so the
+stream lasts `seconds_per_fault` per fault; it is flushed and paused while the broker
+restarts, so what is tested is the consumer side (see docs/RELIABILITY.md).
 
 The reference is a second, uninterrupted `OnlineWorker` in this process reading the
 same topic with the same options into an in-memory store; it also counts every
@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,7 @@ class ChaosPlan:
     idle_seconds: float = 4.0
     scaler_rows: int = 2000
     stall_seconds: float = 300.0
+    seconds_per_fault: float = 4.0  # the producer's pace gives each fault this much stream
 
     def __post_init__(self) -> None:
         if self.triplets < 1 or self.block_size < 1:
@@ -108,8 +109,10 @@ class ChaosPlan:
                              f"{2 * self.n_events * self.block_size} triplets")
         if self.checkpoint_records is not None and self.checkpoint_records < 1:
             raise ValueError("checkpoint_records must be >= 1")
-        if not (self.checkpoint_seconds > 0 and self.idle_seconds > 0 and self.stall_seconds > 0):
-            raise ValueError("checkpoint_seconds, idle_seconds and stall_seconds must be > 0")
+        if not min(self.checkpoint_seconds, self.idle_seconds, self.stall_seconds,
+                   self.seconds_per_fault) > 0:
+            raise ValueError("checkpoint_seconds, idle_seconds, stall_seconds and "
+                             "seconds_per_fault must be > 0")
 
     @property
     def n_events(self) -> int:
@@ -120,6 +123,11 @@ class ChaosPlan:
         if self.checkpoint_records is not None:
             return self.checkpoint_records
         return max(self.block_size, self.triplets // (4 * (self.n_events + 1)))
+
+    @property
+    def rate(self) -> float:
+        """Triplets per second produced: the stream lasts (faults + 1) x seconds_per_fault."""
+        return self.triplets / (self.seconds_per_fault * (self.n_events + 1))
 
     def events(self) -> list[Event]:
         """One fault per equal slice of the stream, at a seeded point inside it."""
@@ -153,7 +161,7 @@ class ChaosResult:
     worker_starts: int
     exits: dict[str, int]  # worker exit codes seen ("-9" = SIGKILL, "3" = fenced)
     zombies_fenced: int  # zombies whose late save was refused
-    checkpoint_versions_lost: int  # versions missing after Redis crashes/rollbacks
+    redis_crash_versions_lost: int  # checkpoint versions a SIGKILLed Redis came back without
     models: dict[str, dict[str, Any]]
     seconds: float
     log_dir: str
@@ -232,6 +240,7 @@ class _Supervisor:
         self.transport = open_transport(settings)
         self.transient = transient_errors()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.producer: _Producer | None = None
         self.starts = 0
         self.exits: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
@@ -291,14 +300,15 @@ class _Supervisor:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         elif event.kind == "restart-kafka":
-            self.manager.restart("kafka")
+            assert self.producer is not None
+            with self.producer.paused():
+                self.manager.restart("kafka")
         elif event.kind == "restart-redis":
             self.manager.restart("redis")
         elif event.kind == "crash-redis":
             self.crash_redis()
         elif event.kind == "lose-checkpoint":
-            self.versions_lost += forget_latest_checkpoints(self.settings,
-                                                            list(self.options.algos))
+            forget_latest_checkpoints(self.settings, list(self.options.algos))
         elif event.kind == "zombie":
             self.zombie()
         self.injected[event.kind] += 1
@@ -350,8 +360,10 @@ class _Supervisor:
             self.zombies_fenced += 1
 
     # --- the loop ------------------------------------------------------------------------
-    def run(self, producer_done: Callable[[], bool]) -> int:
+    def run(self, producer: _Producer) -> int:
         """Supervise until the worker exits 0 at the end of the topic; returns faults missed."""
+        self.producer = producer
+        producer_done = producer.done
         pending = self.plan.events()
         self.proc = self.start_worker()
         last_change, last_seen = time.monotonic(), (-1, 0)
@@ -379,19 +391,16 @@ class _Supervisor:
             elif time.monotonic() - last_change > self.plan.stall_seconds:
                 raise ChaosError(f"no progress for {self.plan.stall_seconds:.0f} s; worker "
                                  f"logs in {self.log_dir}")
-            if pending and self._armed(pending[0], models, progress, producer_done):
+            if pending and self._armed(pending[0], models, progress):
                 time.sleep(pending[0].delay)
                 if self.proc.poll() is None:
                     self.inject(pending.pop(0))
                     continue
             time.sleep(_POLL_S)
 
-    def _armed(self, event: Event, models: list[Any], progress: int,
-               producer_done: Callable[[], bool]) -> bool:
+    def _armed(self, event: Event, models: list[Any], progress: int) -> bool:
         """Due, and the current worker is consuming (it has checkpointed every model)."""
-        if progress < event.at or not self.checkpointed_by(models, self.proc):
-            return False
-        return event.kind != "restart-kafka" or producer_done()
+        return progress >= event.at and self.checkpointed_by(models, self.proc)
 
 
 def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict, int, int]:
@@ -420,29 +429,49 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
 
 
 class _Producer(threading.Thread):
-    """Generates, encodes and sends the seeded stream (seq 0..n-1) block by block."""
+    """Generates, encodes and sends the seeded stream (seq 0..n-1) at `plan.rate`.
+
+    Paced, so that faults land while the stream flows rather than after it ended.
+    `gate` is held around every send: holding it pauses the stream (a broker restart
+    is done with the producer flushed and paused, so only the consumer side is tested).
+    """
 
     def __init__(self, settings: Settings, plan: ChaosPlan) -> None:
+        from stream.transport import open_transport
+
         super().__init__(name="chaos-producer", daemon=True)
         self.settings, self.plan = settings, plan
+        self.transport = open_transport(settings)
+        self.producer = self.transport.producer()
+        self.gate = threading.Lock()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         from stream.generator import TripletGenerator
-        from stream.transport import open_transport
 
         try:
-            transport = open_transport(self.settings)
-            producer = transport.producer()
             blocks = TripletGenerator(seed=self.plan.seed).blocks(self.plan.triplets,
                                                                   self.plan.block_size)
+            started, sent = time.monotonic(), 0
             for block in blocks:
-                producer.send(self.settings.triplets_topic, block.encode(), key=block.key)
-            producer.flush()
-            producer.close()
-            transport.close()
+                time.sleep(max(0.0, started + sent / self.plan.rate - time.monotonic()))
+                with self.gate:
+                    self.producer.send(self.settings.triplets_topic, block.encode(),
+                                       key=block.key)
+                sent += len(block)
+            with self.gate:
+                self.producer.flush()
+                self.producer.close()
+            self.transport.close()
         except Exception as exc:  # re-raised by `done` in the supervising thread
             self.error = exc
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        with self.gate:
+            if self.is_alive():
+                self.producer.flush()
+            yield
 
     def done(self) -> bool:
         if self.error is not None:
@@ -469,7 +498,7 @@ def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None
     producer = _Producer(run_settings, plan)
     producer.start()
     try:
-        missed = supervisor.run(producer.done)
+        missed = supervisor.run(producer)
     finally:
         supervisor.stop_all()
     say("reference run (uninterrupted, same topic)")
@@ -490,5 +519,5 @@ def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None
         lost=lost, duplicated=duplicated, events=dict(supervisor.injected),
         events_missed=missed, worker_starts=supervisor.starts, exits=dict(supervisor.exits),
         zombies_fenced=supervisor.zombies_fenced,
-        checkpoint_versions_lost=supervisor.versions_lost, models=models,
+        redis_crash_versions_lost=supervisor.versions_lost, models=models,
         seconds=round(time.perf_counter() - started, 1), log_dir=str(log_dir))
