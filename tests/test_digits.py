@@ -5,12 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulators.digits import (
-    _fold_split,
-    build_cbir_testbed,
-    digit_descriptors,
-    load_digits_testbed,
-)
+from simulators.cbir_testbed import build_cbir_testbed, fold_split
+from simulators.digits import digit_descriptors, load_digits_testbed
 
 SMALL = {"train_rows": 3_000, "max_val_queries": 12, "max_test_queries": 10}
 
@@ -39,7 +35,7 @@ def test_triplet_rows_are_phi_differences(testbed) -> None:
     rows = np.random.default_rng(0).choice(len(testbed.train_y), size=25, replace=False)
     for i in rows:
         query, first, second = testbed.train_triplets[i]
-        phi = testbed.phi_map.phi(int(query), np.array([first, second]))
+        phi = testbed.phi(int(query), np.array([first, second]))
         np.testing.assert_allclose(testbed.train_X[i], phi[0] - phi[1], rtol=1e-9, atol=1e-12)
         # y = +1 exactly when the first image is the relevant one
         first_relevant = labels[first] == labels[query]
@@ -62,7 +58,7 @@ def test_every_relevant_image_is_used_when_the_budget_allows() -> None:
 
 
 def test_splits_are_disjoint_folds(testbed) -> None:
-    train, val, test = _fold_split(1797, np.random.default_rng(3), None, None)
+    train, val, test = fold_split(np.arange(1797), np.random.default_rng(3), None, None)
     assert not (set(train) & set(val) or set(train) & set(test) or set(val) & set(test))
     assert train.size + val.size + test.size == 1797
     assert abs(val.size - 1797 / 5) < 1 and abs(test.size - 1797 / 5) < 1
