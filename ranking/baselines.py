@@ -145,48 +145,114 @@ class BestFea(LinearScorer):
 class RankSVM(LinearScorer):
     """Batch linear RankSVM on pair differences (Herbrich et al., 2000; Joachims, 2002).
 
-    Solves min_w 1/2 |w|^2 + C sum_i max(0, 1 - y_i w.x_i) with scikit-learn's
-    LinearSVC (hinge loss, no intercept: a ranking function has none). Rows are
-    sign-flipped to alternate labels (x, y) -> (-x, -y), which leaves every term of
-    the objective unchanged but guarantees the classifier sees both classes.
+    The L2-loss (squared hinge) RankSVM, a standard variant (Chapelle & Keerthi,
+    "Efficient algorithms for ranking with SVMs", 2010):
+
+        min_w  f(w) = 1/2 |w|^2 + C sum_i max(0, 1 - y_i w.x_i)^2
+
+    with no intercept (a ranking function has none), solved in the primal by Newton's
+    method (Chapelle, "Training a support vector machine in the primal", 2007): with
+    z_i = y_i x_i and the active set A = {i : w.z_i < 1}, the gradient is
+    w - 2C Z_A'(1 - Z_A w) and the (generalised) Hessian I + 2C Z_A'Z_A is only d x d,
+    so each step costs two passes over the rows. f is piecewise quadratic and
+    strongly convex, so the iteration converges in a handful of steps; a backtracking
+    line search keeps every step a descent. Converged means |grad| <= tol * max(1, |w|).
+    The hinge-loss RankSVM's dual solver needs tens of thousands of passes at C ~ 1 on
+    200k rows; this one needs about ten, to a tighter optimum.
     """
 
     kind = "ranksvm"
 
-    def __init__(self, C: float = 1.0, max_iter: int = 20000, scaler: Standardizer | None = None):
+    def __init__(
+        self,
+        C: float = 1.0,
+        max_iter: int = 50,
+        tol: float = 1e-6,
+        scaler: Standardizer | None = None,
+    ):
         super().__init__()
         self.C = check_positive(C, "C")
         self.max_iter = int(max_iter)
+        if self.max_iter < 1:
+            raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+        self.tol = check_positive(tol, "tol")
         if scaler is not None and scaler.dim is None:
             raise ValueError("scaler must be fitted (on training phi) before use")
         self.scaler_ = scaler
+        self.n_iter_: int | None = None
 
     def _params(self) -> dict[str, Any]:
-        return {"C": self.C, "max_iter": self.max_iter}
+        return {"C": self.C, "max_iter": self.max_iter, "tol": self.tol}
 
-    def fit(self, X: object, y: object) -> RankSVM:
-        """X (n, d) pair differences phi1 - phi2, y (n,) in {+1, -1}; n >= 2."""
-        from sklearn.svm import LinearSVC
+    def objective(self, X: object, y: object, w: object | None = None) -> float:
+        """f(w) on pair differences X, labels y (the fitted weights by default)."""
+        Z = self._signed_rows(X, y)
+        w = self.weights if w is None else as_float_vector(w, "w", Z.shape[1])
+        return _objective(Z, w, self.C)
 
+    def _signed_rows(self, X: object, y: object) -> np.ndarray:
         dim = None if self.scaler_ is None else self.scaler_.dim
         X = as_float_matrix(X, "X", dim)
         y = as_pair_labels(y, X.shape[0])
-        if X.shape[0] < 2:
-            raise ValueError("RankSVM needs at least 2 pairs")
         if self.scaler_ is not None:
             X = self.scaler_.transform_differences(X)
-        flip = y * np.where(np.arange(X.shape[0]) % 2 == 0, 1.0, -1.0)
-        svc = LinearSVC(
-            C=self.C,
-            loss="hinge",
-            dual=True,
-            fit_intercept=False,
-            max_iter=self.max_iter,
-            random_state=0,
-        )
-        svc.fit(X * flip[:, None], y * flip)
-        weights = np.asarray(svc.coef_[0], dtype=np.float64)
-        if not np.isfinite(weights).all():
+        return X * y[:, None]
+
+    def fit(self, X: object, y: object) -> RankSVM:
+        """X (n, d) pair differences phi1 - phi2, y (n,) in {+1, -1}; n >= 2.
+
+        Raises sklearn's ConvergenceWarning if `max_iter` Newton steps do not reach `tol`.
+        """
+        Z = self._signed_rows(X, y)
+        if Z.shape[0] < 2:
+            raise ValueError("RankSVM needs at least 2 pairs")
+        w = np.zeros(Z.shape[1])
+        converged = False
+        self.n_iter_ = 0  # Newton steps taken
+        for _ in range(self.max_iter + 1):
+            margins = Z @ w
+            active = margins < 1.0
+            Z_active = Z[active]
+            gradient = w - 2.0 * self.C * (Z_active.T @ (1.0 - margins[active]))
+            if np.linalg.norm(gradient) <= self.tol * max(1.0, float(np.linalg.norm(w))):
+                converged = True
+                break
+            if self.n_iter_ == self.max_iter:
+                break
+            hessian = 2.0 * self.C * (Z_active.T @ Z_active)
+            hessian[np.diag_indices_from(hessian)] += 1.0
+            step = np.linalg.solve(hessian, -gradient)
+            w = _backtrack(Z, w, step, gradient, self.C)
+            self.n_iter_ += 1
+        if not converged:
+            import warnings
+
+            from sklearn.exceptions import ConvergenceWarning
+
+            warnings.warn(
+                f"RankSVM did not converge in {self.max_iter} Newton steps (C={self.C})",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        if not np.isfinite(w).all():
             raise ValueError("RankSVM produced non-finite weights")
-        self.weights_ = weights.copy()
+        self.weights_ = w
         return self
+
+
+def _objective(Z: np.ndarray, w: np.ndarray, C: float) -> float:
+    slack = np.maximum(0.0, 1.0 - Z @ w)
+    return float(0.5 * (w @ w) + C * (slack @ slack))
+
+
+def _backtrack(Z: np.ndarray, w: np.ndarray, step: np.ndarray, gradient: np.ndarray, C: float):
+    """w + t step with the largest t in 1, 1/2, 1/4, ... meeting Armijo's condition."""
+    current = _objective(Z, w, C)
+    slope = float(gradient @ step)
+    t = 1.0
+    while t > 1e-10:
+        candidate = w + t * step
+        if _objective(Z, candidate, C) <= current + 1e-4 * t * slope:
+            return candidate
+        t *= 0.5
+    return w

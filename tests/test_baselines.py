@@ -72,13 +72,41 @@ def pairs_from_truth(n: int, d: int, seed: int):
     return X, y, truth
 
 
-def test_ranksvm_matches_a_plain_linear_svc_on_the_same_objective():
+def test_ranksvm_converges_to_liblinears_l2_loss_optimum():
+    """Same objective as liblinear's primal L2-loss SVM (no intercept): same optimum."""
+    import warnings
+
     from sklearn.svm import LinearSVC
 
-    X, y, _ = pairs_from_truth(300, 6, seed=1)
-    model = RankSVM(C=0.5).fit(X, y)
-    plain = LinearSVC(C=0.5, loss="hinge", fit_intercept=False, max_iter=20000).fit(X, y)
-    np.testing.assert_allclose(model.weights, plain.coef_[0], atol=2e-3)
+    X, y, truth = pairs_from_truth(3000, 8, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ConvergenceWarning would fail the test
+        model = RankSVM(C=0.5).fit(X, y)
+    assert 1 <= model.n_iter_ < model.max_iter
+    # liblinear needs both classes: flip alternate rows, (x, y) -> (-x, -y), same objective
+    flip = np.where(np.arange(len(y)) % 2 == 0, 1.0, -1.0)
+    reference = LinearSVC(C=0.5, loss="squared_hinge", dual=False, fit_intercept=False, tol=1e-8)
+    reference.fit(X * flip[:, None], y * flip)
+    w_ref = reference.coef_[0]
+    assert model.objective(X, y) <= model.objective(X, y, w_ref) + 1e-9
+    np.testing.assert_allclose(model.weights, w_ref, rtol=1e-4, atol=1e-5)
+    # and it ranks held-out items as well as the reference does
+    Phi = np.random.default_rng(7).standard_normal((60, 8))
+    order = np.argsort(-(Phi @ truth))
+    above, below = np.triu_indices(60, k=1)
+    pairs = np.stack([order[above], order[below]], axis=1)
+    ours = pairwise_accuracy(model.score(Phi), pairs)
+    assert ours > 0.9
+    assert abs(ours - pairwise_accuracy(Phi @ w_ref, pairs)) < 0.01
+
+
+def test_ranksvm_warns_when_the_step_budget_is_too_small():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y, _ = pairs_from_truth(500, 5, seed=8)
+    with pytest.warns(ConvergenceWarning, match="1 Newton steps"):
+        model = RankSVM(C=10.0, max_iter=1).fit(X, y)
+    assert model.n_iter_ == 1
 
 
 def test_ranksvm_learns_the_order_even_when_all_labels_agree():
@@ -102,6 +130,7 @@ def test_ranksvm_with_scaler_round_trip():
     Phi = np.random.default_rng(6).standard_normal((7, 4))
     np.testing.assert_array_equal(back.score(Phi), model.score(Phi))
     assert back.C == 0.1
+    assert back.objective(X, y) == model.objective(X, y)
 
 
 @pytest.mark.parametrize(
@@ -110,6 +139,7 @@ def test_ranksvm_with_scaler_round_trip():
         (np.ones((1, 3)), [1], "at least 2"),
         (np.array([[1.0, np.nan], [0.0, 1.0]]), [1, -1], "row 0"),
         (np.ones((2, 2)), [1, 3], r"y\[1\]"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), [1, -1], "row 0"),
     ],
 )
 def test_ranksvm_bad_input(X, y, message):
