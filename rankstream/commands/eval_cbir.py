@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-DATASET_CHOICES = ("digits",)  # keep in step with rankstream.evals.cbir.DATASETS
+DATASET_CHOICES = ("digits", "synthetic")  # keep in step with rankstream.evals.cbir.DATASETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,17 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_evaluation(args: argparse.Namespace) -> dict[str, Any]:
     """Run the evaluation with a spinner on stderr (shared with `rankstream demo`)."""
-    import warnings
-
     from rich.console import Console
-    from sklearn.exceptions import ConvergenceWarning
 
     from rankstream.evals.cbir import evaluate_cbir
 
     console = Console(stderr=True, log_path=False)
-    with console.status("evaluating") as status, warnings.catch_warnings():
-        # liblinear's iteration cap is RankSVM's business; its chosen C is reported
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with console.status("evaluating") as status:
 
         def progress(message: str) -> None:
             status.update(message)

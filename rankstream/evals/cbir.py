@@ -8,6 +8,14 @@ Protocol, as in the online-LTR paper's §5.1-5.2:
 * OPR, OPAR-I, OPAR-II, OGDR and AROW each make ONE pass over the training rows in a
   fixed shuffled order (the same order for all), their parameter (C, eta or r) chosen
   from a small grid by validation mAP; OPR has none;
+* validation also chooses each online ranker's initialisation ("init" in params):
+  zero weights, or a warm start from Uni-Con (all ones on standardized phi, the search
+  engine's starting model, DESIGN.md's warm start). Why: OPR has no step parameter,
+  so nothing else tempers it; it is a plain perceptron on non-separable pairs whose
+  last weights swing with the stream, and from zero its first mistakes alone set the
+  direction, while from Uni-Con it corrects a sensible model. The update rules are
+  untouched; the same choice is open to every online ranker (the aggressive ones,
+  with their tuned step, mostly end where they would from zero);
 * every chosen model is scored on the test queries: mAP and NDCG@50.
 
 The result is a plain dict (JSON-ready); see `evaluate_cbir`.
@@ -15,6 +23,7 @@ The result is a plain dict (JSON-ready); see `evaluate_cbir`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -25,11 +34,15 @@ from ranking.baselines import BestFea, RankSVM, UniCon
 from ranking.metrics import average_precision, mean_over_queries, ndcg_at_k
 from ranking.online import OnlineRanker
 from ranking.scaling import Standardizer
-from simulators.digits import CBIRTestBed, RankedQuery, load_digits_testbed
+from simulators.cbir_testbed import CBIRTestBed, RankedQuery, load_synthetic_testbed
+from simulators.digits import load_digits_testbed
 
 TestBedLoader = Callable[..., CBIRTestBed]
 
-DATASETS: dict[str, TestBedLoader] = {"digits": load_digits_testbed}
+DATASETS: dict[str, TestBedLoader] = {
+    "digits": load_digits_testbed,
+    "synthetic": load_synthetic_testbed,
+}
 """Dataset name -> loader(seed=, train_rows=, max_val_queries=, max_test_queries=)."""
 
 METHODS = ("uni_con", "best_fea", "ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
@@ -42,6 +55,9 @@ ONLINE_GRIDS: dict[str, dict[str, Sequence[float]]] = {
     "arow": {"r": (0.1, 1.0, 10.0, 100.0)},
 }
 """Validation grids for the online rankers (the paper chooses them by cross validation)."""
+
+INITIALISATIONS = ("zero", "uni_con")
+"""Starting weights validation chooses from for every online ranker (zero first on ties)."""
 
 RANKSVM_GRID: Sequence[float] = (0.01, 0.1, 1.0)
 
@@ -60,11 +76,11 @@ def mean_ndcg_at_50(score: Scorer, queries: Sequence[RankedQuery]) -> float:
 
 
 def _select(
-    candidates: Sequence[tuple[dict[str, float], Callable[[], Any]]],
+    candidates: Sequence[tuple[dict[str, Any], Callable[[], Any]]],
     val_queries: Sequence[RankedQuery],
-) -> tuple[Any, dict[str, float], float]:
+) -> tuple[Any, dict[str, Any], float]:
     """Fit each (params, build) candidate; keep the best by validation mAP (first on ties)."""
-    best: tuple[Any, dict[str, float], float] | None = None
+    best: tuple[Any, dict[str, Any], float] | None = None
     for params, build in candidates:
         model = build()
         score = mean_ap(model.score, val_queries)
@@ -74,22 +90,28 @@ def _select(
     return best
 
 
+def _fit_online(
+    algo: str,
+    scaler: Standardizer,
+    X: np.ndarray,
+    y: np.ndarray,
+    init: str,
+    hyper: dict[str, float],
+) -> OnlineRanker:
+    warm_start = UniCon(scaler).weights if init == "uni_con" else None
+    return OnlineRanker(algo=algo, scaler=scaler, warm_start=warm_start, **hyper).learn_many(X, y)
+
+
 def _online_candidates(
     algo: str, scaler: Standardizer, X: np.ndarray, y: np.ndarray
-) -> list[tuple[dict[str, float], Callable[[], OnlineRanker]]]:
+) -> list[tuple[dict[str, Any], Callable[[], OnlineRanker]]]:
+    """Every (initialisation, grid point) of `algo`, each a one-pass fit over (X, y)."""
     grid = ONLINE_GRIDS[algo]
-    if not grid:
-        return [({}, lambda: OnlineRanker(algo=algo, scaler=scaler).learn_many(X, y))]
-    ((name, values),) = grid.items()
+    points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     return [
-        (
-            {name: value},
-            partial(
-                lambda v: OnlineRanker(algo=algo, scaler=scaler, **{name: v}).learn_many(X, y),
-                value,
-            ),
-        )
-        for value in values
+        ({"init": init, **hyper}, partial(_fit_online, algo, scaler, X, y, init, hyper))
+        for init in INITIALISATIONS
+        for hyper in points
     ]
 
 
@@ -121,7 +143,7 @@ def evaluate_testbed(
     ]
     models["ranksvm"], params["ranksvm"], _ = _select(ranksvm_grid, testbed.val_queries)
     for algo, grid in ONLINE_GRIDS.items():
-        say(f"{algo}: one pass over {len(y):,} rows per grid point {dict(grid)}")
+        say(f"{algo}: one pass over {len(y):,} rows per grid point {dict(grid)} x init")
         models[algo], params[algo], _ = _select(
             _online_candidates(algo, scaler, X, y), testbed.val_queries
         )
