@@ -1,0 +1,363 @@
+"""The whole pipeline in one process, no services: the embedded demo behind `rankstream demo`.
+
+The real pieces, wired through a fresh in-process transport and model store
+(`stream.embedded`, `stream.embedded_store`: the same classes `open_transport` /
+`open_store` return when no Kafka/Redis is configured, but private to this run, so a
+demo never sees another run's topics or models):
+
+    Simulation.step()            serve one query with the champion, judge its top 50,
+                                 publish its triplet block and its stamped judged query
+    Evaluator.process(queries)   score every model on that query at the stamped versions
+    OnlineWorker.process(block)  OPR, OPAR-I, OPAR-II, OGDR, AROW learn the triplets;
+                                 checkpoint() publishes new versions
+    BatchWorker.process(block)   reservoir sample; refit() every `refit_every` queries
+                                 publishes cMDS-DML and RankMKL
+    Evaluator.publish()          the rolling scores and champion the next query is served by
+
+The demo is the poll loop: it reads each topic with its own consumer and hands the
+messages to the workers' per-message `process`, without threads, so one query is
+evaluated before any worker has learned from its feedback (the stamps guarantee that
+in a distributed run too) and a run is deterministic given its options.
+
+Learning time (Fig. 4): the online worker applies a block to a model through
+`TrackedModel.learn` (scaler fit, held messages, `learn_many`); the demo times those
+calls per model. A batch refit's fit time is the `refit_seconds` the batch worker
+stores with each model version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rankstream.config import Settings
+from simulators.collection import Collection
+from simulators.retrieval import CandidateIndex
+from stream.transport import Consumer, Message, Transport
+
+DEFAULT_IMAGES = 150_000
+ONLINE_MODELS = ("opr", "opar1", "opar2", "ogdr", "arow")
+BATCH_MODELS = ("cmds_dml", "rankmkl")
+BASELINE = "uni_con"
+REPORT_MODELS = (BASELINE, *ONLINE_MODELS, *BATCH_MODELS)
+_DRAIN_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """Size and cadence of one demo run (defaults finish in about two minutes on 2 cores)."""
+
+    queries: int = 2000  # the paper's 2,000 sequential queries
+    triplets: int | None = None  # also stop once at least this many triplets were produced
+    images: int = DEFAULT_IMAGES
+    seed: int = 0  # query stream, reservoir and RankMKL pair sampling
+    collection_seed: int = 0
+    checkpoint_every: int = 1  # queries between online checkpoints (new servable versions)
+    refit_every: int = 500  # queries between batch refits
+    reservoir: int = 2000  # triplets in the batch worker's sample
+    cmds_dml_iterations: int = 60
+    rankmkl_pairs: int = 500
+    publish_every: int = 10  # queries between evaluator score records (and on a new champion)
+    window: int = 200  # evaluator's rolling window (champion choice)
+    scaler_rows: int = 2000  # triplets an online model holds back to fit its scaler
+    calibration_queries: int = 50
+
+    def __post_init__(self) -> None:
+        positive = ("queries", "images", "checkpoint_every", "refit_every", "reservoir",
+                    "cmds_dml_iterations", "rankmkl_pairs", "publish_every", "window",
+                    "scaler_rows", "calibration_queries")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.triplets is not None and self.triplets < 1:
+            raise ValueError(f"triplets must be >= 1, got {self.triplets}")
+
+
+@dataclass
+class DemoResult:
+    """Per-query curves and totals of one run; `report()` is DIR/report.json."""
+
+    options: DemoOptions
+    images: int
+    triplets: int
+    seconds: float  # wall time including the collection build or load
+    collection_seconds: float
+    ndcg: dict[str, np.ndarray]  # model -> (queries,) NDCG@50, NaN where not scored
+    learning_seconds: dict[str, np.ndarray]  # model -> (queries,) cumulative seconds
+    served_by: list[str]
+    champion: str
+    champion_switches: int
+    refits: int
+    rolling_ndcg: dict[str, float]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def queries(self) -> int:
+        return len(self.served_by)
+
+    def report(self) -> dict[str, Any]:
+        scored = {m: np.isfinite(v) for m, v in self.ndcg.items()}
+        base = self.ndcg[BASELINE]
+
+        def improvement(model: str) -> float | None:
+            both = scored[model] & scored[BASELINE]
+            return _mean(self.ndcg[model][both] - base[both]) if both.any() else None
+
+        served: dict[str, int] = {}
+        for name in self.served_by:
+            served[name] = served.get(name, 0) + 1
+        return {
+            "queries": self.queries,
+            "triplets": self.triplets,
+            "seconds": round(self.seconds, 2),
+            "collection_seconds": round(self.collection_seconds, 2),
+            "images": self.images,
+            "seed": self.options.seed,
+            "ndcg_at_50": {m: _mean(v[scored[m]]) for m, v in self.ndcg.items()},
+            "improvement_over_uni_con": {m: improvement(m) for m in self.ndcg if m != BASELINE},
+            "scored_queries": {m: int(s.sum()) for m, s in scored.items()},
+            "rolling_ndcg_at_50": {m: round(v, 4) for m, v in self.rolling_ndcg.items()},
+            "learning_seconds": {m: round(float(v[-1]), 4) if len(v) else 0.0
+                                 for m, v in self.learning_seconds.items()},
+            "champion": self.champion,
+            "champion_switches": self.champion_switches,
+            "served_by": dict(sorted(served.items())),
+            "refits": self.refits,
+            "options": dataclasses.asdict(self.options),
+            **self.extra,
+        }
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return round(float(np.mean(values)), 4) if len(values) else None
+
+
+class TopicReader:
+    """A consumer of every partition of one topic from its beginning; `drain()` takes all."""
+
+    def __init__(self, transport: Transport, topic: str) -> None:
+        self.consumer: Consumer = transport.consumer()
+        partitions = transport.partitions_for(topic)
+        self.consumer.assign([(topic, p) for p in partitions])
+        for p in partitions:
+            self.consumer.seek_to_beginning(topic, p)
+
+    def drain(self) -> list[Message]:
+        messages: list[Message] = []
+        while batch := self.consumer.poll(timeout_ms=0, max_records=_DRAIN_BATCH):
+            messages.extend(batch)
+        return messages
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class LearningClock:
+    """Cumulative seconds each model spent learning, snapshotted after every query."""
+
+    def __init__(self, models: tuple[str, ...]) -> None:
+        self.total = dict.fromkeys(models, 0.0)
+        self.curves: dict[str, list[float]] = {m: [] for m in models}
+
+    def add(self, model: str, seconds: float) -> None:
+        self.total[model] += seconds
+
+    def timed(self, model: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        """`call` wrapped so its wall time is charged to `model`."""
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.add(model, time.perf_counter() - started)
+        return wrapper
+
+    def snapshot(self) -> None:
+        for model, seconds in self.total.items():
+            self.curves[model].append(seconds)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {m: np.asarray(v, dtype=np.float64) for m, v in self.curves.items()}
+
+
+class DemoPipeline:
+    """Simulator, online worker, batch worker and evaluator on one embedded transport/store."""
+
+    def __init__(self, options: DemoOptions, settings: Settings | None = None, *,
+                 collection: Collection | None = None,
+                 index: CandidateIndex | None = None) -> None:
+        from rankstream.simulate import SimulateOptions, Simulation
+        from stream.embedded import EmbeddedTransport
+        from stream.embedded_store import EmbeddedModelStore
+        from workers.batch import BatchOptions, BatchWorker
+        from workers.batch_models import CMDSDMLParams, RankMKLParams
+        from workers.evaluator import Evaluator, EvaluatorOptions
+        from workers.online import OnlineWorker, WorkerOptions
+
+        # no services, whatever the environment says: the demo is the embedded pipeline
+        self.settings = dataclasses.replace(settings or Settings.from_env(),
+                                            kafka_bootstrap=None, redis_url=None)
+        self.options = options
+        self.transport = EmbeddedTransport()
+        self.store = EmbeddedModelStore()
+        never = 10**12  # cadences the demo drives itself (checkpoint, refit, persist)
+        self.simulation = Simulation(
+            self.settings,
+            SimulateOptions(triplets=options.triplets or never, seed=options.seed,
+                            images=options.images, collection_seed=options.collection_seed,
+                            calibration_queries=options.calibration_queries),
+            transport=self.transport, store=self.store, collection=collection, index=index)
+        self.online = OnlineWorker(
+            self.settings,
+            WorkerOptions(algos=ONLINE_MODELS, checkpoint_records=never,
+                          checkpoint_seconds=float(never), scaler_rows=options.scaler_rows),
+            transport=self.transport, store=self.store)
+        self.batch = BatchWorker(
+            self.settings,
+            BatchOptions(reservoir=options.reservoir, refit_records=never,
+                         refit_seconds=float(never), persist_seconds=float(never),
+                         models=BATCH_MODELS, seed=options.seed,
+                         cmds_dml=CMDSDMLParams(max_iter=options.cmds_dml_iterations),
+                         rankmkl=RankMKLParams(max_pairs=options.rankmkl_pairs,
+                                               seed=options.seed)),
+            transport=self.transport, store=self.store)
+        self.evaluator = Evaluator(
+            self.settings,
+            EvaluatorOptions(window=options.window, history=options.queries,
+                             publish_every=options.publish_every),
+            transport=self.transport, store=self.store)
+        self.clock = LearningClock(REPORT_MODELS)
+        self.served_by: list[str] = []
+        self.champion_switches = 0
+        self._published_champion: str | None = None
+        self._readers: list[TopicReader] = []
+
+    def start(self) -> None:
+        """Topics, Uni-Con, each worker's stored state (none: a fresh store), the readers."""
+        self.simulation.start()
+        self.online.start()
+        self.batch.start()
+        self.evaluator.start()
+        for model in self.online.models:
+            model.learn = self.clock.timed(model.name, model.learn)  # type: ignore[method-assign]
+        self.triplets = TopicReader(self.transport, self.settings.triplets_topic)
+        self.queries = TopicReader(self.transport, self.settings.queries_topic)
+        self._readers = [self.triplets, self.queries]
+        self._published_champion = self.evaluator.champion
+
+    @property
+    def done(self) -> bool:
+        return len(self.served_by) >= self.options.queries or self.simulation.done
+
+    def step(self) -> str:
+        """One query through the whole pipeline; returns the model that served it."""
+        served = self.simulation.step().served.name
+        self.served_by.append(served)
+        n = len(self.served_by)
+        self.evaluator.process(self.queries.drain())  # scored before anyone learns from it
+        blocks = self.triplets.drain()
+        self.online.process(blocks)
+        self.batch.process(blocks)
+        if n % self.options.checkpoint_every == 0:
+            self.online.checkpoint()
+        if n % self.options.refit_every == 0 and n < self.options.queries:
+            self.refit()  # not after the last query: no query would be served by it
+        champion = self.evaluator.champion
+        if n % self.options.publish_every == 0 or champion != self._published_champion:
+            if champion != self._published_champion:
+                self.champion_switches += 1
+            self.evaluator.publish()
+            self._published_champion = champion
+        self.clock.snapshot()
+        return served
+
+    def refit(self) -> dict[str, int]:
+        """Refit the batch models on the reservoir; charge each its stored fit time."""
+        published = self.batch.refit()
+        for name, version in published.items():
+            stored = self.store.load_version(name, version)
+            if stored is not None:
+                self.clock.add(name, float(stored.meta.get("refit_seconds", 0.0)))
+        return published
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.close()
+        self.batch.close()
+        self.simulation.close()
+        self.evaluator.close()
+
+    def ndcg_curves(self) -> dict[str, np.ndarray]:
+        """Per-query NDCG@50 of every report model from the evaluator's history."""
+        n = len(self.served_by)
+        curves = {m: np.full(n, np.nan) for m in REPORT_MODELS}
+        for scores in self.evaluator.history:
+            for model, value in scores.ndcg.items():
+                if model in curves and 0 <= scores.seq < n:
+                    curves[model][scores.seq] = value
+        return curves
+
+
+def run_demo(options: DemoOptions, settings: Settings | None = None, *,
+             collection: Collection | None = None, index: CandidateIndex | None = None,
+             progress: bool = True) -> DemoResult:
+    """Build or load the collection, run the pipeline for the options' queries, collect."""
+    from rankstream.simulate import SimulateOptions, load_collection
+    from workers.logging import configure_logging
+
+    configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
+    started = time.perf_counter()
+    settings = settings or Settings.from_env()
+    if collection is None:
+        collection, index = load_collection(
+            settings, SimulateOptions(images=options.images,
+                                      collection_seed=options.collection_seed), progress)
+    collection_seconds = time.perf_counter() - started
+    pipeline = DemoPipeline(options, settings, collection=collection, index=index)
+    pipeline.start()
+    try:
+        with _progress(progress, options.queries) as advance:
+            while not pipeline.done:
+                pipeline.step()
+                advance(pipeline)
+    finally:
+        pipeline.close()
+    summary = pipeline.evaluator.summary()
+    return DemoResult(
+        options=options, images=collection.n_images,
+        triplets=pipeline.simulation.triplets_produced,
+        seconds=time.perf_counter() - started, collection_seconds=collection_seconds,
+        ndcg=pipeline.ndcg_curves(), learning_seconds=pipeline.clock.arrays(),
+        served_by=pipeline.served_by, champion=pipeline.evaluator.champion,
+        champion_switches=pipeline.champion_switches, refits=pipeline.batch.counters.refits,
+        rolling_ndcg=summary["rolling_ndcg"])
+
+
+@contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[DemoPipeline], None]]:
+    """A rich progress bar on stderr showing queries, triplets, the server and refits."""
+    if not enabled:
+        yield lambda _pipeline: None
+        return
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("demo"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("queries [dim]{task.fields[status]}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task("demo", total=total, status="")
+
+        def advance(pipeline: DemoPipeline) -> None:
+            bar.update(task, completed=len(pipeline.served_by), status=(
+                f"{pipeline.simulation.triplets_produced:,} triplets, "
+                f"serving {pipeline.served_by[-1]}, refits {pipeline.batch.counters.refits}"))
+
+        yield advance

@@ -1,0 +1,157 @@
+"""The paper's figures from per-query arrays: NDCG@50 over the query stream, learning time.
+
+Inputs are plain `{model: (n_queries,) array}` mappings with NaN where a model was not
+scored on (or had not yet learned by) a query, so any report (the embedded demo, a
+Kafka run's evaluator history, an offline experiment) can draw the same figures.
+
+* Fig. 3 of the online-LTR paper plots, per model, the improvement of NDCG@50 over
+  Uni-Con as the queries arrive. `plot_ndcg` draws the cumulative mean NDCG@50 of each
+  model (top) and the cumulative mean of its per-query difference from the baseline
+  on the queries both were scored on (bottom), so a model that joins late (a batch
+  model before its first refit) is compared like for like.
+* Fig. 4 plots cumulative learning time; `plot_learning_time` uses a log axis because
+  batch refits cost orders of magnitude more than online updates.
+
+matplotlib runs on the Agg backend (files only, no display needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+# One colour per model across every figure; unknown models get the cycle's next colour.
+MODEL_COLORS: dict[str, str] = {
+    "uni_con": "black",
+    "opr": "tab:blue",
+    "opar1": "tab:orange",
+    "opar2": "tab:green",
+    "ogdr": "tab:red",
+    "arow": "tab:purple",
+    "cmds_dml": "tab:brown",
+    "rankmkl": "tab:pink",
+}
+MODEL_LABELS: dict[str, str] = {
+    "uni_con": "Uni-Con",
+    "opr": "OPR",
+    "opar1": "OPAR-I",
+    "opar2": "OPAR-II",
+    "ogdr": "OGDR",
+    "arow": "AROW",
+    "cmds_dml": "cMDS-DML",
+    "rankmkl": "RankMKL",
+}
+
+
+def cumulative_mean(values: np.ndarray) -> np.ndarray:
+    """Running mean over the finite entries; NaN before the first one.
+
+    >>> cumulative_mean(np.array([np.nan, 1.0, np.nan, 3.0])).tolist()
+    [nan, 1.0, 1.0, 2.0]
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"values must be 1-d, got shape {values.shape}")
+    finite = np.isfinite(values)
+    counts = np.cumsum(finite)
+    sums = np.cumsum(np.where(finite, values, 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _check_curves(curves: Mapping[str, np.ndarray]) -> int:
+    lengths = {name: np.shape(values) for name, values in curves.items()}
+    shapes = set(lengths.values())
+    if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+        raise ValueError(f"curves must be 1-d arrays of one length, got {lengths}")
+    return int(next(iter(shapes))[0])
+
+
+def _style(name: str) -> dict:
+    style = {"label": MODEL_LABELS.get(name, name), "linewidth": 1.6}
+    if name in MODEL_COLORS:
+        style["color"] = MODEL_COLORS[name]
+    return style
+
+
+def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str = "uni_con",
+              title: str = "Online cumulative retrieval performance (NDCG@50)") -> Path:
+    """Fig. 3: cumulative mean NDCG@50 per model, and its improvement over `baseline`."""
+    if baseline not in curves:
+        raise ValueError(f"baseline {baseline!r} is not among the curves {sorted(curves)}")
+    n = _check_curves(curves)
+    plt = _pyplot()
+    queries = np.arange(1, n + 1)
+    base = np.asarray(curves[baseline], dtype=np.float64)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True,
+                                      gridspec_kw={"height_ratios": [1, 1]})
+    for name, values in curves.items():
+        values = np.asarray(values, dtype=np.float64)
+        style = _style(name)
+        if name == baseline:
+            style.update(linestyle="--", linewidth=2.0)
+        top.plot(queries, cumulative_mean(values), **style)
+        if name != baseline:
+            paired = np.where(np.isfinite(values) & np.isfinite(base), values - base, np.nan)
+            bottom.plot(queries, cumulative_mean(paired), **_style(name))
+    bottom.axhline(0.0, color="black", linestyle="--", linewidth=1.2,
+                   label=f"{MODEL_LABELS.get(baseline, baseline)} (0)")
+    top.set_ylabel("cumulative mean NDCG@50")
+    top.set_title(title)
+    bottom.set_ylabel(f"NDCG@50 - {MODEL_LABELS.get(baseline, baseline)}\n(cumulative mean)")
+    bottom.set_xlabel("queries")
+    for axis in (top, bottom):
+        axis.grid(True, alpha=0.3)
+        axis.set_xlim(1, max(n, 2))
+    top.legend(loc="lower right", ncol=2, fontsize=9)
+    bottom.legend(loc="lower right", ncol=2, fontsize=9)
+    return _save(fig, plt, path)
+
+
+def plot_learning_time(cumulative_seconds: Mapping[str, np.ndarray], path: str | Path,
+                       title: str = "Online cumulative time cost") -> Path:
+    """Fig. 4: cumulative learning seconds per model over the queries (log axis).
+
+    A model that never learns (Uni-Con: fixed weights) has no line to draw and is left
+    out of the legend.
+    """
+    n = _check_curves(cumulative_seconds)
+    plt = _pyplot()
+    queries = np.arange(1, n + 1)
+    fig, axis = plt.subplots(figsize=(9, 5))
+    for name, values in cumulative_seconds.items():
+        values = np.asarray(values, dtype=np.float64)
+        if np.any(values < 0) or not np.all(np.isfinite(values)):
+            raise ValueError(f"learning time of {name!r} must be finite and >= 0")
+        if not np.any(values > 0):
+            continue
+        # log axis: leave out the zero prefix (nothing learned yet) instead of clipping it
+        axis.plot(queries, np.where(values > 0, values, np.nan), **_style(name))
+    axis.set_yscale("log")
+    axis.set_xlabel("queries")
+    axis.set_ylabel("cumulative learning time (s, log scale)")
+    axis.set_title(title)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.set_xlim(1, max(n, 2))
+    axis.legend(loc="lower right", ncol=2, fontsize=9)
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

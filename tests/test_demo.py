@@ -1,0 +1,110 @@
+"""The embedded demo: the real pipeline in one process, its report and its figures (tiny sizes)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rankstream.cli import main
+from rankstream.demo import BATCH_MODELS, ONLINE_MODELS, REPORT_MODELS, DemoOptions, run_demo
+from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
+from simulators.collection import build_collection
+from simulators.retrieval import CandidateIndex
+
+TINY = {"images": 4000, "scaler_rows": 500, "reservoir": 300, "cmds_dml_iterations": 10,
+        "rankmkl_pairs": 100, "publish_every": 2, "window": 10, "calibration_queries": 5}
+
+
+@pytest.fixture(scope="module")
+def tiny_collection():
+    collection = build_collection(n_images=TINY["images"], seed=0, progress=False)
+    return collection, CandidateIndex.build(collection, seed=0, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_collection):
+    collection, index = tiny_collection
+    options = DemoOptions(queries=16, refit_every=6, **TINY)
+    return run_demo(options, collection=collection, index=index, progress=False)
+
+
+def test_every_model_is_scored_only_once_it_exists(tiny_run) -> None:
+    ndcg = tiny_run.ndcg
+    assert set(ndcg) == set(REPORT_MODELS) and tiny_run.queries == 16
+    assert np.isfinite(ndcg["uni_con"]).all()  # published before the first query
+    for model in ONLINE_MODELS:  # first checkpoint once 500 triplets fixed the scaler
+        scored = np.isfinite(ndcg[model])
+        assert not scored[0] and scored[-1] and scored[np.argmax(scored):].all()
+    for model in BATCH_MODELS:  # refits after queries 6 and 12 (never after the last)
+        scored = np.isfinite(ndcg[model])
+        assert not scored[:6].any() and scored[6:].all()
+    assert tiny_run.refits == 2
+    values = np.concatenate([v[np.isfinite(v)] for v in ndcg.values()])
+    assert ((values >= 0) & (values <= 1)).all()
+
+
+def test_learning_time_is_cumulative_and_charged_to_learners_only(tiny_run) -> None:
+    seconds = tiny_run.learning_seconds
+    assert all(v.shape == (16,) and (np.diff(v) >= 0).all() for v in seconds.values())
+    assert not seconds["uni_con"].any()
+    assert all(seconds[m][-1] > 0 for m in ONLINE_MODELS + BATCH_MODELS)
+    for model in BATCH_MODELS:  # nothing before the first refit, a jump at each refit
+        assert not seconds[model][:5].any() and seconds[model][5] > 0
+        assert seconds[model][11] > seconds[model][10]
+
+
+def test_report_matches_the_curves(tiny_run) -> None:
+    report = tiny_run.report()
+    assert report["queries"] == 16 and report["triplets"] > 0 and report["images"] == 4000
+    for model in REPORT_MODELS:
+        curve = tiny_run.ndcg[model]
+        assert report["ndcg_at_50"][model] == pytest.approx(np.nanmean(curve), abs=1e-4)
+        assert report["scored_queries"][model] == np.isfinite(curve).sum()
+    both = np.isfinite(tiny_run.ndcg["opr"])
+    gain = np.mean(tiny_run.ndcg["opr"][both] - tiny_run.ndcg["uni_con"][both])
+    assert report["improvement_over_uni_con"]["opr"] == pytest.approx(gain, abs=1e-4)
+    assert sum(report["served_by"].values()) == 16
+    assert report["champion"] in REPORT_MODELS
+    json.dumps(report)  # plain JSON types throughout
+
+
+def test_same_options_same_results(tiny_collection, tiny_run) -> None:
+    collection, index = tiny_collection
+    again = run_demo(tiny_run.options, collection=collection, index=index, progress=False)
+    assert again.served_by == tiny_run.served_by
+    for model in REPORT_MODELS:
+        np.testing.assert_array_equal(again.ndcg[model], tiny_run.ndcg[model])
+
+
+def test_cli_writes_report_plots_and_table(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RANKSTREAM_KAFKA_BOOTSTRAP", "nowhere:9")  # the demo ignores services
+    out = tmp_path / "report"
+    assert main(["demo", "--out", str(out), "--images", "4000", "--queries", "8",
+                 "--refit-every", "100"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert {"queries", "triplets", "seconds", "ndcg_at_50"} <= set(report)
+    assert set(report["ndcg_at_50"]) == set(REPORT_MODELS)
+    assert report["queries"] == 8 and report["refits"] == 0
+    assert report["ndcg_at_50"]["cmds_dml"] is None  # never refitted, never scored
+    for name in ("ndcg_at_50.png", "learning_time.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Uni-Con" in capsys.readouterr().out
+
+
+def test_cumulative_mean_skips_unscored_queries() -> None:
+    got = cumulative_mean(np.array([np.nan, 0.5, np.nan, 1.0, 0.0]))
+    np.testing.assert_allclose(got, [np.nan, 0.5, 0.5, 0.75, 0.5])
+    with pytest.raises(ValueError, match="1-d"):
+        cumulative_mean(np.zeros((2, 2)))
+
+
+def test_plots_reject_bad_curves(tmp_path) -> None:
+    with pytest.raises(ValueError, match="baseline"):
+        plot_ndcg({"opr": np.ones(3)}, tmp_path / "a.png")
+    with pytest.raises(ValueError, match="one length"):
+        plot_ndcg({"uni_con": np.ones(3), "opr": np.ones(4)}, tmp_path / "a.png")
+    with pytest.raises(ValueError, match="finite"):
+        plot_learning_time({"opr": np.array([0.0, np.nan])}, tmp_path / "b.png")
