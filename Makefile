@@ -32,6 +32,14 @@ bench: $(STAMP)
 	$(BIN)/rankstream bench learners --json
 	$(BIN)/rankstream bench pipeline --json
 
+# Faults on the local services (started here if need be): 10 worker SIGKILLs over 3M
+# triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies.
+chaos: $(STAMP)
+	eval "$$($(BIN)/rankstream services up --env)" && \
+	$(BIN)/rankstream chaos --kills 10 --triplets 3000000 --json && \
+	$(BIN)/rankstream chaos --kills 2 --restart-kafka 2 --restart-redis 2 --crash-redis 2 \
+		--lose-checkpoints 2 --zombies 2 --triplets 1000000 --seed 1 --json
+
 services-up: $(STAMP)
 	$(BIN)/rankstream services up
 
