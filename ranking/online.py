@@ -41,7 +41,7 @@ Example: learn that the first feature decides the order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,36 +76,68 @@ def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
 
 
 @njit(cache=True, fastmath=False)
-def _learn_linear(rule, w, X, y, param):  # pragma: no cover - compiled
-    """Sequential w += lambda_t y x over the rows of X, in place.
+def _learn_linear(rules, params, W, scales, group, A, B, y, n_updates, status, bad_row):
+    """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
-    Returns (n_updates, bad_row, status). Finiteness and labels are checked in the
-    same pass (|x|^2 is NaN/Inf exactly when a value is, or overflows), so callers
-    run it on a copy of w and keep the copy only when status is _OK.
+    Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
+    as `np.subtract(A, B, dtype=np.float64)`), or A[i] when B is None; model m learns
+    x / scales[group[m]] (its scaler's std: a division, like `transform_differences`).
+    Each distinct scaler's x is computed once per row into a small buffer, and every
+    model's margin is accumulated in the same sweep over the features, so several
+    models cost little more than one. Per model the arithmetic and its order are those
+    of one model alone (no fast-math), so the weights are bit-identical to separate
+    calls. W (k, d) holds copies; n_updates, status and bad_row (k,) are outputs:
+    a model stops at its first bad row (label not +1/-1 stops all; a non-finite
+    |x|^2 stops the models of that scaler) and callers keep only models left _OK.
     """
-    n, d = X.shape
-    n_updates = 0
+    n, d = A.shape
+    k = W.shape[0]
+    n_groups = scales.shape[0]
+    xs = np.empty((n_groups, d))
+    sqnorms = np.empty(n_groups)
+    dots = np.empty(k)
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
-            return n_updates, i, _BAD_LABEL
-        dot = 0.0
-        sqnorm = 0.0
-        for j in range(d):
-            xj = X[i, j]
-            dot += w[j] * xj
-            sqnorm += xj * xj
-        if not sqnorm < np.inf:
-            return n_updates, i, _NONFINITE
-        if sqnorm == 0.0:
-            continue
-        lam = _step_size(rule, yi * dot, sqnorm, param)
-        if lam != 0.0:
-            c = lam * yi
+            for m in range(k):
+                if status[m] == _OK:
+                    status[m], bad_row[m] = _BAD_LABEL, i
+            return
+        for g in range(n_groups):  # no reduction here: vectorised
+            if B is None:
+                for j in range(d):
+                    xs[g, j] = np.float64(A[i, j]) / scales[g, j]
+            else:
+                for j in range(d):
+                    xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
+        for m in range(k):
+            dots[m] = 0.0
+        for g in range(n_groups):  # one sweep: |x|^2 and every margin as parallel chains
+            sq = 0.0
             for j in range(d):
-                w[j] += c * X[i, j]
-            n_updates += 1
-    return n_updates, -1, _OK
+                xj = xs[g, j]
+                sq += xj * xj
+                for m in range(k):
+                    if group[m] == g:
+                        dots[m] += W[m, j] * xj
+            sqnorms[g] = sq
+        for m in range(k):
+            if status[m] != _OK:
+                continue
+            g = group[m]
+            sqnorm = sqnorms[g]
+            if not sqnorm < np.inf:
+                status[m], bad_row[m] = _NONFINITE, i
+                continue
+            if sqnorm == 0.0:
+                continue
+            yi = y[i]
+            lam = _step_size(rules[m], yi * dots[m], sqnorm, params[m])
+            if lam != 0.0:
+                c = lam * yi
+                for j in range(d):
+                    W[m, j] += c * xs[g, j]
+                n_updates[m] += 1
 
 
 @njit(cache=True, fastmath=False)
@@ -192,6 +224,125 @@ _LINEAR_RULES: dict[str, tuple[int, str | None]] = {
     "ogdr": (_OGDR, "eta"),
 }
 ALGOS: tuple[str, ...] = (*_LINEAR_RULES, "arow")
+
+
+_NONFINITE_WEIGHTS = "this batch would make the weights non-finite; model unchanged"
+
+
+def _labels(y: object, n: int) -> np.ndarray:
+    """y as float64 (n,); the +1/-1 check runs in the compiled pass (it names the row)."""
+    labels = np.asarray(y)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"y must have shape ({n},) to match X, got {labels.shape}")
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number):
+        raise ValueError(f"y must be numeric +1/-1 labels, got dtype {labels.dtype}")
+    return np.ascontiguousarray(labels, dtype=np.float64)
+
+
+def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | None:
+    """The ValueError `learn_many` raises for a kernel status, or None when _OK."""
+    if status == _BAD_LABEL:
+        return ValueError(f"y[{bad_row}] = {labels[bad_row]!r}; labels must be +1 or -1")
+    if status == _NONFINITE:
+        return ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
+    return None
+
+
+def _learn_linear_models(rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.ndarray | None,
+                         labels: np.ndarray) -> list[ValueError | None]:
+    """Run `_learn_linear` for linear rankers whose width is known; commit each that passed.
+
+    Rankers sharing a scaler (equal std, e.g. fitted on the same rows) share one
+    scaled x per row. Returns per ranker None or the error its `learn_many` raises.
+    """
+    k, d = len(rankers), A.shape[1]
+    groups: dict[bytes, int] = {}
+    scales: list[np.ndarray] = []
+    group = np.empty(k, dtype=np.int64)
+    for m, ranker in enumerate(rankers):
+        std = np.ones(d) if ranker.scaler is None else ranker.scaler.std_
+        key = std.tobytes()
+        if key not in groups:
+            groups[key] = len(scales)
+            scales.append(std)
+        group[m] = groups[key]
+    rules = np.empty(k, dtype=np.int64)
+    params = np.empty(k)
+    for m, ranker in enumerate(rankers):
+        rule, param_name = _LINEAR_RULES[ranker.algo]
+        rules[m] = rule
+        params[m] = 0.0 if param_name is None else getattr(ranker, param_name)
+    W = np.array([ranker._w for ranker in rankers])
+    n_updates = np.zeros(k, dtype=np.int64)
+    status = np.zeros(k, dtype=np.int64)
+    bad_row = np.full(k, -1, dtype=np.int64)
+    _learn_linear(rules, params, W, np.array(scales), group, A, B, labels,
+                  n_updates, status, bad_row)
+    errors: list[ValueError | None] = []
+    for m, ranker in enumerate(rankers):
+        error = _batch_error(int(status[m]), int(bad_row[m]), labels)
+        if error is None and not np.isfinite(W[m]).all():
+            error = ValueError(_NONFINITE_WEIGHTS)
+        if error is None:
+            ranker._commit(W[m].copy(), None, int(n_updates[m]), A.shape[0])
+        errors.append(error)
+    return errors
+
+
+def _as_phi(phi: object, name: str, dim: int | None) -> np.ndarray:
+    """phi (n, d) as C-ordered float32 or float64 (kept: widened inside the kernel)."""
+    arr = np.asarray(phi)
+    if arr.dtype in (np.float32, np.float64):
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be 2-d (n, d), got {arr.ndim}-d shape {arr.shape}")
+        if dim is not None and arr.shape[1] != dim:
+            raise ValueError(f"{name} has {arr.shape[1]} columns, expected {dim}")
+        return np.ascontiguousarray(arr)
+    return as_float_matrix(arr, name, dim, check_finite=False)
+
+
+def learn_many_together(rankers: Sequence[OnlineRanker], phi1: object, phi2: object,
+                        y: object) -> list[ValueError | None]:
+    """Every ranker learns the rows x = phi1 - phi2 (n, d) with labels y (n,).
+
+    Equal, bit for bit, to `ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64),
+    y)` for each ranker in turn, but the linear rankers share one compiled pass: each
+    row's x is formed once (in float64, from float32 or float64 phi, no (n, d)
+    temporaries) and scaled once per distinct scaler. AROW rankers learn on their own.
+
+    Rankers are independent: returns, per ranker, None or the ValueError its
+    `learn_many` would have raised (that ranker unchanged, the others updated).
+    Shapes that fit no ranker raise ValueError at once.
+    """
+    rankers = list(rankers)
+    if len({id(r) for r in rankers}) != len(rankers):
+        raise ValueError("each ranker may appear only once")
+    widths = {r.dim for r in rankers} - {None}
+    if len(widths) > 1:
+        raise ValueError(f"rankers have different widths {sorted(widths)}")
+    dim = next(iter(widths), None)
+    A, B = _as_phi(phi1, "phi1", dim), _as_phi(phi2, "phi2", dim)
+    if A.shape != B.shape:
+        raise ValueError(f"phi1 {A.shape} and phi2 {B.shape} must have the same shape")
+    if A.dtype != B.dtype:
+        A, B = A.astype(np.float64), B.astype(np.float64)
+    labels = _labels(y, A.shape[0])
+    for ranker in rankers:
+        if ranker.dim is None:
+            ranker._init_state(A.shape[1])
+    errors: dict[int, ValueError | None] = {}
+    linear = [m for m, r in enumerate(rankers) if r.algo != "arow"]
+    if linear:
+        found = _learn_linear_models([rankers[m] for m in linear], A, B, labels)
+        errors.update(zip(linear, found, strict=True))
+    for m, ranker in enumerate(rankers):
+        if m not in errors:
+            try:
+                ranker.learn_many(np.subtract(A, B, dtype=np.float64), labels)
+                errors[m] = None
+            except ValueError as exc:
+                errors[m] = exc
+    return [errors[m] for m in range(len(rankers))]
 
 
 def _dense_row(x: object, dim: int | None) -> np.ndarray:
@@ -304,34 +455,30 @@ class OnlineRanker:
         naming that row and leaves the model untouched.
         """
         X = as_float_matrix(X, "X", self._dim, check_finite=False)
-        labels = np.asarray(y)
-        if labels.ndim != 1 or labels.shape[0] != X.shape[0]:
-            raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {labels.shape}")
-        if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number):
-            raise ValueError(f"y must be numeric +1/-1 labels, got dtype {labels.dtype}")
-        labels = np.ascontiguousarray(labels, dtype=np.float64)
-        if self.scaler is not None:
-            X = self.scaler.transform_differences(X, check_finite=False)
+        labels = _labels(y, X.shape[0])
         if self._dim is None:
             self._init_state(X.shape[1])
-        w = self._w.copy()
-        sigma = None if self._sigma is None else self._sigma.copy()
-        if sigma is None:
-            rule, param_name = _LINEAR_RULES[self.algo]
-            param = 0.0 if param_name is None else getattr(self, param_name)
-            n_updates, bad_row, status = _learn_linear(rule, w, X, labels, param)
-        else:
-            n_updates, bad_row, status = _learn_arow(w, sigma, X, labels, self.r)
-        if status == _BAD_LABEL:
-            raise ValueError(f"y[{bad_row}] = {labels[bad_row]!r}; labels must be +1 or -1")
-        if status == _NONFINITE:
-            raise ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
-        if not np.isfinite(w).all() or (sigma is not None and not np.isfinite(sigma).all()):
-            raise ValueError("this batch would make the weights non-finite; model unchanged")
-        self._w, self._sigma = w, sigma
-        self.n_updates += int(n_updates)
-        self.n_seen += X.shape[0]
+        if self.algo != "arow":
+            error = _learn_linear_models([self], X, None, labels)[0]
+            if error is not None:
+                raise error
+            return self
+        if self.scaler is not None:
+            X = self.scaler.transform_differences(X, check_finite=False)
+        w, sigma = self._w.copy(), self._sigma.copy()
+        n_updates, bad_row, status = _learn_arow(w, sigma, X, labels, self.r)
+        error = _batch_error(status, bad_row, labels)
+        if error is None and not (np.isfinite(w).all() and np.isfinite(sigma).all()):
+            error = ValueError(_NONFINITE_WEIGHTS)
+        if error is not None:
+            raise error
+        self._commit(w, sigma, int(n_updates), X.shape[0])
         return self
+
+    def _commit(self, w: np.ndarray, sigma: np.ndarray | None, n_updates: int, n: int) -> None:
+        self._w, self._sigma = w, sigma
+        self.n_updates += n_updates
+        self.n_seen += n
 
     def learn_one(self, x: object, y: float) -> OnlineRanker:
         """river-style single update: x a dict {position: value} or a 1-d array."""

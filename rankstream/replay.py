@@ -6,9 +6,10 @@ a worker's that consumed the log through a transport:
 
 * while a model's scaler is not yet fitted it is fed one recorded message at a time,
   because which whole messages are held back to fit the scaler is part of the result;
-* after that, whole row groups (~64k rows) go to each model in one `learn_many`. The
+* after that, spans of whole messages (~16k rows) go to the models in one compiled pass. The
   rules are sequential per row, so one call over many messages computes exactly what
-  one call per message does; the only difference would be a batch the ranker refuses
+  one call per message does (and all models share one compiled pass over the rows:
+  `workers.checkpoint.learn_together`); the only difference would be a batch the ranker refuses
   (weights that would become non-finite), and such a span is re-fed message by message
   with the worker's rule (the refused message is skipped).
 
@@ -160,30 +161,31 @@ def _learn_chunk(models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool
 def _learn_span(models: list[TrackedModel], chunk: TripletChunk, y: np.ndarray,
                 a: int, b: int, skip_bad: bool, counts: ReadCounts) -> None:
     """Rows a..b (whole messages) to every model, offsets advanced to the span's end."""
-    phi1, phi2 = chunk.phi1[a:b], chunk.phi2[a:b]
-    x = np.subtract(phi1, phi2, dtype=np.float64)  # TripletBlock.x, shared by all models
+    from workers.checkpoint import learn_together
+
     topic, last = chunk.topic, b - 1
-    for model in models:
-        try:
-            model.learn(topic, int(chunk.partition[last]), int(chunk.offset[last]),
-                        phi1, phi2, y[a:b], x=x)
-        except ValueError:
-            bad = nonfinite_rows(chunk.select(_mask(len(chunk), a, b)))
-            if bad.size:  # the first model refused it, so no model has learned the span
-                if not skip_bad:
-                    raise RecordingError(chunk.path, "phi holds NaN or Inf",
-                                         chunk.first_row + a + int(bad[0])) from None
-                counts.bad_rows += bad.size
-                counts.rows -= bad.size
-                keep = np.ones(len(chunk), bool)
-                keep[a + bad] = False
-                keep[:a] = keep[b:] = False
-                _learn_span(models, chunk.select(keep), y[keep], 0, int(keep.sum()),
-                            skip_bad, counts)
-                return
+    results = learn_together(models, topic, int(chunk.partition[last]),
+                             int(chunk.offset[last]), chunk.phi1[a:b], chunk.phi2[a:b], y[a:b])
+    refused = [m for m, r in zip(models, results, strict=True) if isinstance(r, ValueError)]
+    if refused:
+        bad = nonfinite_rows(chunk.select(_mask(len(chunk), a, b)))
+        if bad.size:  # a NaN/Inf row stops every model's pass, so none has learned the span
+            if not skip_bad:
+                raise RecordingError(chunk.path, "phi holds NaN or Inf",
+                                     chunk.first_row + a + int(bad[0])) from None
+            counts.bad_rows += bad.size
+            counts.rows -= bad.size
+            keep = np.ones(len(chunk), bool)
+            keep[a + bad] = False
+            keep[:a] = keep[b:] = False
+            _learn_span(models, chunk.select(keep), y[keep], 0, int(keep.sum()),
+                        skip_bad, counts)
+            return
+        for model in refused:
             _learn_messages(model, chunk, y, a, b)
-            continue
-        _advance_other_partitions(model, chunk, a, b)
+    for model in models:
+        if all(model is not r for r in refused):
+            _advance_other_partitions(model, chunk, a, b)
 
 
 def _learn_messages(model: TrackedModel, chunk: TripletChunk, y: np.ndarray,

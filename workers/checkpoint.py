@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ranking.online import OnlineRanker
+from ranking.online import OnlineRanker, learn_many_together
 from ranking.scaling import Standardizer
 from stream.store import FencingError, ModelStore, StoredModel
 
@@ -99,16 +99,16 @@ class TrackedModel:
               phi2: np.ndarray, y: np.ndarray, x: np.ndarray | None = None) -> int:
         """Apply one message's rows; returns how many weight updates that caused.
 
-        `x` (phi1 - phi2 as float64) may be passed when several models share a block.
+        `x` is accepted for older callers and ignored: x = phi1 - phi2 is formed inside
+        the compiled loop (see `learn_together`, which serves several models at once).
 
         Raises ValueError (model and offsets unchanged) when the ranker rejects the
         batch, e.g. a row that would make the weights non-finite.
         """
-        if self.ranker is None:
-            self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
-            self._held_rows += len(y)
-            return self._fit_scaler_when_ready()
-        return self._apply(topic, partition, offset, phi1, phi2, y, x)
+        result = learn_together([self], topic, partition, offset, phi1, phi2, y)[0]
+        if isinstance(result, ValueError):
+            raise result
+        return result
 
     def skip(self, topic: str, partition: int, offset: int) -> None:
         """Move past a message that holds nothing to learn (dead-lettered)."""
@@ -136,16 +136,18 @@ class TrackedModel:
                 self._advance(h.topic, h.partition, h.offset)  # rejected by the ranker
         return updates
 
+    def _hold(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
+              phi2: np.ndarray, y: np.ndarray) -> int:
+        self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
+        self._held_rows += len(y)
+        return self._fit_scaler_when_ready()
+
     def _apply(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
-               phi2: np.ndarray, y: np.ndarray, x: np.ndarray | None = None) -> int:
-        assert self.ranker is not None
-        before = self.ranker.n_updates
-        if len(y):
-            if x is None:
-                x = np.subtract(phi1, phi2, dtype=np.float64)
-            self.ranker.learn_many(x, y)
-        self._advance(topic, partition, offset)
-        return self.ranker.n_updates - before
+               phi2: np.ndarray, y: np.ndarray) -> int:
+        result = learn_together([self], topic, partition, offset, phi1, phi2, y)[0]
+        if isinstance(result, ValueError):
+            raise result
+        return result
 
     # --- state ----------------------------------------------------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -177,6 +179,33 @@ class TrackedModel:
             version=stored.version,
             offsets={t: dict(parts) for t, parts in stored.offsets.items()},
         )
+
+
+def learn_together(models: list[TrackedModel], topic: str, partition: int, offset: int,
+                   phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> list[int | ValueError]:
+    """One message to several models: per model, its weight updates or the ValueError it
+    raised (that model and its offsets unchanged; the others learn regardless).
+
+    Models whose scaler is fitted share one compiled pass over the rows
+    (`ranking.online.learn_many_together`, bit-identical to one `learn_many` each);
+    the others hold the message until their scaler can be fitted.
+    """
+    results: dict[int, int | ValueError] = {}
+    ready = [m for m in models if m.ranker is not None]
+    if ready:
+        before = [m.n_updates for m in ready]
+        errors = (learn_many_together([m.ranker for m in ready], phi1, phi2, y) if len(y)
+                  else [None] * len(ready))
+        for model, updates_before, error in zip(ready, before, errors, strict=True):
+            if error is None:
+                model._advance(topic, partition, offset)
+                results[id(model)] = model.n_updates - updates_before
+            else:
+                results[id(model)] = error
+    for model in models:
+        if model.ranker is None:  # after the ready ones: fitting here makes it ready
+            results[id(model)] = model._hold(topic, partition, offset, phi1, phi2, y)
+    return [results[id(m)] for m in models]
 
 
 def load_or_create(store: ModelStore, name: str, params: dict[str, float],
