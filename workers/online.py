@@ -56,6 +56,7 @@ from workers import metrics
 from workers.checkpoint import (
     DEFAULT_SCALER_ROWS,
     TrackedModel,
+    learn_together,
     load_or_create,
     save_checkpoint,
 )
@@ -266,22 +267,20 @@ class OnlineWorker:
                 self._on_block(message, block)
 
     def _learn(self, message: Message, block: TripletBlock, targets: list[TrackedModel]) -> None:
-        """One x = phi1 - phi2 for every model; a model that refuses the batch skips it."""
+        """Every model learns the block in one compiled pass; a model that refuses it skips it."""
         n = len(block)
         self.counters.records += n
         self.counters.since_checkpoint += n
         metrics.TRIPLETS_CONSUMED.inc(n)
-        x, y = block.x(), block.y()
+        results = learn_together(targets, message.topic, message.partition, message.offset,
+                                 block.phi1, block.phi2, block.y())
         refused: list[str] = []
-        for model in targets:
-            try:
-                updates = model.learn(message.topic, message.partition, message.offset,
-                                      block.phi1, block.phi2, y, x=x)
-            except ValueError as exc:  # the ranker refused the batch; model unchanged
-                refused.append(f"{model.name}: {exc}")
+        for model, result in zip(targets, results, strict=True):
+            if isinstance(result, ValueError):  # the ranker refused the batch; model unchanged
+                refused.append(f"{model.name}: {result}")
                 model.skip(message.topic, message.partition, message.offset)
                 continue
-            metrics.MODEL_UPDATES.labels(model=model.name).inc(updates)
+            metrics.MODEL_UPDATES.labels(model=model.name).inc(result)
         if refused:
             self._dead_letter(message, NON_FINITE, "; ".join(refused))
 
