@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.services.cli_args import add_root_argument, manager_for
+from rankstream.commands._services_args import add_root_argument, manager_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

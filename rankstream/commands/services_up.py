@@ -10,7 +10,7 @@ import argparse
 import shlex
 import sys
 
-from rankstream.services.cli_args import add_root_argument, manager_for
+from rankstream.commands._services_args import add_root_argument, manager_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
