@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ def _final(settings: Settings) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _worker_process(settings: Settings, *extra: str) -> subprocess.Popen[bytes]:
+def _worker_process(settings: Settings, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
                RANKSTREAM_REDIS_URL=settings.redis_url or "",
                RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix)
@@ -60,7 +61,8 @@ def _worker_process(settings: Settings, *extra: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "rankstream.cli", "worker", "online",
                "--scaler-rows", "2000", "--checkpoint-records", "7000",
                "--checkpoint-seconds", "1000", *extra]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with log.open("ab") as stderr:  # the JSON log, shown when an assertion fails
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def _wait_for(condition, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +73,7 @@ def _wait_for(condition, timeout: float = 120.0) -> None:  # type: ignore[no-unt
 
 
 def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
-        service_settings: Settings, embedded_settings: Settings) -> None:
+        service_settings: Settings, embedded_settings: Settings, tmp_path: Path) -> None:
     values = _stream()
     total = len(values) * BLOCK
 
@@ -88,7 +90,8 @@ def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
 
     _produce(service_settings, values[:HALF_BLOCKS])
     store = open_store(service_settings)
-    victim = _worker_process(service_settings)
+    log = tmp_path / "worker.log"
+    victim = _worker_process(service_settings, log)
     try:
         # Checkpoints every 7,000 triplets (4 blocks): the last one covers 24,000 of the
         # 30,000 produced, so the kill loses 6,000 learned-but-unsaved triplets.
@@ -102,8 +105,8 @@ def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
     assert {m.meta["triplets_seen"] for n in LINEAR_ALGOS if (m := store.load(n))} == {24_000}
 
     _produce(service_settings, values[HALF_BLOCKS:])
-    restarted = _worker_process(service_settings, "--exit-when-idle", "2")
-    assert restarted.wait(timeout=180) == 0
+    restarted = _worker_process(service_settings, log, "--exit-when-idle", "2")
+    assert restarted.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert _final(service_settings) == expected
 
 

@@ -158,10 +158,15 @@ class OnlineWorker:
         try:
             while not self._stop.is_set() and not self.fenced:
                 messages = self._poll()
+                for message in messages:  # checkpoint every N records, not every N polls
+                    if self.fenced:
+                        break
+                    self.process([message])
+                    self._maybe_checkpoint()
                 if messages:
-                    self.process(messages)
                     idle_since = time.monotonic()
-                self._maybe_checkpoint()
+                else:
+                    self._maybe_checkpoint()
                 self._maybe_report_lag()
                 if until is not None and until(self):
                     break
@@ -195,14 +200,22 @@ class OnlineWorker:
             log_event(log, "model loaded", model=model.name, version=model.version,
                       triplets_seen=model.triplets_seen,
                       offsets={str(p): o for p, o in model.offsets.get(topic, {}).items()})
-        self._producer = self.transport.producer()
-        self._consumer = self.transport.consumer(opts.group)
-        if opts.group is None:
-            partitions = self.transport.partitions_for(topic)
-            self._consumer.assign([(topic, p) for p in partitions])
-            self._seek_to_models([(topic, p) for p in partitions])
+        self._retry_until_stopped("connect", self._connect)
+
+    def _connect(self) -> None:
+        """Open the producer (dead letters) and the consumer at the models' positions."""
+        topic = self.settings.triplets_topic
+        if self._producer is None:
+            self._producer = self.transport.producer()
+        if self._consumer is None:
+            self._consumer = self.transport.consumer(self.options.group)
+        consumer = self._consumer
+        if self.options.group is None:
+            partitions = [(topic, p) for p in self.transport.partitions_for(topic)]
+            consumer.assign(partitions)
+            self._seek_to_models(partitions)
         else:
-            self._consumer.subscribe([topic], on_assign=self._seek_to_models)
+            consumer.subscribe([topic], on_assign=self._seek_to_models)
 
     def _seek_to_models(self, partitions: Sequence[tuple[str, int]]) -> None:
         """Seek each partition to the earliest position any model still needs."""
