@@ -255,3 +255,25 @@ def test_group_mode_resumes_exactly() -> None:
     _produce(settings, values[5:])
     assert OnlineWorker(settings, _options(group="g1")).run() == EXIT_OK  # resumes at 5
     assert _hashes(settings) == expected
+
+
+def test_a_failing_poll_backs_off_and_the_worker_carries_on() -> None:
+    from stream.transport import TransportError
+
+    settings = _settings()
+    _produce(settings, _stream()[:4])
+    worker = OnlineWorker(settings, _options())
+    worker.start()
+    consumer = worker._consumer
+    assert consumer is not None
+    real_poll, calls = consumer.poll, []
+
+    def flaky_poll(**kwargs: int) -> list:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TransportError("broker went away")
+        return real_poll(**kwargs)
+
+    consumer.poll = flaky_poll  # type: ignore[method-assign]
+    assert worker.run() == EXIT_OK
+    assert len(calls) > 2 and _hashes(settings)["opr"][1] == 4 * BLOCK
