@@ -76,26 +76,30 @@ def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
 
 
 @njit(cache=True, fastmath=False)
-def _learn_linear(rules, params, W, scales, group, A, B, y, n_updates, status, bad_row):
+def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_updates,
+                  status, bad_row):  # pragma: no cover - compiled
     """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
     Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
     as `np.subtract(A, B, dtype=np.float64)`), or A[i] when B is None; model m learns
     x / scales[group[m]] (its scaler's std: a division, like `transform_differences`).
-    Each distinct scaler's x is computed once per row into a small buffer, and every
-    model's margin is accumulated in the same sweep over the features, so several
-    models cost little more than one. Per model the arithmetic and its order are those
-    of one model alone (no fast-math), so the weights are bit-identical to separate
-    calls. W (k, d) holds copies; n_updates, status and bad_row (k,) are outputs:
+    Each distinct scaler's x is computed once per row into a small buffer, and the
+    margins of four models at a time (order[starts[g]:starts[g+1]]: group g's models,
+    padded to a multiple of four with scratch rows of W at index >= k) are accumulated
+    in one sweep over the features as independent chains, so four models cost about
+    what one does (each sum runs in j order, so it is bound by the adder's latency, and
+    four chains fill the gap). Per model the arithmetic and its order are those of one
+    model alone (no fast-math), so the weights are bit-identical to separate calls.
+    W holds copies; n_updates, status and bad_row (k,) are outputs:
     a model stops at its first bad row (label not +1/-1 stops all; a non-finite
     |x|^2 stops the models of that scaler) and callers keep only models left _OK.
     """
     n, d = A.shape
-    k = W.shape[0]
+    k = group.shape[0]
     n_groups = scales.shape[0]
     xs = np.empty((n_groups, d))
     sqnorms = np.empty(n_groups)
-    dots = np.empty(k)
+    dots = np.empty(W.shape[0])
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
@@ -110,16 +114,27 @@ def _learn_linear(rules, params, W, scales, group, A, B, y, n_updates, status, b
             else:
                 for j in range(d):
                     xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
-        for m in range(k):
-            dots[m] = 0.0
-        for g in range(n_groups):  # one sweep: |x|^2 and every margin as parallel chains
+        for g in range(n_groups):  # one sweep: |x|^2 and four margins as parallel chains
             sq = 0.0
-            for j in range(d):
-                xj = xs[g, j]
-                sq += xj * xj
-                for m in range(k):
-                    if group[m] == g:
-                        dots[m] += W[m, j] * xj
+            for b in range(starts[g], starts[g + 1], 4):
+                m0, m1, m2, m3 = order[b], order[b + 1], order[b + 2], order[b + 3]
+                d0 = d1 = d2 = d3 = 0.0
+                if b == starts[g]:
+                    for j in range(d):
+                        xj = xs[g, j]
+                        sq += xj * xj
+                        d0 += W[m0, j] * xj
+                        d1 += W[m1, j] * xj
+                        d2 += W[m2, j] * xj
+                        d3 += W[m3, j] * xj
+                else:
+                    for j in range(d):
+                        xj = xs[g, j]
+                        d0 += W[m0, j] * xj
+                        d1 += W[m1, j] * xj
+                        d2 += W[m2, j] * xj
+                        d3 += W[m3, j] * xj
+                dots[m0], dots[m1], dots[m2], dots[m3] = d0, d1, d2, d3
             sqnorms[g] = sq
         for m in range(k):
             if status[m] != _OK:
@@ -272,12 +287,22 @@ def _learn_linear_models(rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.n
         rule, param_name = _LINEAR_RULES[ranker.algo]
         rules[m] = rule
         params[m] = 0.0 if param_name is None else getattr(ranker, param_name)
-    W = np.array([ranker._w for ranker in rankers])
+    order_list: list[int] = []
+    starts = np.zeros(len(scales) + 1, dtype=np.int64)
+    scratch = k
+    for g in range(len(scales)):
+        members = [m for m in range(k) if group[m] == g]
+        pad = -len(members) % 4
+        order_list += members + list(range(scratch, scratch + pad))
+        scratch += pad
+        starts[g + 1] = len(order_list)
+    W = np.zeros((scratch, d))
+    W[:k] = [ranker._w for ranker in rankers]
     n_updates = np.zeros(k, dtype=np.int64)
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
-    _learn_linear(rules, params, W, np.array(scales), group, A, B, labels,
-                  n_updates, status, bad_row)
+    _learn_linear(rules, params, W, np.array(scales), group, np.array(order_list, dtype=np.int64),
+                  starts, A, B, labels, n_updates, status, bad_row)
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
         error = _batch_error(int(status[m]), int(bad_row[m]), labels)
