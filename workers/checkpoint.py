@@ -209,15 +209,17 @@ def learn_together(models: list[TrackedModel], topic: str, partition: int, offse
 
 
 def load_or_create(store: ModelStore, name: str, params: dict[str, float],
-                   scaler_rows: int) -> TrackedModel:
+                   scaler_rows: int, algo: str | None = None) -> TrackedModel:
     """The stored model with its offsets, or a fresh one that starts at the beginning.
 
-    The model name is its algorithm (`opr`, `opar1`, ...). A stored model keeps the
+    The model name is its algorithm (`opr`, `opar1`, ...) unless `algo` says otherwise
+    (per-partition models, `workers.scaleout`). A stored model keeps the
     hyper-parameters it was trained with; `params` only shape a new one.
     """
     stored = store.load(name)
     if stored is None:
-        return TrackedModel(name=name, algo=name, params=dict(params), scaler_rows=scaler_rows)
+        return TrackedModel(name=name, algo=algo or name, params=dict(params),
+                            scaler_rows=scaler_rows)
     return TrackedModel.from_stored(stored)
 
 
