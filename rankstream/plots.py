@@ -120,7 +120,8 @@ def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str 
 
 
 def plot_learning_time(cumulative_seconds: Mapping[str, np.ndarray], path: str | Path,
-                       title: str = "Online cumulative time cost") -> Path:
+                       title: str = "Online cumulative time cost",
+                       ylabel: str = "cumulative learning CPU time (s, log scale)") -> Path:
     """Fig. 4: cumulative learning seconds per model over the queries (log axis).
 
     A model that never learns (Uni-Con: fixed weights) has no line to draw and is left
@@ -140,7 +141,7 @@ def plot_learning_time(cumulative_seconds: Mapping[str, np.ndarray], path: str |
         axis.plot(queries, np.where(values > 0, values, np.nan), **_style(name))
     axis.set_yscale("log")
     axis.set_xlabel("queries")
-    axis.set_ylabel("cumulative learning time (s, log scale)")
+    axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(True, which="both", alpha=0.3)
     axis.set_xlim(1, max(n, 2))
