@@ -145,7 +145,10 @@ def _read(
             f"{name} version {version!r}; this reader knows version {SCHEMA_VERSION}",
         )
     expected = _SCHEMAS[name]
-    _check_fields(schema.remove_metadata(), expected)
+    try:
+        _check_fields(schema.remove_metadata(), expected)
+    except UnicodeDecodeError as exc:  # Arrow does not validate field names as UTF-8
+        raise SchemaError(BAD_BYTES, f"a field name is not UTF-8: {exc}") from None
     if len(batches) == 1:
         batch = batches[0]
     else:
