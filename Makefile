@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint bench chaos soak services-up services-down clean
+.PHONY: demo test test-fast lint bench chaos soak fuzz services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/rankstream bench learners --json
 	$(BIN)/rankstream bench pipeline --json
+
+# 10 minutes of the real pipeline at a sustained rate; RSS and lag must stay bounded.
+soak: $(STAMP)
+	$(BIN)/python -m rankstream.soak --out report/soak
+
+# The full hostile-input run (>= 100,000 cases); `make test` runs a short form.
+fuzz: $(STAMP)
+	RANKSTREAM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Faults on the local services (started here if need be): 10 worker SIGKILLs over 3M
 # triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies.
