@@ -14,6 +14,10 @@ bit-identical to an uninterrupted run when the per-model order of messages is th
 that holds within a partition, so single-partition topics give bit-identical resumes,
 while across partitions the interleaving depends on fetch timing (still exactly once).
 
+Scale-out (`per_partition`, in a consumer group): each partition k has its own models
+`{algo}.p{k}`, loaded on assignment and checkpointed on revocation, and the owner of
+partition 0 publishes their parameter mix as `{algo}` (see `workers.scaleout`).
+
 Fencing: a FencingError means another worker saved the model after us, so this worker
 is stale. It stops at once (no further saves of any model), logs and counts it, and
 `run` returns EXIT_FENCED; its supervisor restarts it, and the restart loads the newer
@@ -63,6 +67,7 @@ from workers.checkpoint import (
 from workers.logging import get_logger, log_event
 from workers.resilience import Backoff as _Backoff
 from workers.resilience import retry_until_stopped, transient_errors
+from workers.scaleout import PartitionModels
 
 EXIT_OK = 0
 EXIT_FENCED = 3
@@ -87,8 +92,14 @@ class WorkerOptions:
     poll_ms: int = 200
     max_poll_records: int = 500
     partitions: int = 1  # created with this many partitions when the topic is missing
+    per_partition: bool = False  # group scale-out: models {algo}.p{k}, mixed (workers.scaleout)
+    mix_seconds: float = 10.0  # how often the owner of partition 0 publishes the mix
 
     def __post_init__(self) -> None:
+        if self.per_partition and self.group is None:
+            raise ValueError("per_partition models need a consumer group (group=...)")
+        if not self.mix_seconds > 0:
+            raise ValueError(f"mix_seconds must be > 0, got {self.mix_seconds}")
         if not self.algos or len(set(self.algos)) != len(self.algos):
             raise ValueError(f"algos must be distinct and non-empty, got {self.algos}")
         if self.checkpoint_records < 1 or not self.checkpoint_seconds > 0:
@@ -136,6 +147,9 @@ class OnlineWorker:
         self._poll_backoff = _Backoff()
         self._last_checkpoint = time.monotonic()
         self._last_lag = 0.0
+        self._partitioned: PartitionModels | None = (
+            PartitionModels(self, options.mix_seconds, self._retry_until_stopped)
+            if options.per_partition else None)
 
     # --- lifecycle ------------------------------------------------------------------
     def stop(self) -> None:
@@ -168,6 +182,8 @@ class OnlineWorker:
                 else:
                     self._maybe_checkpoint()
                 self._maybe_report_lag()
+                if self._partitioned is not None:
+                    self._partitioned.maybe_mix()
                 if until is not None and until(self):
                     break
                 idle = self.options.exit_when_idle
@@ -176,6 +192,8 @@ class OnlineWorker:
                     break
             if not self.fenced:
                 self._final_checkpoint()
+                if self._partitioned is not None:
+                    self._partitioned.maybe_mix(force=True)
         finally:
             self._close()
         log_event(log, "worker stopped", records=self.counters.records,
@@ -194,7 +212,8 @@ class OnlineWorker:
             self.models = [load_or_create(self.store, name, params, opts.scaler_rows)
                            for name in opts.algos]
 
-        self._retry_until_stopped("load models", load_all)
+        if self._partitioned is None:  # else each partition's models load on assignment
+            self._retry_until_stopped("load models", load_all)
         for model in self.models:
             metrics.MODEL_VERSION.labels(model=model.name).set(model.version)
             log_event(log, "model loaded", model=model.name, version=model.version,
@@ -214,6 +233,9 @@ class OnlineWorker:
             partitions = [(topic, p) for p in self.transport.partitions_for(topic)]
             consumer.assign(partitions)
             self._seek_to_models(partitions)
+        elif self._partitioned is not None:
+            consumer.subscribe([topic], on_assign=self._partitioned.on_assign,
+                               on_revoke=self._partitioned.on_revoke)
         else:
             consumer.subscribe([topic], on_assign=self._seek_to_models)
 
@@ -221,7 +243,7 @@ class OnlineWorker:
         """Seek each partition to the earliest position any model still needs."""
         assert self._consumer is not None
         for topic, partition in partitions:
-            positions = [m.next_offset(topic, partition) for m in self.models]
+            positions = [m.next_offset(topic, partition) for m in self._models_for(partition)]
             stored = [p for p in positions if p is not None]
             self._dead_letter_from[partition] = max(stored, default=0)
             if len(stored) < len(positions):
@@ -231,6 +253,12 @@ class OnlineWorker:
                 self._consumer.seek(topic, partition, min(stored))
                 where = min(stored)
             log_event(log, "seek", topic=topic, partition=partition, offset=where)
+
+    def _models_for(self, partition: int) -> list[TrackedModel]:
+        """The models that learn this partition: all of them, or its own in scale-out."""
+        if self._partitioned is None:
+            return self.models
+        return self._partitioned.models_for(partition)
 
     def _close(self) -> None:
         for closable in (self._consumer, self._producer):
@@ -261,7 +289,7 @@ class OnlineWorker:
     def process(self, messages: Sequence[Message]) -> None:
         """Decode each message once and apply it to every model that has not covered it."""
         for message in messages:
-            targets = [m for m in self.models
+            targets = [m for m in self._models_for(message.partition)
                        if not m.covers(message.topic, message.partition, message.offset)]
             if not targets:
                 continue  # replayed after a crash; every model already has it
