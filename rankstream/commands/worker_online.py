@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eta", type=float, default=0.01, help="OGDR step size")
     parser.add_argument("--partitions", type=int, default=1,
                         help="partitions of the triplets topic if it must be created")
+    parser.add_argument("--per-partition", action="store_true",
+                        help="scale-out (needs --group): models {algo}.p{k} per partition, "
+                             "mixed into {algo} by the owner of partition 0")
+    parser.add_argument("--mix-seconds", type=float, default=10.0, metavar="T",
+                        help="with --per-partition: publish the mix this often (default 10 s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
             algos=algos, checkpoint_records=args.checkpoint_records,
             checkpoint_seconds=args.checkpoint_seconds, exit_when_idle=args.exit_when_idle,
             group=args.group, scaler_rows=args.scaler_rows, C=args.C, eta=args.eta,
-            partitions=args.partitions,
+            partitions=args.partitions, per_partition=args.per_partition,
+            mix_seconds=args.mix_seconds,
         )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
