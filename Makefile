@@ -38,7 +38,8 @@ soak: $(STAMP)
 
 # The full hostile-input run (>= 100,000 cases); `make test` runs a short form.
 fuzz: $(STAMP)
-	RANKSTREAM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	RANKSTREAM_FUZZ_EXAMPLES=10500 RANKSTREAM_FUZZ_REPORT=report/fuzz.json \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # Faults on the local services (started here if need be): 10 worker SIGKILLs over 3M
 # triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies.

@@ -395,3 +395,12 @@ def test_containers_run_as_a_non_root_user() -> None:
     compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
     assert not re.search(r"(?m)^\s*user:\s*['\"]?(root|0)\b", compose)
     assert not re.search(r"(?m)^\s*privileged:\s*true", compose)
+
+
+def test_compose_publishes_ports_on_loopback_only() -> None:
+    """Kafka (plaintext) and the UIs are reachable from the host, never from the network."""
+    compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
+    published = re.findall(r"(?m)^\s*-\s*['\"]?([0-9.:]+:\d+)['\"]?\s*(#.*)?$",
+                           compose.split("ports:", 1)[1] if "ports:" in compose else "")
+    assert published, "no published ports found: the scan is broken"
+    assert all(p.startswith("127.0.0.1:") for p, _ in published), published
