@@ -37,33 +37,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from prometheus_client import Counter
 
 from ranking.metrics import average_precision, ndcg_at_k
 from rankstream.config import Settings
-from stream.schema import JudgedQuery, SchemaError, dead_letter, decode_query
+from stream.schema import JudgedQuery, SchemaError, decode_query
 from stream.store import FencingError, ModelStore, open_store
 from stream.transport import Consumer, Message, Producer, Transport, open_transport
 from workers import metrics
+from workers.deadletters import send_dead_letter
 from workers.logging import get_logger, log_event
-from workers.online import EXIT_FENCED, EXIT_OK, _Backoff, transient_errors
+from workers.online import EXIT_FENCED, EXIT_OK
+from workers.resilience import Backoff, retry_until_stopped, transient_errors
 from workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
 
 NDCG_K = 50
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
 
 log = get_logger("rankstream.worker.evaluator")
-
-SKIPPED = Counter(
-    "rankstream_evaluator_skipped_total",
-    "Models not scored on a judged query: stamped version trimmed from the store, kind "
-    "without a scorer, or a scoring error.",
-    ["reason"],
-)
-CHAMPION_SWITCHES = Counter(
-    "rankstream_champion_switches_total",
-    "Times the evaluator's champion (best rolling NDCG@50) changed.",
-)
 
 
 @dataclass(frozen=True)
@@ -164,8 +154,8 @@ class Evaluator:
         self._transient = transient_errors()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._poll_backoff = _Backoff()
-        self._publish_backoff = _Backoff()
+        self._poll_backoff = Backoff()
+        self._publish_backoff = Backoff()
 
     # --- scoring (pure given the store) -----------------------------------------------
     def evaluate(self, query: JudgedQuery) -> QueryScores:
@@ -192,7 +182,7 @@ class Evaluator:
             ap[model] = average_precision(scores, query.relevance)
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
-            SKIPPED.labels(reason=reason).inc()
+            metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
         result = QueryScores(query.seq, query.query_id, query.served_by, query.served_version,
                              ndcg, ap, skipped)
         self.history.append(result)
@@ -217,7 +207,7 @@ class Evaluator:
         log_event(log, "champion switched", previous=self.champion, champion=choice,
                   previous_ndcg=ndcg.get(self.champion), ndcg=ndcg.get(choice),
                   queries=self.queries_evaluated)
-        CHAMPION_SWITCHES.inc()
+        metrics.CHAMPION_SWITCHES.inc()
         self.champion = choice
         self._publish_soon()
 
@@ -315,18 +305,8 @@ class Evaluator:
 
     def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
         self.dead_letters += 1
-        metrics.DEAD_LETTERS.labels(reason=metrics.bounded_reason(reason)).inc()
-        log_event(log, "dead letter", level=logging.WARNING, reason=reason, detail=detail[:200],
-                  topic=message.topic, partition=message.partition, offset=message.offset)
-        if self._producer is None:
-            return
-        key = f"{message.topic}:{message.partition}:{message.offset}".encode()
-        try:
-            self._producer.send(self.settings.dead_letter_topic,
-                                dead_letter(message.value, reason, detail, message), key=key)
-        except self._transient as exc:
-            log_event(log, "dead-letter send failed", level=logging.ERROR, error=repr(exc),
-                      offset=message.offset)
+        send_dead_letter(self._producer, self.settings.dead_letter_topic, message, reason,
+                         detail, transient=self._transient, logger=log)
 
     def stop(self) -> None:
         self._stop.set()
@@ -379,18 +359,7 @@ class Evaluator:
         return messages
 
     def _retry(self, what: str, action: Callable[[], None]) -> None:
-        backoff = _Backoff()
-        while True:
-            try:
-                action()
-                return
-            except self._transient as exc:
-                if self._stop.is_set():
-                    raise
-                delay = backoff.failed()
-                log_event(log, f"{what} failed; retrying", level=logging.WARNING,
-                          error=repr(exc), retry_in_s=delay)
-                time.sleep(delay)
+        retry_until_stopped(what, action, self._stop, self._transient, log)
 
     def close(self) -> None:
         """Close the consumer and producer, and the transport/store if opened here."""

@@ -4,9 +4,10 @@ The names are a contract with the Grafana panels (DESIGN.md), so all workers imp
 their metrics from here instead of declaring their own: a rename happens in one place
 and two workers in one process never register the same name twice.
 
-Labels only take bounded values: model names (a handful of algorithms), dead-letter
-reasons (mapped onto `DEAD_LETTER_REASONS` by `bounded_reason`), and topic/partition
-pairs of the configured topics. Query ids never become labels.
+Labels only take bounded values: model names (a handful of algorithms), the
+evaluator's three skip reasons, dead-letter reasons (mapped onto `DEAD_LETTER_REASONS`
+by `bounded_reason`), and topic/partition pairs of the configured topics. Query ids
+never become labels.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ DEAD_LETTERS = Counter(
     "Messages sent to the dead-letter topic, by reason.",
     ["reason"],
 )
+LAST_CHECKPOINT_TIMESTAMP = Gauge(
+    "rankstream_last_checkpoint_timestamp_seconds",
+    "Unix time of a model's last successful save (online checkpoints, batch refits and "
+    "the reservoir); Grafana shows time() minus this as the checkpoint age.",
+    ["model"],
+)
 
 # --- evaluator ----------------------------------------------------------------------------
 NDCG_AT_50 = Gauge(
@@ -89,6 +96,27 @@ MEAN_AVERAGE_PRECISION = Gauge(
 QUERIES_EVALUATED = Counter(
     "rankstream_queries_evaluated_total", "Judged queries scored by the evaluator."
 )
+EVALUATOR_SKIPPED = Counter(
+    "rankstream_evaluator_skipped_total",
+    "Models not scored on a judged query: stamped version trimmed from the store, kind "
+    "without a scorer, or a scoring error.",
+    ["reason"],
+)
+CHAMPION_SWITCHES = Counter(
+    "rankstream_champion_switches_total",
+    "Times the evaluator's champion (best rolling NDCG@50) changed.",
+)
+
+# --- serving (the simulated search engine) ------------------------------------------------
+SERVING_MODEL_INFO = Gauge(
+    "rankstream_serving_model_info",
+    "1 for the model the simulated search engine currently ranks with, 0 for the others.",
+    ["model"],
+)
+SERVING_SWITCHES = Counter(
+    "rankstream_serving_switches_total",
+    "Times the serving model changed (a new champion or a fixed model first loaded).",
+)
 
 # --- batch worker -------------------------------------------------------------------------
 REFIT_SECONDS = Histogram(
@@ -97,6 +125,11 @@ REFIT_SECONDS = Histogram(
     ["model"],
     buckets=_REFIT_BUCKETS,
 )
+
+
+def mark_checkpoint(model: str) -> None:
+    """Record that `model` was just saved (feeds the Grafana "checkpoint age" panel)."""
+    LAST_CHECKPOINT_TIMESTAMP.labels(model=model).set_to_current_time()
 
 
 def bounded_reason(reason: str) -> str:

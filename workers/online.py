@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rankstream.config import Settings
-from stream.schema import NON_FINITE, SchemaError, TripletBlock, dead_letter, decode_triplets
+from stream.schema import NON_FINITE, SchemaError, TripletBlock, decode_triplets
 from stream.store import FencingError, ModelStore, open_store
 from stream.transport import Consumer, Message, Producer, Transport, open_transport
 from workers import metrics
@@ -64,6 +64,7 @@ from workers.checkpoint import (
     load_or_create,
     save_checkpoint,
 )
+from workers.deadletters import send_dead_letter
 from workers.logging import get_logger, log_event
 from workers.resilience import Backoff as _Backoff
 from workers.resilience import retry_until_stopped, transient_errors
@@ -338,17 +339,9 @@ class OnlineWorker:
         if message.offset < self._dead_letter_from.get(message.partition, 0):
             return  # a previous worker already dead-lettered it (covered by a checkpoint)
         assert self._producer is not None
-        value = dead_letter(message.value, reason, detail, message, rows)
-        key = f"{message.topic}:{message.partition}:{message.offset}".encode()
-        try:
-            self._producer.send(self.settings.dead_letter_topic, value, key=key)
-        except self._transient as exc:
-            log_event(log, "dead-letter send failed", level=logging.ERROR, error=repr(exc),
-                      offset=message.offset)
-        metrics.DEAD_LETTERS.labels(reason=metrics.bounded_reason(reason)).inc()
+        send_dead_letter(self._producer, self.settings.dead_letter_topic, message, reason,
+                         detail, transient=self._transient, logger=log, rows=rows)
         self.counters.dead_letters += 1
-        log_event(log, "dead letter", level=logging.WARNING, reason=reason, detail=detail[:200],
-                  topic=message.topic, partition=message.partition, offset=message.offset)
 
     # --- checkpoints ----------------------------------------------------------------
     def _maybe_checkpoint(self) -> None:

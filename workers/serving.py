@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from prometheus_client import Counter, Gauge
 
 from ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
 from ranking.online import OnlineRanker
 from ranking.validation import as_float_matrix
 from stream.schema import PHI_DIM
 from stream.store import ModelStore, StoredModel
+from workers import metrics
 from workers.logging import get_logger, log_event
 
 UNI_CON = "uni_con"
@@ -44,17 +44,6 @@ EVALUATOR_RECORD = "evaluator"
 SCORES_KIND = "scores"
 
 log = get_logger("rankstream.serving")
-
-# Bounded labels: model names only (a handful of algorithms).
-SERVING_MODEL_INFO = Gauge(
-    "rankstream_serving_model_info",
-    "1 for the model the simulated search engine currently ranks with, 0 for the others.",
-    ["model"],
-)
-SERVING_SWITCHES = Counter(
-    "rankstream_serving_switches_total",
-    "Times the serving model changed (a new champion or a fixed model first loaded).",
-)
 
 
 class Scorer(Protocol):
@@ -279,9 +268,9 @@ class ServingModel:
         if previous is not None and previous.name == name:
             return  # a newer version of the same model: not a switch
         if previous is not None:
-            SERVING_MODEL_INFO.labels(model=previous.name).set(0)
-        SERVING_MODEL_INFO.labels(model=name).set(1)
-        SERVING_SWITCHES.inc()
+            metrics.SERVING_MODEL_INFO.labels(model=previous.name).set(0)
+        metrics.SERVING_MODEL_INFO.labels(model=name).set(1)
+        metrics.SERVING_SWITCHES.inc()
         self.switches += 1
         log_event(log, "serving model switched", level=logging.INFO,
                   previous=None if previous is None else previous.name, model=name,
