@@ -329,13 +329,16 @@ class BatchWorker:
         meta = {**meta, "writer": self.writer, "write_id": write_id,
                 "saved_ms": time.time_ns() // 1_000_000}
         try:
-            return self.store.save(name, kind=kind, meta=meta, arrays=arrays,
-                                   offsets=self.offsets, expected_version=expected,
-                                   keep_versions=keep_versions)
+            version = self.store.save(name, kind=kind, meta=meta, arrays=arrays,
+                                      offsets=self.offsets, expected_version=expected,
+                                      keep_versions=keep_versions)
+            metrics.mark_checkpoint(name)
+            return version
         except FencingError as exc:
             stored = self._load_quietly(name)
             if (stored is not None and stored.version == expected + 1
                     and stored.meta.get("write_id") == write_id):
+                metrics.mark_checkpoint(name)
                 return stored.version  # our own write; only its reply was lost
             self.fenced = True
             metrics.FENCING_ERRORS.labels(model=name).inc()

@@ -28,6 +28,7 @@ import numpy as np
 from ranking.online import OnlineRanker, learn_many_together
 from ranking.scaling import Standardizer
 from stream.store import FencingError, ModelStore, StoredModel
+from workers import metrics
 
 MODEL_KIND = "online"
 DEFAULT_SCALER_ROWS = 2000
@@ -246,6 +247,7 @@ def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
         version = stored.version
     model.version = version
     model.dirty = False
+    metrics.mark_checkpoint(model.name)
     return version
 
 
