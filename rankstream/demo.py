@@ -47,7 +47,7 @@ from simulators.collection import Collection
 from simulators.retrieval import CandidateIndex
 from stream.transport import Consumer, Message, Transport
 
-DEFAULT_IMAGES = 150_000
+DEFAULT_IMAGES = 1_007_157  # the paper's ImageCLEFFlickr scale; Uni-Con sits near 0.80 here
 ONLINE_MODELS = ("opr", "opar1", "opar2", "ogdr", "arow")
 BATCH_MODELS = ("cmds_dml", "rankmkl")
 BASELINE = "uni_con"

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=None, metavar="N",
                         help="also stop once at least N triplets were produced")
     parser.add_argument("--images", type=int, default=None, metavar="M",
-                        help="collection size (default 150000; the paper's is 1007157)")
+                        help="collection size (default: the paper's 1007157)")
     parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
     parser.add_argument("--refit-every", type=int, default=None, metavar="K",
                         help="queries between batch refits (default 500)")
