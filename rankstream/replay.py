@@ -91,7 +91,8 @@ def model_summary(model: TrackedModel) -> dict[str, Any]:
         return {"name": model.name, "version": 0, "n_updates": 0, "triplets_seen": 0,
                 "offsets": {}, "weights_sha256": None}
     meta, arrays = model.to_state()
-    return summarize(StoredModel(model.name, 0, MODEL_KIND, meta, arrays, model.offsets, 0))
+    return summarize(StoredModel(name=model.name, version=0, kind=MODEL_KIND, meta=meta,
+                                 arrays=arrays, offsets=model.offsets, created_ms=0))
 
 
 def train_from_log(directory: Path | str, options: DirectOptions | None = None,
