@@ -136,6 +136,13 @@ class EmbeddedModelStore:
             listener.put((name, version))
         return version
 
+    def delete(self, name: str) -> bool:
+        """Forget the model and all its versions (see `ModelStore.delete`)."""
+        with self._lock:
+            existed = self._latest.pop(check_name(name), None) is not None
+            self._versions.pop(name, None)
+        return existed
+
     def listen(self) -> QueueAnnouncements:
         """Subscribes now: every save after this call is delivered."""
         listener = QueueAnnouncements(self._remove_listener)

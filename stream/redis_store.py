@@ -15,6 +15,8 @@ back-off on connection errors. A save whose connection drops may have been appli
 retry then finds the store one version ahead *with our own envelope* and reports success
 instead of a false `FencingError`.
 
+`delete` (clean-up) drops all of a model's keys and its name in one script as well.
+
 Pub/sub is fire-and-forget: announcements published while a listener is disconnected
 are lost, so long-running listeners should also check `latest_versions()` now and then.
 """
@@ -74,6 +76,15 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('PUBLISH', ARGV[7], cjson.encode({name = ARGV[2], version = v}))
 return v
 """
+_DELETE_SCRIPT = """
+local index = KEYS[1] .. ':versions'
+for _, v in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+  redis.call('DEL', KEYS[1] .. ':v:' .. v)
+end
+redis.call('DEL', index)
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+"""
 _SAVE_ATTEMPTS = 5
 
 
@@ -108,6 +119,7 @@ class RedisModelStore:
         self._prefix = settings.topic_prefix
         self._client = redis_client(settings.redis_url, settings.redis_password)
         self._save_script = self._client.register_script(_SAVE_SCRIPT)
+        self._delete_script = self._client.register_script(_DELETE_SCRIPT)
         self.channel = f"{self._prefix}:model-updated"
 
     def _key(self, name: str) -> str:
@@ -168,6 +180,11 @@ class RedisModelStore:
                 time.sleep(delay)
                 delay = min(delay * 4, 2.0)
         raise AssertionError("unreachable")
+
+    def delete(self, name: str) -> bool:
+        """Remove latest, every snapshot, the index and the name, in one script (atomic)."""
+        key = self._key(name)
+        return bool(self._delete_script(keys=[key, f"{self._prefix}:models"], args=[name]))
 
     def listen(self) -> PubSubAnnouncements:
         """Subscribes before returning: every save after this call is delivered."""

@@ -76,6 +76,14 @@ class ModelStore(Protocol):
         keep_versions: int | None = None,
     ) -> int: ...
 
+    def delete(self, name: str) -> bool:
+        """Remove the model and every kept version; True if it existed.
+
+        Not fenced: for clean-up of models nobody writes any more (benchmark runs).
+        A later save of the name starts again at version 1 (`expected_version=0`).
+        """
+        ...
+
     def listen(self) -> Announcements: ...
 
     def close(self) -> None: ...

@@ -212,3 +212,17 @@ def test_bad_names_are_rejected(store):
     for name in ["", "a:b", "a b", "x" * 201]:
         with pytest.raises(ValueError, match="model name"):
             _save(store, name, 0)
+
+
+def test_delete_removes_every_version_and_the_name(store):
+    for v in range(3):
+        _save(store, "gone", v, seed=v)
+    _save(store, "kept", 0)
+    assert store.delete("gone") is True
+    assert store.load("gone") is None and store.versions("gone") == []
+    assert all(store.load_version("gone", v) is None for v in (1, 2, 3))
+    assert store.names() == ["kept"] and store.latest_versions() == {"kept": 1}
+    assert store.delete("gone") is False  # nothing left to delete
+    assert _save(store, "gone", 0) == 1  # the name starts over
+    with pytest.raises(ValueError, match="model name"):
+        store.delete("bad name")
