@@ -79,3 +79,58 @@ def test_barzilai_borwein_trial_needs_far_fewer_iterations():
     assert fixed.converged and adaptive.converged
     assert adaptive.n_iter * 3 < fixed.n_iter
     assert adaptive.fun == pytest.approx(fixed.fun, rel=1e-3)
+
+
+def _kernel(objective, theta, gamma, max_iter, tol, adaptive, max_backtracks=20):
+    from ranking.dml.cmds_descent import cmds_steepest_descent
+
+    return cmds_steepest_descent(
+        theta, objective.s, objective.d, objective.gram, np.ascontiguousarray(objective.cross),
+        objective.y_sq, objective.V, objective.mu, gamma, 0.5, 0.05, max_backtracks, max_iter,
+        tol, adaptive,
+    )
+
+
+def _reference(objective, theta, gamma, max_iter, tol, adaptive):
+    return steepest_descent(
+        objective, theta, gamma=gamma, rho=0.5, sigma=0.05, max_backtracks=20,
+        max_iter=max_iter, tol=tol, adaptive_gamma=adaptive,
+    )
+
+
+@pytest.mark.parametrize("seed, mu", [(0, 0.05), (1, 1.0), (2, 1e-3)])
+def test_compiled_descent_reproduces_the_numpy_reference(seed, mu):
+    """Same iterates as `steepest_descent` over `CMDSObjective`, up to summation order.
+
+    With a fixed trial step the whole run agrees to 1e-10. Barzilai-Borwein steps amplify
+    the last-bit differences of summation order (BLAS vs the kernel's loops) over many
+    iterations, so with them the iterates are compared over the first 20 iterations and
+    the converged runs by their objective value and stopping test.
+    """
+    objective, theta = objective_and_start(mu=mu, seed=seed)
+    gamma = 1.0 / objective.lipschitz_estimate()
+    ref = _reference(objective, theta, gamma, 3000, 1e-5, False)
+    x, f, n_iter, grad_norm, converged = _kernel(objective, theta, gamma, 3000, 1e-5, False)
+    assert ref.converged and converged and n_iter == ref.n_iter > 20
+    np.testing.assert_allclose(x, ref.x, rtol=0, atol=1e-10)
+    assert f == pytest.approx(ref.fun, rel=1e-12)
+    assert grad_norm == pytest.approx(ref.grad_norm, rel=1e-8)
+
+    ref = _reference(objective, theta, gamma, 20, 0.0, True)
+    x, f, n_iter, _, _ = _kernel(objective, theta, gamma, 20, 0.0, True)
+    assert n_iter == ref.n_iter == 20
+    np.testing.assert_allclose(x, ref.x, rtol=0, atol=1e-10)
+
+    ref = _reference(objective, theta, gamma, 3000, 1e-6, True)
+    x, f, n_iter, _, converged = _kernel(objective, theta, gamma, 3000, 1e-6, True)
+    assert ref.converged and converged
+    assert f == pytest.approx(ref.fun, rel=1e-6)
+
+
+def test_compiled_descent_stops_without_a_step_when_armijo_never_holds():
+    objective, theta = objective_and_start()
+    # A huge trial step with no back-tracking allowed: no m passes, nothing moves.
+    x, f, n_iter, _, converged = _kernel(objective, theta, 1e6, 10, 0.0, True, max_backtracks=0)
+    assert n_iter == 0 and not converged
+    np.testing.assert_array_equal(x, theta)
+    assert f == pytest.approx(objective.value(theta), rel=1e-12)

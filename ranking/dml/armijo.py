@@ -4,6 +4,8 @@ Written once for any smooth objective over a flat parameter vector: the objectiv
 supplies f with its gradient, and f restricted to a line. The restriction is what makes
 the line search cheap: for eq. (10) f(x + alpha d) is a quartic polynomial in alpha,
 so after one O(p s d) set-up per iteration every back-tracking trial costs O(1).
+cMDS-DML's fit runs the numba translation of this loop (`ranking.dml.cmds_descent`);
+this version is the reference it is tested against.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ranking.dml.armijo import steepest_descent
 from ranking.dml.base import OrdinalMetricLearner, Preprocessing
+from ranking.dml.cmds_descent import cmds_steepest_descent
 from ranking.dml.edm import embed_labels, resolve_beta
 from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
@@ -60,6 +60,10 @@ class CMDSObjective:
     pairs instead of O(n s d): the refit time barely grows with n. Along a line both
     terms are polynomials in the step (quadratic and quartic), which `along` returns so
     that the Armijo back-tracking never re-evaluates f from scratch.
+
+    `fit` runs the compiled loop of `ranking.dml.cmds_descent` on these same pieces
+    (gram, cross, y_sq, V); this class is the readable statement of the mathematics that
+    the kernel is tested against, and supplies the default gamma.
     """
 
     def __init__(self, Z: np.ndarray, Y: np.ndarray, V: np.ndarray, mu: float) -> None:
@@ -215,23 +219,29 @@ class CMDSDML(OrdinalMetricLearner):
         objective = CMDSObjective(Z, Y, pair_differences(Z, pairs), self.mu)
         gamma = self.gamma if self.gamma is not None else 1.0 / objective.lipschitz_estimate()
         start = CMDSObjective.pack(np.eye(s, Z.shape[1]), 1.0)
-        result = steepest_descent(  # S4-S6
-            objective,
+        theta, value, n_iter, _, converged = cmds_steepest_descent(  # S4-S6
             start,
-            gamma=gamma,
-            rho=self.rho,
-            sigma=self.sigma,
-            max_backtracks=int(self.max_backtracks),
-            max_iter=int(self.max_iter),
-            tol=self.tol,
-            adaptive_gamma=bool(self.adaptive_gamma),
+            s,
+            Z.shape[1],
+            objective.gram,
+            np.ascontiguousarray(objective.cross),
+            objective.y_sq,
+            np.ascontiguousarray(objective.V),
+            objective.mu,
+            float(gamma),
+            float(self.rho),
+            float(self.sigma),
+            int(self.max_backtracks),
+            int(self.max_iter),
+            float(self.tol),
+            bool(self.adaptive_gamma),
         )
-        L, c = objective.unpack(result.x)
+        L, c = objective.unpack(theta)
         self._set_components(L)
         self.c_ = c
-        self.n_iter_ = result.n_iter
-        self.objective_ = result.fun
-        self.converged_ = result.converged
+        self.n_iter_ = int(n_iter)
+        self.objective_ = float(value)
+        self.converged_ = bool(converged)
         return self
 
     # --- model store: JSON meta + plain arrays, never pickle -------------------------
