@@ -11,7 +11,9 @@ What the clock covers, and what it does not:
   checkpoints to the store, and the final checkpoint.
 
 Producing runs in a separate process so it overlaps consuming without sharing a GIL.
-Every run uses a fresh topic prefix, so topics and models start empty.
+Every run uses a fresh topic prefix (`{prefix}.bench-<id>`), so topics and models start
+empty; when the run ends (or fails) its models are deleted from the store and, on
+Kafka, its topics from the broker, so repeated benchmarks leave nothing behind.
 
 Exactly-once is checked, not assumed: every consumed block's `seq` values are counted
 against the produced 0..n-1, and every model's stored `triplets_seen` must equal n.
@@ -49,6 +51,7 @@ class PipelineRun:
     duplicated: int
     checkpoints: int
     producer_seconds: float  # slowest producer's encode + send + flush (who is the bottleneck)
+    prefix: str = ""  # the run's topic/key prefix (its topics and models are deleted after)
 
     @property
     def triplets_per_s(self) -> float:
@@ -147,7 +150,6 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
     """One timed run on a fresh topic prefix (see module doc for what is timed)."""
     from stream.store import open_store
     from stream.transport import open_transport
-    from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
     if n_triplets < 1 or block_size < 1 or producers < 1:
         raise ValueError("n_triplets, block_size and producers must be >= 1")
@@ -155,6 +157,19 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
         settings, topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
         metrics_port=None)
     transport = open_transport(run_settings)
+    store = open_store(run_settings)
+    try:
+        return _timed_run(run_settings, transport, store, n_triplets, block_size, seed,
+                          checkpoint_records, producers, progress)
+    finally:
+        _clean_up(run_settings, transport, store)
+
+
+def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: int,
+               block_size: int, seed: int, checkpoint_records: int, producers: int,
+               progress: Callable[[int], None] | None) -> PipelineRun:
+    from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
     _warm_up(LINEAR_ALGOS)
 
@@ -163,7 +178,8 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
     seqs = _SeqCounter()
     options = WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=checkpoint_records,
                             checkpoint_seconds=3600.0, poll_ms=100, max_poll_records=64)
-    worker = OnlineWorker(run_settings, options, transport=transport, on_block=seqs)
+    worker = OnlineWorker(run_settings, options, transport=transport, store=store,
+                          on_block=seqs)
     worker.start()
     _expect_all(status, producer_list, "ready", _READY_TIMEOUT_S)
     last_records, last_change = 0, time.monotonic()
@@ -190,7 +206,6 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
         raise RuntimeError(f"online worker exited with {exit_code} during the benchmark")
 
     lost, duplicated = seqs.lost_and_duplicated(n_triplets)
-    store = open_store(run_settings)
     seen = []
     for name in LINEAR_ALGOS:
         stored = store.load(name)
@@ -199,7 +214,20 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
     duplicated = max(duplicated, max(seen) - n_triplets)
     return PipelineRun(triplets=n_triplets, seconds=seconds, lost=lost,
                        duplicated=duplicated, checkpoints=worker.counters.checkpoints,
-                       producer_seconds=producer_seconds)
+                       producer_seconds=producer_seconds, prefix=run_settings.topic_prefix)
+
+
+def _clean_up(run_settings: Settings, transport: Any, store: Any) -> None:
+    """Delete the run's models and (on Kafka) its topics; close what run_once opened."""
+    try:
+        for name in store.names():  # the run's own prefix: every model is the run's
+            store.delete(name)
+        delete_topics = getattr(transport, "delete_topics", None)  # Kafka only
+        if delete_topics is not None:
+            delete_topics([run_settings.triplets_topic, run_settings.dead_letter_topic])
+    finally:
+        store.close()
+        transport.close()
 
 
 def _expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from rankstream.cli import main
 from rankstream.config import Settings
 from rankstream.pipeline_bench import _SeqCounter, run_once
+from stream.store import open_store
+from stream.transport import open_transport
 
 
 class _Block:
@@ -31,6 +35,28 @@ def test_embedded_run_loses_and_duplicates_nothing(embedded_settings: Settings) 
     result = run_once(embedded_settings, 12_000, 1500, checkpoint_records=5000)
     assert (result.triplets, result.lost, result.duplicated) == (12_000, 0, 0)
     assert result.checkpoints >= 2 and result.seconds > 0  # every 5,000 records + final
+    assert result.prefix.startswith(f"{embedded_settings.topic_prefix}.bench-")
+    run_store = open_store(dataclasses.replace(embedded_settings, topic_prefix=result.prefix))
+    assert run_store.names() == []  # the run deleted its models
+
+
+def test_a_run_on_real_services_deletes_its_models_and_topics(
+        service_settings: Settings) -> None:
+    result = run_once(service_settings, 6000, 1000, checkpoint_records=2000)
+    assert (result.lost, result.duplicated) == (0, 0)
+    run_settings = dataclasses.replace(service_settings, topic_prefix=result.prefix)
+    store = open_store(run_settings)
+    transport = open_transport(run_settings)
+    try:
+        assert store.names() == [] and store.load("opr") is None
+        topics = [run_settings.triplets_topic, run_settings.dead_letter_topic]
+        deadline = time.monotonic() + 30  # the broker deletes asynchronously
+        while any(map(transport.partitions_for, topics)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [transport.partitions_for(t) for t in topics] == [[], []]
+    finally:
+        store.close()
+        transport.close()
 
 
 def test_bench_refuses_to_run_without_services(monkeypatch: pytest.MonkeyPatch) -> None:
