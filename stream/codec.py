@@ -10,6 +10,7 @@ no object arrays, nothing executable.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Mapping
 
@@ -19,6 +20,7 @@ MAGIC = b"RSARRAY1"
 _HEADER_LEN = struct.Struct("<I")
 _ALIGN = 8
 _NUMERIC_KINDS = frozenset("biufc")
+_DTYPE_STR = re.compile(r"[<>|=][biufc][0-9]{1,2}")  # what numpy's dtype.str gives them
 
 
 def _pad(n: int) -> int:
@@ -86,6 +88,10 @@ def _decode_entry(entry: object, body: bytearray) -> np.ndarray:
     try:
         name, dtype_str = entry["name"], entry["dtype"]  # type: ignore[index]
         shape, offset, nbytes = entry["shape"], entry["offset"], entry["nbytes"]  # type: ignore[index]
+        if not (isinstance(dtype_str, str) and _DTYPE_STR.fullmatch(dtype_str)):
+            # np.dtype() would parse anything (comma strings go through ast.literal_eval
+            # and can raise SyntaxError); only simple numeric type strings are ours.
+            raise ValueError(f"dtype {dtype_str!r} is not a numeric type string")
         dtype = np.dtype(dtype_str)
         shape = tuple(int(s) for s in shape)
     except (KeyError, TypeError, ValueError) as exc:

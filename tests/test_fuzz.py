@@ -377,6 +377,10 @@ def test_fuzz_decode_dead_letter(value: bytes) -> None:
                                      b'"nbytes":8}]',
                                      b'[{"name":"a","dtype":"<f8","shape":[4611686018427387904,'
                                      b'4],"offset":0,"nbytes":0}]',
+                                     b'[{"name":"a","dtype":",","shape":[1],"offset":0,'
+                                     b'"nbytes":8}]',  # found: np.dtype raised SyntaxError
+                                     b'[{"name":"a","dtype":"(4,)f8","shape":[1],"offset":0,'
+                                     b'"nbytes":32}]',
                                      b'{"not":"a list"}', b"[1, 2]", b"\xff\xfe"]))))
 def test_fuzz_codec_arrays(value: bytes) -> None:
     with case("codec"):
