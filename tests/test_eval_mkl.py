@@ -8,7 +8,7 @@ import pytest
 
 import simulators.pubfig_features as pubfig_features
 from rankstream.cli import main
-from rankstream.evals.mkl import METHODS, PAPER_TABLE1, paper_accuracy
+from rankstream.evals.mkl import FEATURES, METHODS, PAPER_TABLE1, MKLEvalConfig, paper_accuracy
 from simulators.pubfig import resolve_root
 
 pytestmark = pytest.mark.skipif(
@@ -42,6 +42,10 @@ def test_eval_mkl_json_shape(monkeypatch, tmp_path, capsys):
     assert row["rankmkl"] > 70.0 and row["gist"] > 70.0  # far above chance (50%)
     assert report["fit_seconds"] > 0 and report["predict_pairs_per_s"] > 0
     assert all(w >= 0 for w in report["rankmkl_weights"]["Male"].values())
+    # RankMKL reuses each single feature's cross-validated bandwidth and tunes lam itself.
+    chosen = report["selected"]["Male"]
+    assert chosen["rankmkl"]["gamma_scale"] == [chosen[f]["gamma_scale"] for f in FEATURES]
+    assert chosen["rankmkl"]["lam"] in MKLEvalConfig().lam_grid
 
 
 def test_paper_table_is_complete():

@@ -36,11 +36,13 @@ class RankMKL:
     `kernels` is "linear" or "chi2" for every group, or one kind per group; chi2 is the
     exponential chi-square kernel exp(-gamma chi2(x, x')) and needs non-negative features.
     `gamma` (chi2 bandwidth) is None (= 1 / mean chi2 distance on the training points),
-    a float, or one value per group; `gamma_scale` multiplies the default (the knob that
-    cross-validation turns, since the data sets the default's units). `lam` is the L2
-    regulariser lam/2 ||d||^2 on the kernel weights. Base kernels are scaled to unit
-    spread (see `ranking.mkl.kernels`). With a single group the weight stays 1: rescaling
-    one kernel is what C does, so one group is exactly a kernel RankSVM.
+    a float, or one value per group; `gamma_scale` (a float, or one per group) multiplies
+    the default (the knob that cross-validation turns, since the data sets the default's
+    units). `lam` is the L2 regulariser lam/2 ||d||^2 on the kernel weights. With two or
+    more groups only lam / C^3 matters for the ranking (see `ranking.mkl.solver.fit_mkl`).
+    Base kernels are scaled to unit spread (see `ranking.mkl.kernels`). With a single group
+    the weight stays 1: rescaling one kernel is what C does, so one group is exactly a
+    kernel RankSVM.
 
     >>> rng = np.random.default_rng(0)
     >>> X = rng.random((40, 3)); noise = rng.random((40, 5))
@@ -55,7 +57,7 @@ class RankMKL:
         kernels: str | Sequence[str] = "chi2",
         C: float = 1.0,
         gamma: float | Sequence[float | None] | None = None,
-        gamma_scale: float = 1.0,
+        gamma_scale: float | Sequence[float] = 1.0,
         lam: float = 1.0,
         max_iter: int = 30,
         tol: float = 1e-3,
@@ -87,8 +89,12 @@ class RankMKL:
             raise ValueError(f"C must be a positive finite number, got {self.C!r}")
         if not (np.isfinite(self.lam) and self.lam >= 0):
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
-        if not (np.isfinite(self.gamma_scale) and self.gamma_scale > 0):
-            raise ValueError(f"gamma_scale must be positive and finite, got {self.gamma_scale!r}")
+        scales = np.atleast_1d(np.asarray(self.gamma_scale, dtype=np.float64))
+        if scales.ndim != 1 or scales.size == 0 or not (np.isfinite(scales) & (scales > 0)).all():
+            raise ValueError(
+                f"gamma_scale must be positive and finite (one or one per group), "
+                f"got {self.gamma_scale!r}"
+            )
 
     def fit(self, Xs: Sequence[np.ndarray], pairs: object) -> RankMKL:
         """Learn kernel weights and pair multipliers from (i above j) preference pairs."""
@@ -97,6 +103,7 @@ class RankMKL:
             raise ValueError("Xs must be a non-empty list of (n, d_k) feature-group matrices")
         kinds = self._per_group(self.kernels, len(Xs), "kernels")
         gammas = self._per_group(self.gamma, len(Xs), "gamma")
+        gamma_scales = self._per_group(self.gamma_scale, len(Xs), "gamma_scale")
         for kind in kinds:
             if kind not in KERNEL_KINDS:
                 raise ValueError(f"unknown kernel {kind!r}; expected one of {KERNEL_KINDS}")
@@ -108,8 +115,8 @@ class RankMKL:
             raise ValueError(f"feature groups disagree on n: {[X.shape[0] for X in groups]}")
         pairs = check_pairs(pairs, n)
         trained = [
-            train_kernel(k, X, g, self.gamma_scale)
-            for X, k, g in zip(groups, kinds, gammas, strict=True)
+            train_kernel(k, X, g, float(scale))
+            for X, k, g, scale in zip(groups, kinds, gammas, gamma_scales, strict=True)
         ]
         Ks = [K for K, _, _ in trained]
         solution = fit_mkl(
@@ -182,7 +189,11 @@ class RankMKL:
             "params": {
                 "C": float(self.C),
                 "lam": float(self.lam),
-                "gamma_scale": float(self.gamma_scale),
+                "gamma_scale": (
+                    float(self.gamma_scale)
+                    if np.isscalar(self.gamma_scale)
+                    else [float(v) for v in self.gamma_scale]
+                ),
             },
         }
         arrays = {

@@ -183,6 +183,11 @@ def fit_mkl(
     projection arc); the step doubles after an acceptance and halves after a rejection.
     Stops when the relative change of d falls below `tol` or after `max_iter` steps.
     A single kernel is not reweighted (see below).
+
+    Only lam / C^3 shapes the ranking: with d = s e and beta = beta'/s the inner dual at
+    (s e, C) is 1/s times the one at (e, s C), so problem (C, lam) in d is problem
+    (s C, s^3 lam) in e and the scores only change by the factor s. Cross-validating lam
+    next to C therefore refines the grid of the one knob that matters.
     """
     t = len(Ks)
     d = np.full(t, 1.0 / t) if d0 is None else np.asarray(d0, dtype=np.float64).copy()
