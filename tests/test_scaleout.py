@@ -163,3 +163,19 @@ def test_mixing_refuses_what_cannot_be_mixed() -> None:
         mix_rankers([])
     with pytest.raises(ValueError, match="scaler"):
         mix_rankers([OnlineRanker(algo="opr", warm_start=np.ones(3))])
+
+
+def test_a_failed_assignment_stops_the_worker_instead_of_idling() -> None:
+    settings = _settings()
+    worker = OnlineWorker(settings, _options())
+    assert worker._partitioned is not None
+
+    def corrupt(name: str) -> None:
+        raise ValueError(f"model {name!r}: corrupt envelope")
+
+    worker.store.load = corrupt  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="corrupt"):  # Kafka swallows this inside poll ...
+        worker._partitioned.on_assign([(settings.triplets_topic, 0)])
+    with pytest.raises(RuntimeError, match="loading assigned partitions failed"):
+        worker._partitioned.tick()  # ... so the worker loop raises it on its next turn
+    assert worker._stop.is_set()

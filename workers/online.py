@@ -184,7 +184,7 @@ class OnlineWorker:
                     self._maybe_checkpoint()
                 self._maybe_report_lag()
                 if self._partitioned is not None:
-                    self._partitioned.maybe_mix()
+                    self._partitioned.tick()
                 if until is not None and until(self):
                     break
                 idle = self.options.exit_when_idle

@@ -175,6 +175,7 @@ class PartitionModels:
         self._retry = retry
         self._by_partition: dict[int, list[TrackedModel]] = {}
         self._last_mix = time.monotonic()
+        self._failure: BaseException | None = None
 
     @property
     def owned(self) -> list[int]:
@@ -184,7 +185,20 @@ class PartitionModels:
         return self._by_partition.get(partition, [])
 
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
-        """Load each new partition's models with their offsets, then seek every partition."""
+        """Load each new partition's models with their offsets, then seek every partition.
+
+        The consumer calls this inside `poll` and swallows what it raises (kafka-python
+        logs "rebalance callback throws"), which would leave partitions assigned but
+        never learned; so a failure is kept and re-raised by `tick` in the worker loop.
+        """
+        try:
+            self._assign(partitions)
+        except BaseException as exc:
+            self._failure = exc
+            self.worker.stop()
+            raise
+
+    def _assign(self, partitions: list[tuple[str, int]]) -> None:
         opts = self.worker.options
         params = {"C": opts.C, "eta": opts.eta}
         for _, partition in partitions:
@@ -215,6 +229,13 @@ class PartitionModels:
             self._by_partition.pop(partition, None)
             log_event(log, "partition revoked", partition=partition)
         self._sync()
+
+    def tick(self) -> None:
+        """Called once per poll: re-raise a failed assignment, publish the mix when due."""
+        if self._failure is not None:
+            raise RuntimeError(f"loading assigned partitions failed: {self._failure!r}") \
+                from self._failure
+        self.maybe_mix()
 
     def maybe_mix(self, force: bool = False) -> None:
         """Publish every algorithm's mix when this worker owns the mixer partition."""
