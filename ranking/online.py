@@ -82,11 +82,12 @@ def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_upd
 
     Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
     as `np.subtract(A, B, dtype=np.float64)`), or A[i] when B is None; model m learns
-    x / scales[group[m]] (its scaler's std: a division, like `transform_differences`).
+    x / scales[group[m]] (its scaler's std: a division, like `transform_differences`),
+    or x itself when scales is None (no model has a scaler: one group).
     Each distinct scaler's x is computed once per row into a small buffer, and the
-    margins of four models at a time (order[starts[g]:starts[g+1]]: group g's models,
-    padded to a multiple of four with scratch rows of W at index >= k) are accumulated
-    in one sweep over the features as independent chains, so four models cost about
+    margins of four models at a time (order[starts[g]:starts[g+1]] lists group g's
+    models; the rest one by one) are accumulated in one sweep over the features as
+    independent chains, |x|^2 riding along with the first, so four models cost about
     what one does (each sum runs in j order, so it is bound by the adder's latency, and
     four chains fill the gap). Per model the arithmetic and its order are those of one
     model alone (no fast-math), so the weights are bit-identical to separate calls.
@@ -96,10 +97,10 @@ def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_upd
     """
     n, d = A.shape
     k = group.shape[0]
-    n_groups = scales.shape[0]
+    n_groups = 1 if scales is None else scales.shape[0]
     xs = np.empty((n_groups, d))
     sqnorms = np.empty(n_groups)
-    dots = np.empty(W.shape[0])
+    dots = np.empty(k)
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
@@ -107,16 +108,22 @@ def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_upd
                 if status[m] == _OK:
                     status[m], bad_row[m] = _BAD_LABEL, i
             return
-        for g in range(n_groups):  # no reduction here: vectorised
-            if B is None:
-                for j in range(d):
-                    xs[g, j] = np.float64(A[i, j]) / scales[g, j]
-            else:
-                for j in range(d):
-                    xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
-        for g in range(n_groups):  # one sweep: |x|^2 and four margins as parallel chains
+        if scales is None:  # no scaler: x itself (vectorised, like the rest of this step)
+            for j in range(d):
+                xs[0, j] = np.float64(A[i, j]) if B is None else (
+                    np.float64(A[i, j]) - np.float64(B[i, j]))
+        else:
+            for g in range(n_groups):
+                if B is None:
+                    for j in range(d):
+                        xs[g, j] = np.float64(A[i, j]) / scales[g, j]
+                else:
+                    for j in range(d):
+                        xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
+        for g in range(n_groups):  # |x|^2 rides along with the first sweep of margins
+            b, end = starts[g], starts[g + 1]
             sq = 0.0
-            for b in range(starts[g], starts[g + 1], 4):
+            while b + 4 <= end:  # four models per sweep
                 m0, m1, m2, m3 = order[b], order[b + 1], order[b + 2], order[b + 3]
                 d0 = d1 = d2 = d3 = 0.0
                 if b == starts[g]:
@@ -135,6 +142,20 @@ def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_upd
                         d2 += W[m2, j] * xj
                         d3 += W[m3, j] * xj
                 dots[m0], dots[m1], dots[m2], dots[m3] = d0, d1, d2, d3
+                b += 4
+            while b < end:  # the rest one by one
+                m0 = order[b]
+                d0 = 0.0
+                if b == starts[g]:
+                    for j in range(d):
+                        xj = xs[g, j]
+                        sq += xj * xj
+                        d0 += W[m0, j] * xj
+                else:
+                    for j in range(d):
+                        d0 += W[m0, j] * xs[g, j]
+                dots[m0] = d0
+                b += 1
             sqnorms[g] = sq
         for m in range(k):
             if status[m] != _OK:
@@ -289,19 +310,16 @@ def _learn_linear_models(rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.n
         params[m] = 0.0 if param_name is None else getattr(ranker, param_name)
     order_list: list[int] = []
     starts = np.zeros(len(scales) + 1, dtype=np.int64)
-    scratch = k
     for g in range(len(scales)):
-        members = [m for m in range(k) if group[m] == g]
-        pad = -len(members) % 4
-        order_list += members + list(range(scratch, scratch + pad))
-        scratch += pad
+        order_list += [m for m in range(k) if group[m] == g]
         starts[g + 1] = len(order_list)
-    W = np.zeros((scratch, d))
-    W[:k] = [ranker._w for ranker in rankers]
+    W = np.array([ranker._w for ranker in rankers])
     n_updates = np.zeros(k, dtype=np.int64)
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
-    _learn_linear(rules, params, W, np.array(scales), group, np.array(order_list, dtype=np.int64),
+    unscaled = all(ranker.scaler is None for ranker in rankers)
+    _learn_linear(rules, params, W, None if unscaled else np.array(scales), group,
+                  np.array(order_list, dtype=np.int64),
                   starts, A, B, labels, n_updates, status, bad_row)
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
