@@ -61,3 +61,11 @@ def test_cli_json_shape(capsys):
         row = report[method]
         assert {"mae", "std", "seconds"} <= set(row)
         assert 0.0 <= row["mae"] <= 4.0 and row["seconds"] >= 0.0
+
+
+def test_pca_dimension_defaults_per_data_set_and_obeys_an_explicit_choice():
+    from rankstream.evals.dml import DEFAULT_PCA, DmlEvalConfig, pca_dimension
+
+    assert pca_dimension(DmlEvalConfig(dataset="pubfig")) == DEFAULT_PCA["pubfig"] == 150
+    assert pca_dimension(DmlEvalConfig(dataset="digits")) == DEFAULT_PCA["digits"]
+    assert pca_dimension(DmlEvalConfig(dataset="pubfig", pca_components=20)) == 20
