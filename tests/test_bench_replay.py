@@ -14,6 +14,8 @@ def test_bench_replay_json_shape(capsys):
     assert len(report["runs"]) == 3 and report["seconds"] == sorted(report["runs"])[1]
     assert abs(report["triplets_per_s"] * report["seconds"] - 5000) < 1e-6 * 5000
     assert report["warmup_seconds"] > 0 and report["log_bytes"] > 5000 * 2 * 144
+    assert len(report["cpu_runs"]) == 3 and report["cpu_seconds"] == sorted(report["cpu_runs"])[1]
+    assert report["cpu_seconds"] > 0
 
 
 def test_bench_replay_rejects_bad_arguments():

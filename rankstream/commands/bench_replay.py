@@ -5,7 +5,8 @@ generated into a temporary directory first; then `rankstream replay DIR --direct
 opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
 interpreter start-up, imports, numba's cache load, Parquet reading and learning all
 count. One warm-up run (populating numba's cache and the page cache) is reported apart;
-`seconds` is the median of the timed runs.
+`seconds` is the median of the timed runs, `cpu_seconds` the median CPU time (user +
+system) of those processes: on a shared machine, the steadier measure.
 """
 
 from __future__ import annotations
@@ -51,20 +52,25 @@ def replay_command(directory) -> list[str]:
             "--algo", ALGOS, "--json"]
 
 
-def timed_replay(directory, n_triplets: int) -> float:
-    """Wall seconds of one whole `replay --direct` process; checks what it printed."""
+def timed_replay(directory, n_triplets: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole `replay --direct` process; checks what it printed."""
+    import resource
     import subprocess
 
-    start = time.perf_counter()
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu_start, start = children_cpu(), time.perf_counter()
     done = subprocess.run(replay_command(directory), capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, children_cpu() - cpu_start
     if done.returncode != 0:
         raise RuntimeError(f"replay exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     models = json.loads(done.stdout)
     seen = {name: m["triplets_seen"] for name, m in models.items()}
     if sorted(seen) != sorted(ALGOS.split(",")) or set(seen.values()) != {n_triplets}:
         raise RuntimeError(f"replay learned {seen}, expected {n_triplets} per model")
-    return seconds
+    return seconds, cpu_seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,23 +93,27 @@ def run(args: argparse.Namespace) -> int:
             log_bytes = write_log(directory, args.triplets, args.block_size, args.seed,
                                   lambda n: progress.advance(task, n))
         with err.status("warm-up run (numba cache, page cache)"):
-            warmup = timed_replay(directory, args.triplets)
-        runs = []
+            warmup, _ = timed_replay(directory, args.triplets)
+        runs, cpu_runs = [], []
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("timed runs", total=args.repeats)
             for _ in range(args.repeats):
-                runs.append(timed_replay(directory, args.triplets))
+                wall, cpu = timed_replay(directory, args.triplets)
+                runs.append(wall)
+                cpu_runs.append(cpu)
                 progress.advance(task)
     seconds = statistics.median(runs)
     report = {"triplets": args.triplets, "seconds": seconds,
               "triplets_per_s": args.triplets / seconds, "warmup_seconds": warmup,
-              "runs": runs, "log_bytes": log_bytes}
+              "runs": runs, "cpu_seconds": statistics.median(cpu_runs), "cpu_runs": cpu_runs,
+              "log_bytes": log_bytes}
     if args.json:
         print(json.dumps(report))
         return 0
     Console().print(
         f"replay --direct of {args.triplets:,} triplets through {ALGOS}: "
         f"{seconds:.3f} s median of {args.repeats} (whole process), "
-        f"{args.triplets / seconds / 1e6:.2f} M triplets/s; warm-up {warmup:.2f} s"
+        f"{args.triplets / seconds / 1e6:.2f} M triplets/s; CPU {report['cpu_seconds']:.3f} s "
+        f"median; warm-up {warmup:.2f} s"
     )
     return 0
