@@ -17,11 +17,12 @@ import numpy as np
 from stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
-    FencingError,
     StoredModel,
     check_expected_version,
+    check_fence,
     check_keep_versions,
     check_name,
+    check_write_id,
     decode_model,
     encode_model,
     finite_or_none,
@@ -114,17 +115,24 @@ class EmbeddedModelStore:
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        expected_write_id: str | None = None,
+        write_id: str | None = None,
         keep_versions: int | None = None,
     ) -> int:
-        """Fenced, atomic write of the next version; announces it to every listener."""
+        """Fenced (version and write id), atomic write of the next version; announces it."""
         check_name(name)
         expected = check_expected_version(expected_version)
+        check_write_id(expected_write_id, "expected_write_id")
         keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets)
+        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets,
+                               write_id=write_id)
         with self._lock:
             actual = self._latest.get(name, 0)
-            if actual != expected:
-                raise FencingError(name, expected, actual)
+            stored_write_id = self._versions[name][actual].write_id if actual else None
+            if not check_fence(name, expected_version=expected,
+                               expected_write_id=expected_write_id, stored_version=actual,
+                               stored_write_id=stored_write_id, write_id=encoded.write_id):
+                return actual  # this very save is already stored
             version = actual + 1
             kept = self._versions.setdefault(name, {})
             kept[version] = encoded

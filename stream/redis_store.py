@@ -2,18 +2,20 @@
 
 Layout under `p = settings.topic_prefix` (default "rankstream"):
   `{p}:model:{name}`            hash: version, kind, meta (JSON envelope with offsets and
-                                created_ms, see `stream.store`), arrays (`stream.codec` bytes)
+                                created_ms, see `stream.store`), arrays (`stream.codec` bytes),
+                                write_id (the identity of the save, for fencing)
   `{p}:model:{name}:v:{n}`      the same hash for each of the newest `keep_versions` versions
   `{p}:model:{name}:versions`   sorted set indexing those snapshots (so trimming is exact)
   `{p}:models`                  set of model names
   `{p}:model-updated`           pub/sub channel, JSON {"name", "version"} per save
 
-`save` is one Lua script (EVALSHA): check the stored version against `expected_version`,
-write latest and snapshot, trim, add the name, publish — atomic, so a reader never sees a
-half-written model and two writers can never both win. Reads retry with exponential
-back-off on connection errors. A save whose connection drops may have been applied; its
-retry then finds the store one version ahead *with our own envelope* and reports success
-instead of a false `FencingError`.
+`save` is one Lua script (EVALSHA): check the stored version and write id against
+`expected_version` / `expected_write_id` (`stream.store.check_fence`), write latest and
+snapshot (each with its `write_id` field), trim, add the name, publish — atomic, so a
+reader never sees a half-written model and two writers can never both win. Reads retry
+with exponential back-off on connection errors. A save whose connection drops may have
+been applied; its retry then finds the store one version ahead *with its own write id*
+and reports success instead of a false `FencingError`.
 
 `delete` (clean-up) drops all of a model's keys and its name in one script as well.
 
@@ -41,11 +43,12 @@ from redis.retry import Retry
 from stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
-    FencingError,
     StoredModel,
     check_expected_version,
+    check_fence,
     check_keep_versions,
     check_name,
+    check_write_id,
     decode_model,
     encode_model,
     finite_or_none,
@@ -57,12 +60,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SAVE_SCRIPT = """
-local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if current ~= tonumber(ARGV[1]) then
-  return redis.error_reply('FENCED ' .. current)
+local stored = redis.call('HMGET', KEYS[1], 'version', 'write_id')
+local current = tonumber(stored[1] or '0')
+local current_id = stored[2] or ''
+if current ~= tonumber(ARGV[1]) or (ARGV[8] ~= '' and current_id ~= ARGV[8]) then
+  return redis.error_reply('FENCED ' .. current .. ' ' .. current_id)
 end
 local v = current + 1
-local fields = {'version', v, 'kind', ARGV[3], 'meta', ARGV[4], 'arrays', ARGV[5]}
+local fields = {'version', v, 'kind', ARGV[3], 'meta', ARGV[4], 'arrays', ARGV[5],
+                'write_id', ARGV[9]}
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HSET', KEYS[1] .. ':v:' .. v, unpack(fields))
 local index = KEYS[1] .. ':versions'
@@ -153,15 +159,19 @@ class RedisModelStore:
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        expected_write_id: str | None = None,
+        write_id: str | None = None,
         keep_versions: int | None = None,
     ) -> int:
         """Fenced atomic write of version expected+1; FencingError if someone was first."""
         key = self._key(name)
         expected = check_expected_version(expected_version)
+        check_write_id(expected_write_id, "expected_write_id")
         keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets)
+        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets,
+                               write_id=write_id)
         args = [expected, name, encoded.kind, encoded.envelope, encoded.arrays,
-                keep, self.channel]  # fmt: skip
+                keep, self.channel, expected_write_id or "", encoded.write_id]  # fmt: skip
         delay = 0.05
         for attempt in range(_SAVE_ATTEMPTS):
             try:
@@ -169,10 +179,12 @@ class RedisModelStore:
             except ResponseError as exc:
                 if not str(exc).startswith("FENCED"):
                     raise
-                actual = int(str(exc).split()[1])
-                if actual == expected + 1 and self._is_ours(key, encoded.envelope):
-                    return actual  # an earlier attempt landed before its reply was lost
-                raise FencingError(name, expected, actual) from None
+                _, actual, *stored_id = str(exc).split()
+                check_fence(name, expected_version=expected, expected_write_id=expected_write_id,
+                            stored_version=int(actual),
+                            stored_write_id=stored_id[0] if stored_id else None,
+                            write_id=encoded.write_id)
+                return int(actual)  # an earlier attempt landed before its reply was lost
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if attempt == _SAVE_ATTEMPTS - 1:
                     raise
@@ -193,10 +205,6 @@ class RedisModelStore:
     def close(self) -> None:
         self._client.close()
 
-    def _is_ours(self, key: str, envelope: str) -> bool:
-        stored = self._client.hget(key, "meta")
-        return stored is not None and stored.decode() == envelope
-
     def _load_hash(self, name: str, key: str) -> StoredModel | None:
         fields = self._client.hgetall(key)
         if not fields:
@@ -205,6 +213,7 @@ class RedisModelStore:
             kind=fields[b"kind"].decode(),
             envelope=fields[b"meta"].decode(),
             arrays=fields[b"arrays"],
+            write_id=fields.get(b"write_id", b"").decode(),
         )
         return decode_model(name, int(fields[b"version"]), encoded)
 

@@ -2,8 +2,16 @@
 
 A stored model is a version number, a kind, JSON meta, numeric arrays (see
 `stream.codec`, never pickle) and the stream offsets its state covers. Writes are
-fenced: `save` succeeds only when the stored version is the one the writer last read,
-so two workers that both think they own a model cannot interleave checkpoints.
+fenced: `save` succeeds only when the stored model is the one the writer last read or
+wrote, so two workers that both think they own a model cannot interleave checkpoints.
+
+"The one" means its identity, not just its number: every save carries a fresh random
+`write_id` and the store keeps it with the version. A writer fences on both
+(`expected_version`, `expected_write_id`). Numbers alone have an ABA gap: if a machine
+crash loses writer A's version v+1 and writer B then loads v and saves its own v+1,
+A's next save (expecting v+1) would land on top of B's and count B's work twice; the
+write ids differ, so it is refused. The same id makes a retried save whose reply was
+lost recognisable: finding exactly its own write stored, it adopts that version.
 
 Both stores persist the same two blobs per version — a JSON *envelope*
 (`{"meta", "offsets", "created_ms"}`) and the codec bytes — built and checked here, so
@@ -15,9 +23,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -29,6 +38,7 @@ if TYPE_CHECKING:
 
 DEFAULT_KEEP_VERSIONS = 50
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+_WRITE_ID = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
 
 
 @dataclass(frozen=True)
@@ -40,17 +50,22 @@ class StoredModel:
     arrays: dict[str, np.ndarray]
     offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset covered
     created_ms: int
+    write_id: str = ""  # the identity of the save that wrote it; "" = never stored
 
 
 class FencingError(RuntimeError):
-    """The stored version is not the one the writer expected: someone else wrote first."""
+    """The stored model is not the one the writer expected: someone else wrote first."""
 
-    def __init__(self, name: str, expected: int, actual: int) -> None:
+    def __init__(self, name: str, expected: int, actual: int,
+                 expected_write_id: str | None = None, actual_write_id: str | None = None) -> None:
+        detail = (f" (write {actual_write_id}, not {expected_write_id})"
+                  if expected == actual and expected_write_id is not None else "")
         super().__init__(
-            f"model {name!r}: expected stored version {expected}, found {actual} "
+            f"model {name!r}: expected stored version {expected}, found {actual}{detail} "
             "(another writer got there first)"
         )
         self.name, self.expected, self.actual = name, expected, actual
+        self.expected_write_id, self.actual_write_id = expected_write_id, actual_write_id
 
 
 class ModelStore(Protocol):
@@ -73,8 +88,20 @@ class ModelStore(Protocol):
         arrays: Mapping[str, np.ndarray],
         offsets: Mapping[str, Mapping[int, int]],
         expected_version: int,
+        expected_write_id: str | None = None,
+        write_id: str | None = None,
         keep_versions: int | None = None,
-    ) -> int: ...
+    ) -> int:
+        """Write version expected_version + 1 atomically and announce it.
+
+        Fenced: FencingError unless the stored version is `expected_version` (0 = no
+        model) and, when `expected_write_id` is given, the stored `write_id` is that
+        one. `write_id` names this save (fresh from `new_write_id()`, which is the
+        default); a writer keeps it to fence its next save. If the store already holds
+        version expected_version + 1 written with this very `write_id` (a retry after
+        a lost reply), that version is returned instead of raising.
+        """
+        ...
 
     def delete(self, name: str) -> bool:
         """Remove the model and every kept version; True if it existed.
@@ -108,6 +135,7 @@ class EncodedModel:
     kind: str
     envelope: str
     arrays: bytes
+    write_id: str
 
 
 def check_keep_versions(keep_versions: int | None, default: int) -> int:
@@ -123,6 +151,84 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"model name must match {_NAME.pattern}, got {name!r}")
     return name
+
+
+def new_write_id() -> str:
+    """A fresh random identity for one save (128 bits: never repeats in practice)."""
+    return secrets.token_hex(16)
+
+
+def check_write_id(write_id: str | None, what: str = "write_id") -> str | None:
+    if write_id is not None and (not isinstance(write_id, str) or not _WRITE_ID.match(write_id)):
+        raise ValueError(f"{what} must match {_WRITE_ID.pattern}, got {write_id!r}")
+    return write_id
+
+
+def check_fence(name: str, *, expected_version: int, expected_write_id: str | None,
+                stored_version: int, stored_write_id: str | None, write_id: str) -> bool:
+    """The fencing rule, shared by both stores (Redis runs it again inside its script).
+
+    True: the stored model is the expected one, write on top of it. False: the store
+    already holds exactly this save (same write_id, one version ahead), so a retry
+    whose first reply was lost adopts it. Anything else raises FencingError.
+    """
+    if stored_version == expected_version and (
+            expected_write_id is None or stored_write_id == expected_write_id):
+        return True
+    if stored_version == expected_version + 1 and stored_write_id == write_id:
+        return False
+    raise FencingError(name, expected_version, stored_version, expected_write_id,
+                       stored_write_id)
+
+
+@dataclass
+class Fence:
+    """A writer's hold on one stored model: the save it last loaded or made (version and
+    write id), and the ids of its own saves whose outcome it never learnt (they raised,
+    e.g. a connection error after the store's retries, yet may have landed)."""
+
+    version: int = 0  # 0 = no stored model
+    write_id: str | None = None
+    unconfirmed: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, stored: StoredModel | None) -> Fence:
+        """The fence of a writer that has just loaded `stored` (None: nothing stored)."""
+        if stored is None:
+            return cls()
+        return cls(stored.version, stored.write_id or None)
+
+    def moved_to(self, version: int, write_id: str) -> None:
+        self.version, self.write_id, self.unconfirmed = version, write_id, []
+
+
+def fenced_save(store: ModelStore, name: str, fence: Fence, *, kind: str, meta: dict,
+                arrays: Mapping[str, np.ndarray], offsets: Mapping[str, Mapping[int, int]],
+                keep_versions: int | None = None) -> int:
+    """Save on top of the model `fence` holds and move the fence there; the one way every
+    worker writes (online checkpoints, batch reservoir and models, evaluator record).
+
+    FencingError when the stored model is someone else's. One exception: the stored model
+    is one of this writer's own unconfirmed saves, exactly one version ahead. Then an
+    earlier attempt landed after all; its state is an earlier state of this writer, so
+    the fence moves onto it and the current state is saved on top.
+    """
+    while True:
+        write_id = new_write_id()
+        fence.unconfirmed.append(write_id)
+        try:
+            version = store.save(name, kind=kind, meta=meta, arrays=arrays, offsets=offsets,
+                                 expected_version=fence.version,
+                                 expected_write_id=fence.write_id, write_id=write_id,
+                                 keep_versions=keep_versions)
+        except FencingError as exc:
+            fence.unconfirmed.remove(write_id)  # refused: it did not land
+            if exc.actual != fence.version + 1 or exc.actual_write_id not in fence.unconfirmed:
+                raise
+            fence.moved_to(exc.actual, exc.actual_write_id)
+            continue
+        fence.moved_to(version, write_id)
+        return version
 
 
 def check_expected_version(expected_version: int) -> int:
@@ -162,8 +268,13 @@ def encode_model(
     meta: dict,
     arrays: Mapping[str, np.ndarray],
     offsets: Mapping[str, Mapping[int, int]],
+    write_id: str | None = None,
 ) -> EncodedModel:
-    """Validate a save's arguments and encode them; ValueError names what is wrong."""
+    """Validate a save's arguments and encode them; ValueError names what is wrong.
+
+    `write_id` None draws a fresh one (`new_write_id`).
+    """
+    write_id = check_write_id(write_id) or new_write_id()
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"kind must be a non-empty string, got {kind!r}")
     if not isinstance(meta, dict):
@@ -178,7 +289,8 @@ def encode_model(
         envelope = json.dumps(document, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"meta is not plain finite JSON: {exc}") from None
-    return EncodedModel(kind=kind, envelope=envelope, arrays=encode_arrays(arrays))
+    return EncodedModel(kind=kind, envelope=envelope, arrays=encode_arrays(arrays),
+                        write_id=write_id)
 
 
 def decode_model(name: str, version: int, encoded: EncodedModel) -> StoredModel:
@@ -195,6 +307,7 @@ def decode_model(name: str, version: int, encoded: EncodedModel) -> StoredModel:
         arrays=decode_arrays(encoded.arrays),
         offsets=offsets,
         created_ms=int(document["created_ms"]),
+        write_id=encoded.write_id,
     )
 
 

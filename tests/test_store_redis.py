@@ -29,7 +29,7 @@ def test_keys_follow_the_documented_layout_and_trimmed_snapshots_are_deleted(ser
     client = redis.Redis.from_url(service_settings.redis_url)
     p = service_settings.topic_prefix
     latest = client.hgetall(f"{p}:model:m")
-    assert set(latest) == {b"version", b"kind", b"meta", b"arrays"}
+    assert set(latest) == {b"version", b"kind", b"meta", b"arrays", b"write_id"}
     assert latest[b"version"] == b"3" and latest[b"kind"] == b"online"
     assert client.smembers(f"{p}:models") == {b"m"}
     assert not client.exists(f"{p}:model:m:v:1")

@@ -112,8 +112,15 @@ def test_retry_after_a_lost_reply_adopts_its_own_write() -> None:
     with pytest.raises(ConnectionError):
         save_checkpoint(store, model, "w")
     assert model.dirty and model.version == 0
-    assert save_checkpoint(store, model, "w") == 1 and not model.dirty
-    assert store.versions("opar1") == [1]
+    model.learn(T, 0, 1, *_rows(rng, 5))  # learning goes on before the next checkpoint
+    # The next checkpoint finds its own unconfirmed save stored as v1 (not a fence) and
+    # saves the current state on top of it.
+    assert save_checkpoint(store, model, "w") == 2 and not model.dirty
+    assert store.versions("opar1") == [1, 2]
+    first, second = store.load_version("opar1", 1), store.load("opar1")
+    assert first.meta["triplets_seen"] == 50 and first.offsets == {T: {0: 1}}
+    assert second.meta["triplets_seen"] == 55 and second.offsets == {T: {0: 2}}
+    assert model.fence.write_id == second.write_id != first.write_id
 
 
 def test_summary_shape() -> None:

@@ -16,10 +16,11 @@ batch boundaries, so a restarted worker ends with bit-identical reservoir rows t
 uninterrupted one, as long as the order of messages is the same: always within a
 partition, so single-partition topics resume exactly (as in `workers.online`).
 
-Fencing: every save names the version this worker last saw; a FencingError means
-another batch worker wrote since, so this one is stale: it stops without further
-saves and `run` returns EXIT_FENCED. A save whose reply was lost is recognised by its
-`write_id` when read back, and adopted.
+Fencing: every save names the version this worker last loaded or saved and that
+save's `write_id` (`stream.store`); a FencingError means another batch worker wrote
+since (even under a version number a lost write let it reuse), so this one is stale:
+it stops without further saves and `run` returns EXIT_FENCED. A save whose reply was
+lost is recognised by the store from its `write_id`, and adopted.
 
 Bad input: a message that fails to decode is skipped (logged), and rejected rows are
 left out; the online worker owns the dead-letter topic, so this worker does not send
@@ -49,7 +50,7 @@ import numpy as np
 from ranking.reservoir import Reservoir
 from rankstream.config import Settings
 from stream.schema import SchemaError, decode_triplets
-from stream.store import FencingError, ModelStore, open_store
+from stream.store import Fence, FencingError, ModelStore, fenced_save, open_store
 from stream.transport import Consumer, Message, Transport, open_transport
 from workers import metrics
 from workers.batch_models import (
@@ -137,8 +138,7 @@ class BatchWorker:
         self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reservoir = Reservoir(options.reservoir, seed=options.seed)
         self.offsets: dict[str, dict[int, int]] = {}
-        self.reservoir_version = 0
-        self.model_versions: dict[str, int] = {}
+        self.fences: dict[str, Fence] = {}  # per stored name: the save we last loaded or made
         self.counters = BatchCounters()
         self.fenced = False
         self.dirty = False
@@ -179,6 +179,15 @@ class BatchWorker:
             log_event(log, "seek", topic=topic, partition=partition,
                       offset="beginning" if next_offset is None else next_offset)
 
+    @property
+    def reservoir_version(self) -> int:
+        return self.fences.get(RESERVOIR_NAME, Fence()).version
+
+    @property
+    def model_versions(self) -> dict[str, int]:
+        """The version of every batch model this worker last loaded or published."""
+        return {name: self.fences.get(name, Fence()).version for name in self.options.models}
+
     def _load(self) -> None:
         stored = self.store.load(RESERVOIR_NAME)
         if stored is not None:
@@ -187,9 +196,9 @@ class BatchWorker:
                                  f"not {RESERVOIR_KIND!r}")
             self.reservoir = Reservoir.from_state(stored.meta, stored.arrays)
             self.offsets = {t: dict(parts) for t, parts in stored.offsets.items()}
-            self.reservoir_version = stored.version
-        latest = self.store.latest_versions()
-        self.model_versions = {name: latest.get(name, 0) for name in self.options.models}
+            self.fences[RESERVOIR_NAME] = Fence.of(stored)
+        for name in self.options.models:
+            self.fences[name] = Fence.of(self.store.load(name))
         for name, version in self.model_versions.items():
             metrics.MODEL_VERSION.labels(model=name).set(version)
         log_event(log, "reservoir loaded", version=self.reservoir_version,
@@ -301,12 +310,11 @@ class BatchWorker:
         meta, arrays = self.reservoir.to_state()
         started = time.perf_counter()
         version = self._save(RESERVOIR_NAME, RESERVOIR_KIND, meta, arrays,
-                             self.reservoir_version, self.options.keep_reservoir_versions)
+                             self.options.keep_reservoir_versions)
         if version is None:
             self._persist_backoff.failed()
             return False
         self._persist_backoff.succeeded()
-        self.reservoir_version = version
         self.dirty = False
         self.counters.persists += 1
         log_event(log, "reservoir persisted", version=version, n_seen=self.reservoir.n_seen,
@@ -322,24 +330,17 @@ class BatchWorker:
                   level=logging.ERROR)
 
     def _save(self, name: str, kind: str, meta: dict[str, Any],
-              arrays: Mapping[str, np.ndarray], expected: int,
+              arrays: Mapping[str, np.ndarray],
               keep_versions: int | None = None) -> int | None:
         """Fenced save with the current offsets; None on a transient error or when fenced."""
-        write_id = uuid.uuid4().hex
-        meta = {**meta, "writer": self.writer, "write_id": write_id,
-                "saved_ms": time.time_ns() // 1_000_000}
+        meta = {**meta, "writer": self.writer, "saved_ms": time.time_ns() // 1_000_000}
         try:
-            version = self.store.save(name, kind=kind, meta=meta, arrays=arrays,
-                                      offsets=self.offsets, expected_version=expected,
-                                      keep_versions=keep_versions)
+            version = fenced_save(self.store, name, self.fences.setdefault(name, Fence()),
+                                  kind=kind, meta=meta, arrays=arrays, offsets=self.offsets,
+                                  keep_versions=keep_versions)
             metrics.mark_checkpoint(name)
             return version
         except FencingError as exc:
-            stored = self._load_quietly(name)
-            if (stored is not None and stored.version == expected + 1
-                    and stored.meta.get("write_id") == write_id):
-                metrics.mark_checkpoint(name)
-                return stored.version  # our own write; only its reply was lost
             self.fenced = True
             metrics.FENCING_ERRORS.labels(model=name).inc()
             log_event(log, "fenced: a newer writer owns the model; stopping",
@@ -349,12 +350,6 @@ class BatchWorker:
             log_event(log, "save failed; will retry", level=logging.WARNING, model=name,
                       error=repr(exc))
         return None
-
-    def _load_quietly(self, name: str) -> Any:
-        try:
-            return self.store.load(name)
-        except self._transient:
-            return None
 
     # --- refitting ------------------------------------------------------------------
     def refit_due(self) -> bool:
@@ -397,12 +392,11 @@ class BatchWorker:
             meta.update(reservoir_n_seen=self.reservoir.n_seen,
                         reservoir_version=self.reservoir_version,
                         refit_seconds=round(seconds, 4))
-            version = self._save(name, name, meta, arrays, self.model_versions.get(name, 0))
+            version = self._save(name, name, meta, arrays)
             if version is None:
                 if self.fenced:
                     break
                 continue
-            self.model_versions[name] = version
             metrics.MODEL_VERSION.labels(model=name).set(version)
             published[name] = version
             log_event(log, "model published", model=name, version=version,

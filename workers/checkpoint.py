@@ -5,8 +5,9 @@ Exactly-once rests on two rules kept here:
 * a model's offsets advance only when the message at that offset has been applied to
   its weights (or skipped as a dead letter), in offset order per partition, so the
   offsets saved with the weights are exactly the messages those weights include;
-* a save names the version this worker last loaded or saved (`expected_version`); the
-  store refuses it when someone else wrote since (`FencingError`).
+* a save names the version this worker last loaded or saved and that save's identity
+  (`expected_version`, `expected_write_id`); the store refuses it when someone else
+  wrote since (`FencingError`), even if a lost write let them reuse our number (ABA).
 
 Scaling: raw phi on the wire is not standardized. A model holds whole messages back
 until it has seen `scaler_rows` triplets, fits its `Standardizer` on their phi1 and phi2
@@ -27,7 +28,7 @@ import numpy as np
 
 from ranking.online import OnlineRanker, learn_many_together
 from ranking.scaling import Standardizer
-from stream.store import FencingError, ModelStore, StoredModel
+from stream.store import Fence, ModelStore, StoredModel, fenced_save
 
 MODEL_KIND = "online"
 DEFAULT_SCALER_ROWS = 2000
@@ -54,11 +55,16 @@ class TrackedModel:
     params: dict[str, float] = field(default_factory=dict)  # OnlineRanker keyword args
     ranker: OnlineRanker | None = None  # None until the scaler is fitted
     scaler_rows: int = DEFAULT_SCALER_ROWS
-    version: int = 0  # version last loaded or saved by this process; 0 = never stored
+    fence: Fence = field(default_factory=Fence)  # the save last loaded or made here
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     dirty: bool = False
     _held: list[_Held] = field(default_factory=list)
     _held_rows: int = 0
+
+    @property
+    def version(self) -> int:
+        """Version last loaded or saved by this process; 0 = never stored."""
+        return self.fence.version
 
     # --- position -------------------------------------------------------------------
     def next_offset(self, topic: str, partition: int) -> int | None:
@@ -176,7 +182,7 @@ class TrackedModel:
             params={"C": ranker.C, "eta": ranker.eta, "r": ranker.r},
             ranker=ranker,
             scaler_rows=int(stored.meta.get("scaler_rows", DEFAULT_SCALER_ROWS)),
-            version=stored.version,
+            fence=Fence.of(stored),
             offsets={t: dict(parts) for t, parts in stored.offsets.items()},
         )
 
@@ -224,27 +230,17 @@ def load_or_create(store: ModelStore, name: str, params: dict[str, float],
 
 
 def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
-    """Save weights with the offsets they cover, fenced on the version we last saw.
+    """Save weights with the offsets they cover, fenced on the save we last saw.
 
-    A save whose reply was lost (the connection dropped after the write) would look
-    fenced when retried; so on FencingError the stored model is read back, and if it
-    is this writer's own write of exactly this state, that version is adopted.
+    FencingError when the stored model is not the one this process last loaded or
+    saved (`stream.store.fenced_save`, which also recognises a save of ours that
+    landed although it raised).
     """
     meta, arrays = model.to_state()
     meta["writer"] = writer
     meta["checkpoint_ms"] = time.time_ns() // 1_000_000
-    try:
-        version = store.save(model.name, kind=MODEL_KIND, meta=meta, arrays=arrays,
-                             offsets=model.offsets, expected_version=model.version)
-    except FencingError:
-        stored = store.load(model.name)
-        if not (stored is not None and stored.version == model.version + 1
-                and stored.meta.get("writer") == writer
-                and stored.meta.get("triplets_seen") == meta["triplets_seen"]
-                and stored.offsets == model.offsets):
-            raise
-        version = stored.version
-    model.version = version
+    version = fenced_save(store, model.name, model.fence, kind=MODEL_KIND, meta=meta,
+                          arrays=arrays, offsets=model.offsets)
     model.dirty = False
     from workers import metrics  # here: direct replay imports this module, never saves
 

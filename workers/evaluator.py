@@ -41,7 +41,7 @@ import numpy as np
 from ranking.metrics import average_precision, ndcg_at_k
 from rankstream.config import Settings
 from stream.schema import JudgedQuery, SchemaError, decode_query
-from stream.store import FencingError, ModelStore, open_store
+from stream.store import Fence, FencingError, ModelStore, fenced_save, open_store
 from stream.transport import Consumer, Message, Producer, Transport, open_transport
 from workers import metrics
 from workers.deadletters import send_dead_letter
@@ -147,7 +147,7 @@ class Evaluator:
         self.dead_letters = 0
         self.fenced = False
         self.offsets: dict[int, int] = {}  # queries-topic partition -> next offset
-        self._record_version = 0
+        self._record_fence = Fence()  # the record last loaded or published here
         self._unpublished = 0
         self._last_publish = time.monotonic()
         self._stop = threading.Event()
@@ -230,7 +230,7 @@ class Evaluator:
         if record.kind != SCORES_KIND:
             raise ValueError(f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, "
                              f"not {SCORES_KIND!r}")
-        self._record_version = record.version
+        self._record_fence = Fence.of(record)
         self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
         self.champion = str(record.meta.get("champion", self.champion))
         self.queries_evaluated = int(record.meta.get("queries_evaluated", 0))
@@ -243,10 +243,9 @@ class Evaluator:
         meta = {**self.summary(), "rolling_ndcg": ndcg, "rolling_map": ap}
         meta.pop("dead_letters")
         try:
-            self._record_version = self.store.save(
-                EVALUATOR_RECORD, kind=SCORES_KIND, meta=meta, arrays=self.rolling.to_arrays(),
-                offsets={self.settings.queries_topic: self.offsets},
-                expected_version=self._record_version)
+            fenced_save(self.store, EVALUATOR_RECORD, self._record_fence, kind=SCORES_KIND,
+                        meta=meta, arrays=self.rolling.to_arrays(),
+                        offsets={self.settings.queries_topic: self.offsets})
         except FencingError as exc:
             self.fenced = True
             log_event(log, "fenced: another evaluator publishes scores; stopping",
