@@ -6,12 +6,12 @@ a worker's that consumed the log through a transport:
 
 * while a model's scaler is not yet fitted it is fed one recorded message at a time,
   because which whole messages are held back to fit the scaler is part of the result;
-* after that, spans of whole messages (~16k rows) go to the models in one compiled pass. The
+* after that, spans of whole messages (~16k rows) go to all models in one compiled
+  pass (`workers.checkpoint.learn_together`, as the worker does per message). The
   rules are sequential per row, so one call over many messages computes exactly what
-  one call per message does (and all models share one compiled pass over the rows:
-  `workers.checkpoint.learn_together`); the only difference would be a batch the ranker refuses
-  (weights that would become non-finite), and such a span is re-fed message by message
-  with the worker's rule (the refused message is skipped).
+  one call per message does; the only difference would be a batch a ranker refuses
+  (weights that would become non-finite), and such a span is re-fed to that model
+  message by message with the worker's rule (the refused message is skipped).
 
 Reading overlaps learning: a thread decodes the next row groups (pyarrow releases the
 GIL) while the learners, and before them numba's start-up, run on the main thread.
