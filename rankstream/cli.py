@@ -22,6 +22,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "mkl"): ("eval_mkl", "RankMKL vs single features and concatenation (PubFig)"),
     ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
+    ("bench", "scaleout"): ("bench_scaleout", "throughput of 1/2/4 per-partition online workers"),
     ("bench", "replay"): ("bench_replay", "train the four linear learners from a recorded log"),
     ("simulate",): ("simulate", "run the CBIR engine and its users; produce triplets"),
     ("worker", "online"): ("worker_online", "consume triplets, update online rankers"),

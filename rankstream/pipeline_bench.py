@@ -28,7 +28,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,14 @@ class PipelineRun:
 
 
 def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
-             share: tuple[int, int], go: Any, status: Any) -> None:
+             share: tuple[int, int], partitions: int, go: Any, status: Any) -> None:
     """Producer subprocess: generate, report "ready", wait for `go`, encode and send.
 
     `share` = (index, count): this producer sends blocks index, index+count, ... of the
     same deterministic sequence, so several producers together send every seq once.
+    Every block but the last holds `block_size` triplets (the pool is whole blocks).
+    `partitions` > 0 sends block i to partition i % partitions (even shares, known in
+    advance: see `partition_shares`); 0 leaves the partition to the key (query_id).
     Reports ("ready", 0), then ("ok", seconds spent producing) or ("error", text).
     """
     from stream.generator import TripletGenerator
@@ -71,7 +74,8 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
 
     try:
         generator = TripletGenerator(seed=seed)
-        pool = list(generator.blocks(min(n_triplets, POOL_TRIPLETS), block_size))
+        pool_blocks = max(1, min(n_triplets, POOL_TRIPLETS) // block_size)  # whole blocks
+        pool = list(generator.blocks(min(n_triplets, pool_blocks * block_size), block_size))
         blocks, start = [], 0
         while start < n_triplets:
             base = pool[len(blocks) % len(pool)]
@@ -88,8 +92,10 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
         go.wait()
         started = time.perf_counter()
         index, count = share
-        for block in blocks[index::count]:
-            producer.send(settings.triplets_topic, block.encode(), key=block.key)
+        for i in range(index, len(blocks), count):
+            partition = i % partitions if partitions > 0 else None
+            producer.send(settings.triplets_topic, blocks[i].encode(), key=blocks[i].key,
+                          partition=partition)
         producer.flush()
         producer.close()
         transport.close()
@@ -98,16 +104,32 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
         status.put(("error", repr(exc)))
 
 
-def _start_producers(settings: Settings, n_triplets: int, block_size: int, seed: int,
-                     count: int) -> tuple[Any, Any, list[Any]]:
-    """Spawned processes on a real broker; threads for the in-process embedded log."""
+def partition_shares(n_triplets: int, block_size: int, partitions: int) -> list[int]:
+    """Triplets each partition receives when block i goes to partition i % partitions.
+
+    Relies on `_produce`'s block sizes: `block_size` each, the last one the remainder.
+    """
+    if min(n_triplets, block_size, partitions) < 1:
+        raise ValueError("n_triplets, block_size and partitions must be >= 1")
+    sizes = [min(block_size, n_triplets - start) for start in range(0, n_triplets, block_size)]
+    return [sum(sizes[p::partitions]) for p in range(partitions)]
+
+
+def start_producers(settings: Settings, n_triplets: int, block_size: int, seed: int,
+                    count: int, partitions: int = 0) -> tuple[Any, Any, list[Any]]:
+    """Start `count` producers sharing the blocks; returns (go event, status queue, them).
+
+    Spawned processes on a real broker; threads for the in-process embedded log. Each
+    reports ("ready", 0) once generated, then sends when `go` is set (`expect_all`).
+    """
     if settings.kafka_bootstrap:
         ctx: Any = mp.get_context("spawn")
         go, status, make = ctx.Event(), ctx.Queue(), ctx.Process
     else:
         go, status, make = threading.Event(), queue.Queue(), threading.Thread
     producers = [make(target=_produce, daemon=True, name=f"bench-producer-{i}",
-                      args=(settings, n_triplets, block_size, seed, (i, count), go, status))
+                      args=(settings, n_triplets, block_size, seed, (i, count), partitions, go,
+                            status))
                  for i in range(count)]
     for producer in producers:
         producer.start()
@@ -162,7 +184,7 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
         return _timed_run(run_settings, transport, store, n_triplets, block_size, seed,
                           checkpoint_records, producers, progress)
     finally:
-        _clean_up(run_settings, transport, store)
+        clean_up(run_settings, transport, store)
 
 
 def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: int,
@@ -173,7 +195,7 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
     _warm_up(LINEAR_ALGOS)
 
-    go, status, producer_list = _start_producers(run_settings, n_triplets, block_size, seed,
+    go, status, producer_list = start_producers(run_settings, n_triplets, block_size, seed,
                                                  producers)
     seqs = _SeqCounter()
     options = WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=checkpoint_records,
@@ -181,7 +203,7 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
     worker = OnlineWorker(run_settings, options, transport=transport, store=store,
                           on_block=seqs)
     worker.start()
-    _expect_all(status, producer_list, "ready", _READY_TIMEOUT_S)
+    expect_all(status, producer_list, "ready", _READY_TIMEOUT_S)
     last_records, last_change = 0, time.monotonic()
 
     def finished(w: OnlineWorker) -> bool:
@@ -199,7 +221,7 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
     go.set()
     exit_code = worker.run(until=finished)
     seconds = time.perf_counter() - started
-    producer_seconds = max(_expect_all(status, producer_list, "ok", 60.0))
+    producer_seconds = max(expect_all(status, producer_list, "ok", 60.0))
     for producer in producer_list:
         producer.join(timeout=10)
     if exit_code != 0:
@@ -217,7 +239,7 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
                        producer_seconds=producer_seconds, prefix=run_settings.topic_prefix)
 
 
-def _clean_up(run_settings: Settings, transport: Any, store: Any) -> None:
+def clean_up(run_settings: Settings, transport: Any, store: Any) -> None:
     """Delete the run's models and (on Kafka) its topics; close what run_once opened."""
     try:
         for name in store.names():  # the run's own prefix: every model is the run's
@@ -230,7 +252,7 @@ def _clean_up(run_settings: Settings, transport: Any, store: Any) -> None:
         transport.close()
 
 
-def _expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:
+def expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:
     """Wait for every producer's next status and return their numbers; raise if not `what`."""
     values = []
     for _ in producers:
@@ -247,14 +269,21 @@ def _expect_all(status: Any, producers: list[Any], what: str, timeout: float) ->
     return values
 
 
-def summarize_runs(runs: list[PipelineRun]) -> dict[str, float | int]:
-    """The median run by seconds; lost/duplicated summed over runs (all must be 0)."""
+def summarize_runs(runs: Sequence[Any]) -> dict[str, float | int]:
+    """Median seconds over runs; lost/duplicated summed over runs (all must be 0).
+
+    Serves any run with triplets, seconds, lost and duplicated (this module's
+    `PipelineRun`, `rankstream.scaleout_bench.ScaleoutRun`); a median `checkpoints`
+    is added when the runs count them.
+    """
     median_seconds = statistics.median(r.seconds for r in runs)
-    return {
+    summary: dict[str, float | int] = {
         "triplets": runs[0].triplets,
         "seconds": round(median_seconds, 3),
         "triplets_per_s": round(runs[0].triplets / median_seconds, 1),
         "lost": sum(r.lost for r in runs),
         "duplicated": sum(r.duplicated for r in runs),
-        "checkpoints": int(statistics.median(r.checkpoints for r in runs)),
     }
+    if all(hasattr(r, "checkpoints") for r in runs):
+        summary["checkpoints"] = int(statistics.median(r.checkpoints for r in runs))
+    return summary

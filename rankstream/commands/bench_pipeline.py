@@ -23,16 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rankstream.config import Settings
+    from rankstream.commands._real_services import real_services_settings
     from rankstream.pipeline_bench import run_once, summarize_runs
 
     err = Console(stderr=True)
-    settings = Settings.from_env()
-    missing = [name for name, value in (("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
-                                        ("RANKSTREAM_REDIS_URL", settings.redis_url)) if not value]
-    if missing:
-        err.print(f"bench pipeline runs through real Kafka and Redis: set {' and '.join(missing)} "
-                  "(e.g. `rankstream services up` prints them)")
+    settings = real_services_settings("bench pipeline", err)
+    if settings is None:
         return 2
     if min(args.triplets, args.block_size, args.repeats, args.producers) < 1:
         err.print("--triplets, --block-size, --repeats and --producers must be >= 1")

@@ -49,15 +49,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
-    from rankstream.config import Settings
+    from rankstream.commands._real_services import real_services_settings
 
     err = Console(stderr=True)
-    settings = Settings.from_env()
-    missing = [name for name, value in (("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
-                                        ("RANKSTREAM_REDIS_URL", settings.redis_url)) if not value]
-    if missing:
-        err.print(f"chaos runs through real Kafka and Redis: set {' and '.join(missing)} "
-                  "(e.g. eval \"$(rankstream services up --env)\")")
+    settings = real_services_settings("chaos", err)
+    if settings is None:
         return 2
     counts = {kind: getattr(args, option) for option, kind in _FAULT_OPTIONS.items()
               if getattr(args, option)}

@@ -1,0 +1,73 @@
+"""`rankstream bench scaleout`: throughput of 1, 2, 4... per-partition online workers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--triplets", type=int, default=2_000_000, metavar="N",
+                        help="triplets pre-produced per run (default 2,000,000)")
+    parser.add_argument("--workers", default="1,2,4", metavar="K,K,...",
+                        help="worker process counts to time (default 1,2,4)")
+    parser.add_argument("--partitions", type=int, default=4, metavar="P",
+                        help="partitions of the run's triplets topic (default 4)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="R",
+                        help="timed runs per worker count; the median is reported (default 3)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _worker_counts(text: str) -> list[int] | None:
+    """`1,2,4` -> [1, 2, 4]; None unless every item is a whole number >= 1."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or not all(item.isdigit() and int(item) >= 1 for item in items):
+        return None
+    return [int(item) for item in items]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from rankstream.commands._real_services import real_services_settings
+
+    err = Console(stderr=True)
+    counts = _worker_counts(args.workers)
+    if counts is None:
+        err.print(f"--workers wants comma-separated counts >= 1, got {args.workers!r}")
+        return 2
+    if min(args.triplets, args.partitions, args.repeats) < 1:
+        err.print("--triplets, --partitions and --repeats must be >= 1")
+        return 2
+    settings = real_services_settings("bench scaleout", err)
+    if settings is None:
+        return 2
+
+    from rankstream.pipeline_bench import summarize_runs
+    from rankstream.scaleout_bench import run_once
+
+    results = {}
+    for workers in counts:
+        runs = []
+        for repeat in range(args.repeats):
+            label = f"{workers} worker(s), run {repeat + 1}/{args.repeats}"
+            with err.status(f"{label}: starting") as status:
+                result = run_once(settings, args.triplets, workers,
+                                  partitions=args.partitions, seed=repeat,
+                                  progress=lambda text, s=status, lb=label: s.update(
+                                      f"{lb}: {text}"))
+            runs.append(result)
+            err.print(f"{label}: {result.triplets_per_s:,.0f} triplets/s "
+                      f"({result.seconds:.2f} s, lost {result.lost}, "
+                      f"duplicated {result.duplicated})")
+        summary = summarize_runs(runs)
+        results[str(workers)] = {key: summary[key]
+                                 for key in ("seconds", "triplets_per_s", "lost", "duplicated")}
+    report = {"triplets": args.triplets, "partitions": args.partitions, "results": results}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for workers, row in results.items():
+            print(f"workers={workers}  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    clean = all(row["lost"] == 0 and row["duplicated"] == 0 for row in results.values())
+    return 0 if clean else 1
