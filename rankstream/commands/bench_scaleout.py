@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _worker_counts(text: str) -> list[int] | None:
     """`1,2,4` -> [1, 2, 4]; None unless every item is a whole number >= 1."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
+    from rankstream.commands._choices import comma_list
+
+    items = comma_list(text)
     if not items or not all(item.isdigit() and int(item) >= 1 for item in items):
         return None
     return [int(item) for item in items]

@@ -26,27 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON summary at exit")
 
 
-def parse_kinds(text: str) -> list[str] | None:
-    """"triplets,queries" -> the kinds, or None (after a message) if any is unknown."""
-    kinds = [k.strip() for k in text.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in KIND_TOPICS]
-    if not kinds or unknown:
-        print(f"unknown --topics {', '.join(unknown) or '(none)'}; choose from "
-              f"{', '.join(KIND_TOPICS)}", file=sys.stderr)
-        return None
-    return kinds
-
-
 def run(args: argparse.Namespace) -> int:
     import signal
     from dataclasses import asdict
 
+    from rankstream.commands._choices import parse_choices
     from rankstream.config import Settings
     from stream.recording import Recorder, RecorderOptions
     from stream.transport import open_transport
     from workers.logging import configure_logging, get_logger, log_event
 
-    kinds = parse_kinds(args.topics)
+    kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     if kinds is None:
         return 2
     try:

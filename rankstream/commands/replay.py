@@ -81,12 +81,13 @@ def _run_direct(args: argparse.Namespace) -> int:
 
 
 def _run_into_transport(args: argparse.Namespace) -> int:
-    from rankstream.commands.record import KIND_TOPICS, parse_kinds
+    from rankstream.commands._choices import parse_choices
+    from rankstream.commands.record import KIND_TOPICS
     from rankstream.config import Settings
     from stream.recording import RecordingError, replay_log
     from stream.transport import open_transport
 
-    kinds = parse_kinds(args.topics)
+    kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     if kinds is None:
         return 2
     speed = None if args.as_fast_as_possible else (1.0 if args.speed is None else args.speed)

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._choices import parse_choices
     from rankstream.config import Settings
     from workers.batch import BatchOptions, BatchWorker
     from workers.batch_models import BATCH_KINDS, RankMKLParams
@@ -36,11 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from workers.metrics import start_metrics_server
 
     configure_logging()
-    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
-    unknown = [m for m in models if m not in BATCH_KINDS]
-    if unknown:
-        print(f"unknown --models {', '.join(unknown)}; choose from {', '.join(BATCH_KINDS)}",
-              file=sys.stderr)
+    models = parse_choices(args.models, BATCH_KINDS, "--models")
+    if models is None:
         return 2
     try:
         options = BatchOptions(

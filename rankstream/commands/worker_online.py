@@ -34,17 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ranking.online import ALGOS
+    from rankstream.commands._choices import parse_choices
     from rankstream.config import Settings
     from workers.logging import configure_logging, get_logger, log_event
     from workers.metrics import start_metrics_server
     from workers.online import OnlineWorker, WorkerOptions
 
     configure_logging()
-    algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
-    unknown = [a for a in algos if a not in ALGOS]
-    if unknown:
-        print(f"unknown --algo {', '.join(unknown)}; choose from {', '.join(ALGOS)}",
-              file=sys.stderr)
+    algos = parse_choices(args.algo, ALGOS, "--algo")
+    if algos is None:
         return 2
     try:
         options = WorkerOptions(
