@@ -128,12 +128,18 @@ class CMDSDMLParams:
     NDCG@50 0.88 with K=15, mu=0.01, 300 iterations (~3 s of CPU), against 0.31-0.76
     with mu=0.1 or K=5 and 0.47 at 100 iterations; Uni-Con scored 0.77 on those queries.
     The Armijo descent rarely meets its gradient test here, so `max_iter` bounds the refit.
+    The Armijo trials start from the paper's fixed gamma (`adaptive_gamma=False`): the
+    Barzilai-Borwein trial step descends further in the same iterations and, with c free,
+    towards eq. (10)'s degenerate c -> 0 minimum (tests/test_worker_batch.py: NDCG@50 0.47
+    on a half-stream refit with it, 0.90 without).
     """
 
     n_components: int = 3
     n_neighbors: int = 15
     mu: float = 0.01
     max_iter: int = 300
+    tol: float = 1e-5
+    adaptive_gamma: bool = False
 
 
 class CMDSDMLScorer:
@@ -201,7 +207,8 @@ def fit_cmds_dml(sample: TripletSample, params: CMDSDMLParams = CMDSDMLParams()
     scaler = Standardizer().fit(points.phi)
     Z = scaler.transform(points.phi)
     dml = CMDSDML(n_components=params.n_components, n_neighbors=params.n_neighbors,
-                  mu=params.mu, max_iter=params.max_iter).fit(Z, points.labels)
+                  mu=params.mu, max_iter=params.max_iter, tol=params.tol,
+                  adaptive_gamma=params.adaptive_gamma).fit(Z, points.labels)
     dml_meta, dml_arrays = dml.to_state()
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {
