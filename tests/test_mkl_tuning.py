@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
+import rankstream.evals.mkl as mkl_eval
 from ranking.mkl import RankMKL
 from ranking.mkl.kernels import chi2_distances, default_gamma
 from ranking.mkl.solver import combine, mkl_gradient, solve_rank_svm
-from rankstream.evals.mkl import Method, MKLEvalConfig, cross_validate
+from rankstream.evals.mkl import Choice, Method, MKLEvalConfig, cross_validate
 
 
 def ranked_pairs(score: np.ndarray, n_pairs: int, rng: np.random.Generator) -> np.ndarray:
@@ -85,7 +86,7 @@ def test_default_inner_tolerance_gives_an_accurate_mkl_gradient():
         assert np.abs(g_default - g_exact).max() < 1e-3 * np.abs(g_exact).max()
 
 
-def test_cross_validation_reuses_group_bandwidths_and_tunes_lam_only_for_mkl():
+def test_cross_validation_tries_group_bandwidths_and_tunes_lam_only_for_mkl(monkeypatch):
     rng = np.random.default_rng(15)
     n = 48
     labels = np.repeat(np.arange(6), 8)  # six categories, ranked by their label
@@ -94,11 +95,24 @@ def test_cross_validation_reuses_group_bandwidths_and_tunes_lam_only_for_mkl():
     train, strength = np.arange(n), labels.astype(float)
     config = MKLEvalConfig(cv_folds=2, cv_max_pairs=200, c_grid=(0.1, 1.0),
                            gamma_scales=(0.5, 1.0), lam_grid=(0.1, 10.0))  # fmt: skip
+    tried: list[Choice] = []
+    real = mkl_eval.fit_and_score
+
+    def recording(method, table, *rest):
+        tried.append(rest[-1])
+        return real(method, table, *rest)
+
+    monkeypatch.setattr(mkl_eval, "fit_and_score", recording)
     single = cross_validate(Method("a", ("a",)), table, train, strength, labels, config, rng)
     assert single.gamma_scale in config.gamma_scales and single.C in config.c_grid
-    assert single.lam == config.lam  # one group: lam does nothing, so it is not searched
+    assert {c.lam for c in tried} == {config.lam}  # one group: lam does nothing, not searched
+    tried.clear()
+    per_group = (0.5, 2.0)
     mkl = cross_validate(
-        Method("rankmkl", ("a", "b")), table, train, strength, labels, config, rng, (0.5, 1.0)
+        Method("rankmkl", ("a", "b")), table, train, strength, labels, config, rng, per_group
     )
-    assert mkl.gamma_scale == (0.5, 1.0)
+    assert {c.gamma_scale for c in tried} == {*config.gamma_scales, per_group}
+    assert mkl.gamma_scale in (*config.gamma_scales, per_group)
+    assert {c.lam for c in tried} == {config.lam, *config.lam_grid}
+    assert {c.C for c in tried if c.lam != config.lam} == {mkl.C}  # lam tuned at the chosen C
     assert mkl.C in config.c_grid and mkl.lam in config.lam_grid
