@@ -123,7 +123,7 @@ def read_log_file(path: Path | str, kind: str) -> LogFile:
     path = Path(path)
     try:
         metadata = pq.read_metadata(path)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # damaged column names
         raise RecordingError(path, f"not a complete Parquet file ({exc})") from None
     raw = (metadata.metadata or {}).get(_META_KEY)
     try:
@@ -504,11 +504,10 @@ def iter_messages(directory: Path | str, kind: str, *, skip_bad: bool = False,
                 first_row += n
                 continue
             for i, row in enumerate(rows, start=first_row):
-                try:
-                    decode_query(row["value"])
-                except SchemaError as exc:
+                problem = _bad_query_row(row)
+                if problem is not None:
                     if not skip_bad:
-                        raise RecordingError(info.path, f"bad query bytes: {exc}", i) from None
+                        raise RecordingError(info.path, problem, i)
                     counts.bad_rows += 1
                     continue
                 counts.rows += 1
@@ -516,6 +515,18 @@ def iter_messages(directory: Path | str, kind: str, *, skip_bad: bool = False,
                                       row["key"], row["timestamp_ms"], row["value"], 1,
                                       info.path, i)
             first_row += n
+
+
+def _bad_query_row(row: dict) -> str | None:
+    """Why a recorded query row is unusable (only a damaged file has one), or None."""
+    nulls = [c for c in ("partition", "offset", "timestamp_ms", "value") if row[c] is None]
+    if nulls:  # a recorder never writes nulls: damaged definition levels
+        return f"null {', '.join(nulls)}"
+    try:
+        decode_query(row["value"])
+    except SchemaError as exc:
+        return f"bad query bytes: {exc}"
+    return None
 
 
 def _triplet_messages(directory: Path | str, skip_bad: bool,
