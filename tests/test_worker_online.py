@@ -277,3 +277,74 @@ def test_a_failing_poll_backs_off_and_the_worker_carries_on() -> None:
     consumer.poll = flaky_poll  # type: ignore[method-assign]
     assert worker.run() == EXIT_OK
     assert len(calls) > 2 and _hashes(settings)["opr"][1] == 4 * BLOCK
+
+
+# --- the public step API and per-model learning time ------------------------------------
+STEP_ALGOS = (*LINEAR_ALGOS, "arow")
+
+
+def _stepping_worker(settings: Settings, **overrides: object) -> OnlineWorker:
+    options = _options(algos=STEP_ALGOS, checkpoint_seconds=3600.0, **overrides)
+    worker = OnlineWorker(settings, options)
+    worker.start()
+    return worker
+
+
+def test_step_processes_a_poll_and_checkpoints_when_due() -> None:
+    settings = _settings()
+    _produce(settings, _stream())
+    worker = _stepping_worker(settings, checkpoint_records=2 * BLOCK, max_poll_records=2)
+    store = open_store(settings)
+    assert worker.step(timeout_ms=0) == 2 * BLOCK  # two messages of BLOCK records
+    # the scaler holds the first 600 rows back, so nothing is checkpointable yet
+    assert worker.counters.checkpoints == 0 and store.load("opr") is None
+    assert worker.step(timeout_ms=0) == 2 * BLOCK
+    assert worker.counters.checkpoints == 1  # 1,000 records >= checkpoint_records
+    stored = store.load("opr")
+    assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 4}
+    while worker.step(timeout_ms=0):
+        pass
+    assert worker.counters.records == N_BLOCKS * BLOCK
+    assert worker.step(timeout_ms=0) == 0  # nothing left
+    worker.close(final_checkpoint=True)
+    assert all(store.load(name).meta["triplets_seen"] == N_BLOCKS * BLOCK
+               for name in STEP_ALGOS)
+
+
+def test_close_is_idempotent_and_final_checkpoint_is_optional() -> None:
+    settings = _settings()
+    _produce(settings, _stream())
+    store = open_store(settings)
+    worker = _stepping_worker(settings, checkpoint_records=10**9, max_poll_records=100)
+    assert worker.step(timeout_ms=0) == N_BLOCKS * BLOCK
+    worker.close()
+    worker.close()
+    assert store.load("opr") is None  # no final checkpoint unless asked
+    again = _stepping_worker(settings, checkpoint_records=10**9, max_poll_records=100)
+    again.step(timeout_ms=0)
+    again.close(final_checkpoint=True)
+    version = store.load("opr").version
+    again.close(final_checkpoint=True)  # closed: nothing more to save, nothing raised
+    assert store.load("opr").version == version
+
+
+def test_learn_seconds_are_zero_before_and_positive_for_every_model_after_learning() -> None:
+    settings = _settings()
+    _produce(settings, _stream())
+    worker = _stepping_worker(settings, max_poll_records=4)  # 1,000 rows: scalers fitted
+    assert worker.learn_seconds == dict.fromkeys(STEP_ALGOS, 0.0)
+    before = {m: sample_value("rankstream_learn_seconds_total", {"model": m})
+              for m in STEP_ALGOS}
+    worker.step(timeout_ms=0)
+    assert all(seconds > 0 for seconds in worker.learn_seconds.values()), worker.learn_seconds
+    fitted = dict(worker.learn_seconds)
+    while worker.step(timeout_ms=0):
+        pass
+    worker.close()
+    for model, seconds in worker.learn_seconds.items():
+        exported = sample_value("rankstream_learn_seconds_total", {"model": model})
+        assert exported - before[model] == pytest.approx(seconds), model
+    # past the scaler fit the linear models learn in one fused pass, split equally
+    shares = [worker.learn_seconds[m] - fitted[m] for m in LINEAR_ALGOS]
+    assert shares[0] > 0 and shares == pytest.approx([shares[0]] * len(shares), rel=1e-9)
+    assert worker.learn_seconds["arow"] > fitted["arow"]  # timed on its own

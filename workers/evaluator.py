@@ -21,9 +21,9 @@ and resumes after the last published query. Queries evaluated after the last pub
 are evaluated again on restart, which only repeats values already in the window's
 place (the window is restored as published, then those queries are re-added).
 
-`Evaluator.process(messages)` is the whole per-message step, so the embedded demo
-can drive it without threads; `run()` wraps it with polling, idle exit, signals and
-back-off on transient transport/store errors.
+`Evaluator.process(messages)` is the whole per-message step and `step()` one poll of
+it plus a publish when due, so the embedded demo can drive it without threads; `run()`
+loops `step()` with idle exit, signals and back-off on transient transport/store errors.
 """
 
 from __future__ import annotations
@@ -156,6 +156,7 @@ class Evaluator:
         self._producer: Producer | None = None
         self._poll_backoff = Backoff()
         self._publish_backoff = Backoff()
+        self._polled_last = False  # the last step read messages (dead letters included)
 
     # --- scoring (pure given the store) -----------------------------------------------
     def evaluate(self, query: JudgedQuery) -> QueryScores:
@@ -322,11 +323,9 @@ class Evaluator:
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set() and not self.fenced:
-                messages = self._poll()
-                if messages:
-                    self.process(messages)
+                self.step()
+                if self._polled_last:
                     idle_since = time.monotonic()
-                self._maybe_publish()
                 if until is not None and until(self):
                     break
                 idle = self.options.exit_when_idle
@@ -343,10 +342,24 @@ class Evaluator:
         log_event(log, "evaluator stopped", **self.summary())
         return EXIT_FENCED if self.fenced else EXIT_OK
 
-    def _poll(self) -> list[Message]:
-        assert self._consumer is not None
+    def step(self, timeout_ms: int | None = None) -> int:
+        """One poll, its evaluation and a publish when due; returns queries evaluated.
+
+        The body of `run`, public so a caller can interleave workers without threads.
+        """
+        messages = self.poll(timeout_ms)
+        self._polled_last = bool(messages)
+        evaluated = self.process(messages) if messages else 0
+        self._maybe_publish()
+        return evaluated
+
+    def poll(self, timeout_ms: int | None = None) -> list[Message]:
+        """Messages from the consumer (waiting up to `timeout_ms`, default `poll_ms`);
+        [] after a back-off when the broker is away."""
+        assert self._consumer is not None, "call start() first"
+        wait = self.options.poll_ms if timeout_ms is None else timeout_ms
         try:
-            messages = self._consumer.poll(timeout_ms=self.options.poll_ms,
+            messages = self._consumer.poll(timeout_ms=wait,
                                            max_records=self.options.max_poll_records)
         except self._transient as exc:
             delay = self._poll_backoff.failed()

@@ -58,6 +58,12 @@ CONSUMER_LAG_RECORDS = Gauge(
     "from message lag x mean records per message).",
     ["topic", "partition"],
 )
+LEARN_SECONDS = Counter(
+    "rankstream_learn_seconds_total",
+    "CPU seconds a model spent learning triplets (a fused pass shared by several linear "
+    "models is split equally among them).",
+    ["model"],
+)
 CHECKPOINT_SECONDS = Histogram(
     "rankstream_checkpoint_seconds",
     "Time to save one checkpoint of every dirty model to the store.",

@@ -117,7 +117,8 @@ BlockObserver = Callable[[Message, object], None]
 @dataclass
 class _Counters:
     records: int = 0
-    messages: int = 0
+    messages: int = 0  # messages applied to at least one model
+    polled: int = 0  # messages read from the consumer (replays included)
     since_checkpoint: int = 0
     checkpoints: int = 0
     dead_letters: int = 0
@@ -137,6 +138,9 @@ class OnlineWorker:
         self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.models: list[TrackedModel] = []
         self.counters = _Counters()
+        # CPU seconds each model spent learning in this process (see `_learn_timed`)
+        self.learn_seconds: dict[str, float] = (
+            {} if options.per_partition else dict.fromkeys(options.algos, 0.0))
         self.fenced = False
         self._on_block = on_block
         self._stop = threading.Event()
@@ -170,36 +174,64 @@ class OnlineWorker:
         if self._consumer is None:
             self.start()
         idle_since = time.monotonic()
+        clean = False
         try:
             while not self._stop.is_set() and not self.fenced:
-                messages = self._poll()
-                for message in messages:  # checkpoint every N records, not every N polls
-                    if self.fenced:
-                        break
-                    self.process([message])
-                    self._maybe_checkpoint()
-                if messages:
+                polled = self.counters.polled
+                self.step()
+                if self.counters.polled != polled:
                     idle_since = time.monotonic()
-                else:
-                    self._maybe_checkpoint()
-                self._maybe_report_lag()
-                if self._partitioned is not None:
-                    self._partitioned.tick()
                 if until is not None and until(self):
                     break
                 idle = self.options.exit_when_idle
                 if idle is not None and time.monotonic() - idle_since >= idle:
                     log_event(log, "idle, exiting", idle_seconds=idle)
                     break
-            if not self.fenced:
-                self._final_checkpoint()
-                if self._partitioned is not None:
-                    self._partitioned.maybe_mix(force=True)
+            clean = True
         finally:
-            self._close()
+            self.close(final_checkpoint=clean)
         log_event(log, "worker stopped", records=self.counters.records,
                   checkpoints=self.counters.checkpoints, fenced=self.fenced)
         return EXIT_FENCED if self.fenced else EXIT_OK
+
+    def step(self, timeout_ms: int | None = None) -> int:
+        """One poll, its processing and a checkpoint when due; returns records learned.
+
+        The body of `run`, public so a caller can interleave workers without threads
+        (the embedded demo). Checkpoints are considered after every message, so they
+        come every `checkpoint_records` records, not every N polls.
+        """
+        before = self.counters.records
+        messages = self.poll(timeout_ms)
+        for message in messages:
+            if self.fenced:
+                break
+            self.process([message])
+            self._maybe_checkpoint()
+        if not messages:
+            self._maybe_checkpoint()
+        self._maybe_report_lag()
+        if self._partitioned is not None:
+            self._partitioned.tick()
+        return self.counters.records - before
+
+    def close(self, final_checkpoint: bool = False) -> None:
+        """Close the consumer and producer; idempotent.
+
+        With `final_checkpoint` (and not fenced) every model with unsaved progress is
+        saved first, and in scale-out the parameter mix is published once more.
+        """
+        if final_checkpoint and not self.fenced and self._consumer is not None:
+            self._final_checkpoint()
+            if self._partitioned is not None:
+                self._partitioned.maybe_mix(force=True)
+        for closable in (self._consumer, self._producer):
+            if closable is not None:
+                try:
+                    closable.close()
+                except self._transient as exc:
+                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
+        self._consumer = self._producer = None
 
     def start(self) -> None:
         """Create topics, load every model with its offsets, and seek the consumer there."""
@@ -261,22 +293,17 @@ class OnlineWorker:
             return self.models
         return self._partitioned.models_for(partition)
 
-    def _close(self) -> None:
-        for closable in (self._consumer, self._producer):
-            if closable is not None:
-                try:
-                    closable.close()
-                except self._transient as exc:
-                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
-
     def _retry_until_stopped(self, what: str, action: Callable[[], None]) -> None:
         retry_until_stopped(what, action, self._stop, self._transient, log)
 
     # --- consuming ------------------------------------------------------------------
-    def _poll(self) -> list[Message]:
-        assert self._consumer is not None
+    def poll(self, timeout_ms: int | None = None) -> list[Message]:
+        """Messages from the consumer (waiting up to `timeout_ms`, default the options'
+        `poll_ms`); [] after a back-off when the broker is away."""
+        assert self._consumer is not None, "call start() first"
+        wait = self.options.poll_ms if timeout_ms is None else timeout_ms
         try:
-            messages = self._consumer.poll(timeout_ms=self.options.poll_ms,
+            messages = self._consumer.poll(timeout_ms=wait,
                                            max_records=self.options.max_poll_records)
         except self._transient as exc:
             delay = self._poll_backoff.failed()
@@ -285,6 +312,7 @@ class OnlineWorker:
             self._stop.wait(delay)
             return []
         self._poll_backoff.succeeded()
+        self.counters.polled += len(messages)
         return messages
 
     def process(self, messages: Sequence[Message]) -> None:
@@ -314,8 +342,7 @@ class OnlineWorker:
         self.counters.records += n
         self.counters.since_checkpoint += n
         metrics.TRIPLETS_CONSUMED.inc(n)
-        results = learn_together(targets, message.topic, message.partition, message.offset,
-                                 block.phi1, block.phi2, block.y())
+        results = self._learn_timed(targets, message, block)
         refused: list[str] = []
         for model, result in zip(targets, results, strict=True):
             if isinstance(result, ValueError):  # the ranker refused the batch; model unchanged
@@ -325,6 +352,37 @@ class OnlineWorker:
             metrics.MODEL_UPDATES.labels(model=model.name).inc(result)
         if refused:
             self._dead_letter(message, NON_FINITE, "; ".join(refused))
+
+    def _learn_timed(self, targets: list[TrackedModel], message: Message,
+                     block: TripletBlock) -> list[int | ValueError]:
+        """`learn_together` per group of models that share work, charging each its time.
+
+        Time is CPU time of this thread (`time.thread_time`): what learning costs,
+        whatever the other tenants of the machine or the client's I/O threads do.
+        The linear models whose scaler is fitted share one compiled pass (x formed once
+        per row, then every model's margin and update), so that pass is timed once and
+        split equally among them: each does the same per-row work on the shared x.
+        AROW learns on its own (its own kernel), and a model still holding messages for
+        its scaler learns alone too (it may fit the scaler and replay what it held);
+        each is charged its own time. Splitting the call changes no weights: models are
+        independent inside `learn_together`.
+        """
+        shared = [m for m in targets if m.ranker is not None and m.algo != "arow"]
+        shared_ids = {id(m) for m in shared}
+        groups = ([shared] if shared else []) + [[m] for m in targets
+                                                 if id(m) not in shared_ids]
+        y = block.y()
+        results: dict[int, int | ValueError] = {}
+        for group in groups:
+            started = time.thread_time()
+            found = learn_together(group, message.topic, message.partition, message.offset,
+                                   block.phi1, block.phi2, y)
+            share = (time.thread_time() - started) / len(group)
+            for model, result in zip(group, found, strict=True):
+                results[id(model)] = result
+                self.learn_seconds[model.name] = self.learn_seconds.get(model.name, 0.0) + share
+                metrics.LEARN_SECONDS.labels(model=model.name).inc(share)
+        return [results[id(m)] for m in targets]
 
     def _dead_letter_rows(self, message: Message, rejects: list[tuple[int, str]]) -> None:
         reasons = Counter(reason for _, reason in rejects)
