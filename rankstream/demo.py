@@ -3,39 +3,40 @@
 The real pieces, wired through a fresh in-process transport and model store
 (`stream.embedded`, `stream.embedded_store`: the same classes `open_transport` /
 `open_store` return when no Kafka/Redis is configured, but private to this run, so a
-demo never sees another run's topics or models):
+demo never sees another run's topics or models), each driven through its public
+step API:
 
-    Simulation.step()            serve one query with the champion, judge its top 50,
-                                 publish its triplet block and its stamped judged query
-    Evaluator.process(queries)   score every model on that query at the stamped versions
-    OnlineWorker.process(block)  one worker per model (OPR, OPAR-I, OPAR-II, OGDR, AROW)
-                                 learns the triplets; checkpoint() publishes new versions
-    BatchWorker.process(block)   reservoir sample; refit() every `refit_every` queries
-                                 publishes cMDS-DML and RankMKL
-    Evaluator.publish()          the rolling scores and champion the next query is served by
+    Simulation.step()       serve one query with the champion, judge its top 50,
+                            publish its triplet block and its stamped judged query
+    Evaluator.step()        score every model on that query at the stamped versions;
+                            publish the rolling scores and champion every
+                            `publish_every` queries and at once on a new champion
+    OnlineWorker.step()     one worker, five models (OPR, OPAR-I, OPAR-II, OGDR, AROW),
+                            learns the triplets; checkpoint() publishes new versions
+    BatchWorker.step()      reservoir sample; refit() every `refit_every` queries
+                            publishes cMDS-DML and RankMKL
 
-The demo is the poll loop: it reads each topic with its own consumer and hands the
-messages to the workers' per-message `process`, without threads, so one query is
-evaluated before any worker has learned from its feedback (the stamps guarantee that
-in a distributed run too) and a run is deterministic given its options.
+The demo is the loop: each worker reads its own topic through its own consumer, polled
+without waiting, and nothing runs on a thread, so one query is evaluated before any
+worker has learned from its feedback (the stamps guarantee that in a distributed run
+too) and a run is deterministic given its options. The workers' time-based cadences
+are switched off; the demo checkpoints, refits and publishes by query count.
 
-Learning time (Fig. 4): an online worker serving several models learns them in one
-fused compiled pass, which has no per-model time. So the demo runs one online worker
-per model (as a deployment may: the compose file splits the four linear models over
-two workers) and charges each model the time of its worker's `process` (decode,
-scaler fit, learning), after compiling the learners once on two throwaway rows so
-numba's compile time is not counted as learning. A batch refit fits both models in
-one `refit()`; its time is split between them in proportion to the `refit_seconds`
-the batch worker stores with each model version. Times are CPU seconds of this
-process, like the paper's Fig. 4: wall time on a shared machine mostly measures the
-other tenants.
+Learning time (Fig. 4): the online worker measures it per model itself
+(`OnlineWorker.learn_seconds`: CPU time of the learning thread, the fused linear pass
+split equally among the four linear models, AROW and scaler fits charged to their own
+model), after the learners were compiled once on throwaway rows so numba's compile
+time is not counted as learning. A batch refit fits both models in one `refit()`; its
+CPU time is split between them in proportion to the `refit_seconds` the batch worker
+stores with each model version. CPU rather than wall time, like the paper's Fig. 4:
+wall time on a shared machine mostly measures the other tenants.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,14 +46,13 @@ import numpy as np
 from rankstream.config import Settings
 from simulators.collection import Collection
 from simulators.retrieval import CandidateIndex
-from stream.transport import Consumer, Message, Transport
 
 DEFAULT_IMAGES = 1_007_157  # the paper's ImageCLEFFlickr scale; Uni-Con sits near 0.80 here
 ONLINE_MODELS = ("opr", "opar1", "opar2", "ogdr", "arow")
 BATCH_MODELS = ("cmds_dml", "rankmkl")
 BASELINE = "uni_con"
 REPORT_MODELS = (BASELINE, *ONLINE_MODELS, *BATCH_MODELS)
-_DRAIN_BATCH = 1000
+_POLL_RECORDS = 100_000  # one poll takes everything one query produced
 
 
 @dataclass(frozen=True)
@@ -146,65 +146,38 @@ def _mean(values: np.ndarray) -> float | None:
     return round(float(np.mean(values)), 4) if len(values) else None
 
 
-class TopicReader:
-    """A consumer of every partition of one topic from its beginning; `drain()` takes all."""
-
-    def __init__(self, transport: Transport, topic: str) -> None:
-        self.consumer: Consumer = transport.consumer()
-        partitions = transport.partitions_for(topic)
-        self.consumer.assign([(topic, p) for p in partitions])
-        for p in partitions:
-            self.consumer.seek_to_beginning(topic, p)
-
-    def drain(self) -> list[Message]:
-        messages: list[Message] = []
-        while batch := self.consumer.poll(timeout_ms=0, max_records=_DRAIN_BATCH):
-            messages.extend(batch)
-        return messages
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
 class LearningClock:
-    """Cumulative CPU seconds each model spent learning, snapshotted after every query."""
+    """Cumulative learning seconds of every report model, snapshotted after every query."""
 
     def __init__(self, models: tuple[str, ...]) -> None:
-        self.total = dict.fromkeys(models, 0.0)
         self.curves: dict[str, list[float]] = {m: [] for m in models}
 
-    def add(self, model: str, seconds: float) -> None:
-        self.total[model] += seconds
-
-    def timed(self, model: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        """`call` wrapped so its CPU time is charged to `model`."""
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.process_time()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self.add(model, time.process_time() - started)
-        return wrapper
-
-    def snapshot(self) -> None:
-        for model, seconds in self.total.items():
-            self.curves[model].append(seconds)
+    def snapshot(self, totals: Mapping[str, float]) -> None:
+        """Append each model's running total (0 for models that never learn, Uni-Con)."""
+        for model, curve in self.curves.items():
+            curve.append(float(totals.get(model, 0.0)))
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {m: np.asarray(v, dtype=np.float64) for m, v in self.curves.items()}
 
 
+def _drain(step: Callable[[], int]) -> None:
+    """Call a worker's non-blocking `step` until a poll brings nothing new."""
+    while step():
+        pass
+
+
 def compile_learners(algos: tuple[str, ...]) -> None:
-    """Run each online learner's compiled kernels once, on throwaway models and rows."""
-    from workers.checkpoint import TrackedModel
+    """Run the online learners' compiled kernels once, on throwaway models and rows,
+    together as the worker runs them (the fused linear pass, AROW on its own)."""
+    from workers.checkpoint import TrackedModel, learn_together
 
     rng = np.random.default_rng(0)
     phi = rng.random((4, 36), dtype=np.float32)
     y = np.array([1.0, -1.0])
-    for algo in algos:
-        model = TrackedModel(name=algo, algo=algo, scaler_rows=1)
-        model.learn("compile", 0, 0, phi[:2], phi[2:], y)  # fits the scaler, learns
-        model.learn("compile", 0, 1, phi[:2], phi[2:], y)
+    models = [TrackedModel(name=algo, algo=algo, scaler_rows=1) for algo in algos]
+    for offset in range(2):  # the first fits each scaler, the second learns together
+        learn_together(models, "compile", 0, offset, phi[:2], phi[2:], y)
 
 
 class DemoPipeline:
@@ -234,18 +207,18 @@ class DemoPipeline:
                             images=options.images, collection_seed=options.collection_seed,
                             calibration_queries=options.calibration_queries),
             transport=self.transport, store=self.store, collection=collection, index=index)
-        self.online = {
-            name: OnlineWorker(
-                self.settings,
-                WorkerOptions(algos=(name,), checkpoint_records=never,
-                              checkpoint_seconds=float(never), scaler_rows=options.scaler_rows),
-                transport=self.transport, store=self.store)
-            for name in ONLINE_MODELS}
+        self.online = OnlineWorker(
+            self.settings,
+            WorkerOptions(algos=ONLINE_MODELS, checkpoint_records=never,
+                          checkpoint_seconds=float(never), scaler_rows=options.scaler_rows,
+                          poll_ms=0, max_poll_records=_POLL_RECORDS),
+            transport=self.transport, store=self.store)
         self.batch = BatchWorker(
             self.settings,
             BatchOptions(reservoir=options.reservoir, refit_records=never,
                          refit_seconds=float(never), persist_seconds=float(never),
-                         models=BATCH_MODELS, seed=options.seed,
+                         models=BATCH_MODELS, seed=options.seed, poll_ms=0,
+                         max_poll_records=_POLL_RECORDS,
                          cmds_dml=CMDSDMLParams(max_iter=options.cmds_dml_iterations),
                          rankmkl=RankMKLParams(max_pairs=options.rankmkl_pairs,
                                                seed=options.seed)),
@@ -253,60 +226,55 @@ class DemoPipeline:
         self.evaluator = Evaluator(
             self.settings,
             EvaluatorOptions(window=options.window, history=options.queries,
-                             publish_every=options.publish_every),
+                             publish_every=options.publish_every,
+                             publish_seconds=float(never), poll_ms=0,
+                             max_poll_records=_POLL_RECORDS),
             transport=self.transport, store=self.store)
         self.clock = LearningClock(REPORT_MODELS)
+        self.refit_seconds = dict.fromkeys(BATCH_MODELS, 0.0)  # CPU seconds per batch model
         self.served_by: list[str] = []
         self.champion_switches = 0
-        self._published_champion: str | None = None
-        self._readers: list[TopicReader] = []
 
     def start(self) -> None:
-        """Topics, Uni-Con, each worker's stored state (none: a fresh store), the readers."""
+        """Topics, Uni-Con, each worker's stored state (none: a fresh store), compiled learners."""
         self.simulation.start()
-        for worker in self.online.values():
-            worker.start()
+        self.online.start()
         self.batch.start()
         self.evaluator.start()
         compile_learners(ONLINE_MODELS)
-        self.triplets = TopicReader(self.transport, self.settings.triplets_topic)
-        self.queries = TopicReader(self.transport, self.settings.queries_topic)
-        self._readers = [self.triplets, self.queries]
-        self._published_champion = self.evaluator.champion
 
     @property
     def done(self) -> bool:
         return len(self.served_by) >= self.options.queries or self.simulation.done
+
+    @property
+    def learning_seconds(self) -> dict[str, float]:
+        """Cumulative CPU seconds each model has spent learning so far (Fig. 4)."""
+        return {**self.online.learn_seconds, **self.refit_seconds}
 
     def step(self) -> str:
         """One query through the whole pipeline; returns the model that served it."""
         served = self.simulation.step().served.name
         self.served_by.append(served)
         n = len(self.served_by)
-        self.evaluator.process(self.queries.drain())  # scored before anyone learns from it
-        blocks = self.triplets.drain()
-        for name, worker in self.online.items():
-            self.clock.timed(name, worker.process)(blocks)
-        self.batch.process(blocks)
+        champion = self.evaluator.champion
+        _drain(lambda: self.evaluator.step(timeout_ms=0))  # scored before anyone learns
+        if self.evaluator.champion != champion:
+            self.champion_switches += 1
+        _drain(lambda: self.online.step(timeout_ms=0))
+        _drain(self.batch.step)
         if n % self.options.checkpoint_every == 0:
-            for worker in self.online.values():
-                worker.checkpoint()
+            self.online.checkpoint()
         if n % self.options.refit_every == 0 and n < self.options.queries:
             self.refit()  # not after the last query: no query would be served by it
-        champion = self.evaluator.champion
-        if n % self.options.publish_every == 0 or champion != self._published_champion:
-            if champion != self._published_champion:
-                self.champion_switches += 1
-            self.evaluator.publish()
-            self._published_champion = champion
-        self.clock.snapshot()
+        self.clock.snapshot(self.learning_seconds)
         return served
 
     def refit(self) -> dict[str, int]:
         """Refit the batch models on the reservoir; split the CPU time by their fit times."""
-        started = time.process_time()
+        started = time.thread_time()
         published = self.batch.refit()
-        cpu = time.process_time() - started
+        cpu = time.thread_time() - started
         fit_seconds = {}
         for name, version in published.items():
             stored = self.store.load_version(name, version)
@@ -314,12 +282,13 @@ class DemoPipeline:
                 fit_seconds[name] = max(float(stored.meta.get("refit_seconds", 0.0)), 0.0)
         total = sum(fit_seconds.values())
         for name, seconds in fit_seconds.items():
-            self.clock.add(name, cpu * (seconds / total if total > 0 else 1 / len(fit_seconds)))
+            self.refit_seconds[name] += cpu * (seconds / total if total > 0
+                                               else 1 / len(fit_seconds))
         return published
 
     def close(self) -> None:
-        for reader in self._readers:
-            reader.close()
+        """Close every worker's consumer and producer (their state is already saved)."""
+        self.online.close()
         self.batch.close()
         self.simulation.close()
         self.evaluator.close()

@@ -108,3 +108,25 @@ def test_plots_reject_bad_curves(tmp_path) -> None:
         plot_ndcg({"uni_con": np.ones(3), "opr": np.ones(4)}, tmp_path / "a.png")
     with pytest.raises(ValueError, match="finite"):
         plot_learning_time({"opr": np.array([0.0, np.nan])}, tmp_path / "b.png")
+
+
+def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> None:
+    from rankstream.demo import DemoPipeline
+
+    collection, index = tiny_collection
+    pipeline = DemoPipeline(DemoOptions(queries=4, refit_every=3, **TINY),
+                            collection=collection, index=index)
+    pipeline.start()
+    assert pipeline.online.options.algos == ONLINE_MODELS
+    assert pipeline.learning_seconds == dict.fromkeys(ONLINE_MODELS + BATCH_MODELS, 0.0)
+    try:
+        while not pipeline.done:
+            pipeline.step()
+    finally:
+        pipeline.close()
+    pipeline.close()  # idempotent
+    curves = pipeline.clock.arrays()
+    for model in ONLINE_MODELS:  # Fig. 4 reads the worker's own per-model clock
+        assert curves[model][-1] == pipeline.online.learn_seconds[model] > 0
+    assert all(curves[m][-1] == pipeline.refit_seconds[m] > 0 for m in BATCH_MODELS)
+    assert pipeline.online.counters.records == pipeline.simulation.triplets_produced
