@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--k", type=int, nargs="+", default=[5], help="target neighbours K (e.g. --k 4 5 6)"
     )
     parser.add_argument("--s", type=int, default=3, help="cMDS-DML embedding dimension")
-    parser.add_argument("--pca", type=int, default=40, help="PCA dimension before learning")
+    parser.add_argument("--pca", type=int, default=None,
+                        help="PCA dimension (default: PubFig 150 as in the paper, digits 40)")
     parser.add_argument("--validation-splits", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
