@@ -39,7 +39,10 @@ BLOCK_SIZE = 2000
 GROUP = "scaleout-bench"
 CHECKPOINT_SECONDS = 1.0
 MIX_SECONDS = 5.0
-EXIT_WHEN_IDLE = 5.0
+# Long enough to outlast a first rebalance that finds no topic metadata yet (kafka-python
+# "No partition metadata for topic"): the member rejoins once metadata arrives, but an
+# idle timer shorter than that makes it exit with nothing assigned. Not timed.
+EXIT_WHEN_IDLE = 15.0
 _START_TIMEOUT_S = 180.0  # worker processes up and assigned
 _STALL_SECONDS = 60.0  # no partition model advanced for this long: report what was lost
 _EXIT_TIMEOUT_S = 120.0

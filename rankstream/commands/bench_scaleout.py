@@ -53,11 +53,15 @@ def run(args: argparse.Namespace) -> int:
         runs = []
         for repeat in range(args.repeats):
             label = f"{workers} worker(s), run {repeat + 1}/{args.repeats}"
-            with err.status(f"{label}: starting") as status:
-                result = run_once(settings, args.triplets, workers,
-                                  partitions=args.partitions, seed=repeat,
-                                  progress=lambda text, s=status, lb=label: s.update(
-                                      f"{lb}: {text}"))
+            try:
+                with err.status(f"{label}: starting") as status:
+                    result = run_once(settings, args.triplets, workers,
+                                      partitions=args.partitions, seed=repeat,
+                                      progress=lambda text, s=status, lb=label: s.update(
+                                          f"{lb}: {text}"))
+            except RuntimeError as exc:  # a worker or producer failed; the run cleaned up
+                err.print(f"{label} failed: {exc}")
+                return 1
             runs.append(result)
             err.print(f"{label}: {result.triplets_per_s:,.0f} triplets/s "
                       f"({result.seconds:.2f} s, lost {result.lost}, "
