@@ -56,3 +56,12 @@ def test_json_report_on_real_services(service_settings: Settings, monkeypatch: p
         assert (row["lost"], row["duplicated"]) == (0, 0)
         assert row["seconds"] > 0
         assert row["triplets_per_s"] == pytest.approx(9000 / row["seconds"], rel=1e-2)
+
+
+def test_refuses_the_embedded_default(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("RANKSTREAM_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("RANKSTREAM_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert main(["bench", "scaleout", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "RANKSTREAM_KAFKA_BOOTSTRAP" in captured.err
