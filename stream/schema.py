@@ -379,6 +379,8 @@ def decode_query(
     phi = _phi(phi_lists, k)
     if not np.isfinite(phi).all():
         raise SchemaError(NON_FINITE, "candidate features contain NaN or Inf")
+    if (relevance < 0).any():  # graded gains 2^rel - 1: the metrics refuse negative grades
+        raise SchemaError(BAD_SCHEMA, f"relevance {int(relevance.min())} is negative")
     judged = row["judged"][0].as_py()
     if not 0 <= judged <= k:
         raise SchemaError(BAD_SCHEMA, f"judged={judged} outside 0..{k}")

@@ -350,6 +350,7 @@ def test_fuzz_decode_query(value: bytes) -> None:
         k = len(query.candidate_ids)
         assert k >= 1 and query.phi.shape == (k, PHI_DIM) and query.relevance.shape == (k,)
         assert np.isfinite(query.phi).all() and 0 <= query.judged <= k
+        assert (query.relevance >= 0).all()
         assert all(isinstance(n, str) and isinstance(v, int)
                    for n, v in query.model_versions.items())
 
