@@ -28,9 +28,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Every benchmark prints one JSON object; the last two go through the local Kafka and
+# Redis (started here if need be; `make services-down` stops them).
 bench: $(STAMP)
 	$(BIN)/rankstream bench learners --json
-	$(BIN)/rankstream bench pipeline --json
+	$(BIN)/rankstream bench replay --json
+	eval "$$($(BIN)/rankstream services up --env)" && \
+	$(BIN)/rankstream bench pipeline --json && \
+	$(BIN)/rankstream bench scaleout --json
 
 # 10 minutes of the real pipeline at a sustained rate; RSS and lag must stay bounded.
 soak: $(STAMP)
