@@ -30,11 +30,14 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rankstream.config import Settings
+
+if TYPE_CHECKING:
+    from stream.transport import Transport
 
 POOL_TRIPLETS = 200_000
 _READY_TIMEOUT_S = 600.0
@@ -239,14 +242,12 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
                        producer_seconds=producer_seconds, prefix=run_settings.topic_prefix)
 
 
-def clean_up(run_settings: Settings, transport: Any, store: Any) -> None:
-    """Delete the run's models and (on Kafka) its topics; close what run_once opened."""
+def clean_up(run_settings: Settings, transport: Transport, store: Any) -> None:
+    """Delete the run's models and topics; close what run_once opened."""
     try:
         for name in store.names():  # the run's own prefix: every model is the run's
             store.delete(name)
-        delete_topics = getattr(transport, "delete_topics", None)  # Kafka only
-        if delete_topics is not None:
-            delete_topics([run_settings.triplets_topic, run_settings.dead_letter_topic])
+        transport.delete_topics([run_settings.triplets_topic, run_settings.dead_letter_topic])
     finally:
         store.close()
         transport.close()

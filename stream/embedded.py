@@ -77,6 +77,14 @@ class EmbeddedTransport:
                     self._logs[name] = [[] for _ in range(int(partitions))]
             self._cond.notify_all()
 
+    def delete_topics(self, topics: Sequence[str]) -> None:
+        """Drop these topics' logs; unknown names are ignored (like the Kafka transport)."""
+        with self._cond:
+            for name in topics:
+                _check_topic_name(name)
+                self._logs.pop(name, None)
+            self._cond.notify_all()
+
     def partitions_for(self, topic: str) -> list[int]:
         with self._cond:
             return list(range(len(self._logs.get(topic, []))))

@@ -179,3 +179,20 @@ def test_unassigned_partition_and_negative_offset_are_rejected(transport):
     with pytest.raises((ValueError, AssertionError, KeyError)):
         consumer.position(topic, 5)
     consumer.close()
+
+
+def test_delete_topics_drops_the_topic_and_ignores_unknown_names(transport):
+    keep, gone = _topic(transport, "keep"), _topic(transport, "gone")
+    transport.ensure_topics({keep: 1, gone: 2})
+    producer = transport.producer()
+    producer.send(gone, b"data", key=b"k")
+    producer.flush()
+    producer.close()
+    transport.delete_topics([gone, _topic(transport, "never-created")])
+    deadline = time.monotonic() + 30
+    while transport.partitions_for(gone) and time.monotonic() < deadline:
+        time.sleep(0.2)  # Kafka's metadata catches up with the deletion
+    assert transport.partitions_for(gone) == []
+    assert transport.end_offsets(gone) == {}
+    assert transport.partitions_for(keep) == [0]
+    transport.delete_topics([gone])  # already gone: nothing to do
