@@ -39,6 +39,9 @@ WRONG_WIDTH = "wrong_width"
 NON_FINITE = "non_finite"
 TIED_RELEVANCE = "tied_relevance"
 OVERSIZED = "oversized"
+# A message that decoded but the consumer could not process (e.g. a corrupt stored model's
+# scorer raised): dead-lettered so one poison message cannot stop a worker.
+EVALUATION_FAILED = "evaluation_failed"
 REASONS = (
     BAD_BYTES,
     BAD_SCHEMA,
@@ -47,6 +50,7 @@ REASONS = (
     NON_FINITE,
     TIED_RELEVANCE,
     OVERSIZED,
+    EVALUATION_FAILED,
 )
 
 _PHI_TYPE = pa.list_(pa.float32(), PHI_DIM)

@@ -126,3 +126,39 @@ def test_champion_switches_to_a_clearly_better_model_and_is_published(embedded_s
     assert restarted.queries_evaluated == 31 and restarted.champion == "good"
     assert restarted.rolling.counts() == {UNI_CON: 20, "good": 20}
     assert list(restarted.rolling.ndcg["good"]) == list(evaluator.rolling.ndcg["good"])
+
+
+class _BrokenScorer:
+    """Stands in for a scorer rebuilt from a corrupt stored model: it raises on use."""
+
+    def score(self, phi: np.ndarray) -> np.ndarray:
+        raise IndexError("weights have 3 entries, phi has 36 columns")
+
+
+def test_a_query_that_cannot_be_evaluated_is_dead_lettered_and_the_evaluator_goes_on(
+        embedded_settings) -> None:
+    store = open_store(embedded_settings)
+    transport = open_transport(embedded_settings)
+    _save(store, "good", _column_model(0))
+    _save(store, "broken", _column_model(1))
+    producer = transport.producer()
+    for seq, versions in enumerate([{"good": 1}, {"good": 1, "broken": 1}, {"good": 1}]):
+        producer.send(embedded_settings.queries_topic, encode_query(_query(seq, versions)))
+    producer.flush()
+    options = EvaluatorOptions(window=20, exit_when_idle=0.3, poll_ms=20)
+    evaluator = Evaluator(embedded_settings, options, transport=transport, store=store)
+    real_get = evaluator.cache.get
+    evaluator.cache.get = lambda model, version: (  # type: ignore[method-assign]
+        _BrokenScorer() if model == "broken" else real_get(model, version))
+    failed = sample_value("rankstream_dead_letters_total", {"reason": "evaluation_failed"})
+    assert evaluator.run() == 0
+    assert evaluator.queries_evaluated == 2 and evaluator.dead_letters == 1
+    assert evaluator.rolling.counts() == {"good": 2}  # the failed query left no partial score
+    assert evaluator.offsets == {0: 3}
+    after = sample_value("rankstream_dead_letters_total", {"reason": "evaluation_failed"})
+    assert after == failed + 1
+    consumer = transport.consumer()
+    consumer.assign([(embedded_settings.dead_letter_topic, 0)])
+    letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=100)]
+    assert [(d.reason, d.source_offset) for d in letters] == [("evaluation_failed", 1)]
+    assert "IndexError" in letters[0].detail

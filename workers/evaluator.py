@@ -40,7 +40,7 @@ import numpy as np
 
 from ranking.metrics import average_precision, ndcg_at_k
 from rankstream.config import Settings
-from stream.schema import JudgedQuery, SchemaError, decode_query
+from stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
 from stream.store import Fence, FencingError, ModelStore, fenced_save, open_store
 from stream.transport import Consumer, Message, Producer, Transport, open_transport
 from workers import metrics
@@ -181,6 +181,7 @@ class Evaluator:
                 continue
             ndcg[model] = ndcg_at_k(scores, query.relevance, NDCG_K)
             ap[model] = average_precision(scores, query.relevance)
+        for model in ndcg:  # only once every model scored: a raise leaves no partial query
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
             metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
@@ -290,15 +291,27 @@ class Evaluator:
                                                             self.offsets.items()})
 
     def process(self, messages: Sequence[Message]) -> int:
-        """Decode and evaluate each message; bad ones go to the dead-letter topic."""
+        """Decode and evaluate each message; bad ones go to the dead-letter topic.
+
+        A query that decodes but cannot be evaluated (anything but a transient
+        store/transport error, e.g. a corrupt stored model whose scorer raises) is
+        dead-lettered as `evaluation_failed`, so it cannot kill the evaluator.
+        """
         evaluated = 0
         for message in messages:
             try:
                 query = decode_query(message.value)
             except SchemaError as exc:
                 self._dead_letter(message, exc.reason, exc.detail)
-            else:
+                self.offsets[message.partition] = message.offset + 1
+                continue
+            try:
                 self.evaluate(query)
+            except self._transient:
+                raise  # a store/broker outage: run() backs off and this query is retried
+            except Exception as exc:  # one poison query must not stop the evaluator
+                self._dead_letter(message, EVALUATION_FAILED, f"{type(exc).__name__}: {exc}")
+            else:
                 evaluated += 1
             self.offsets[message.partition] = message.offset + 1
         return evaluated

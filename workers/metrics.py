@@ -27,6 +27,7 @@ DEAD_LETTER_REASONS: frozenset[str] = frozenset(
         "non_finite",
         "tied_relevance",
         "oversized",
+        "evaluation_failed",
         "other",
     }
 )
