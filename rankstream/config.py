@@ -35,6 +35,8 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
+    kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
+    kafka_ssl_keyfile: str | None = None  # its private key (PEM)
     data_dir: str = field(default_factory=lambda: os.path.expanduser("~/.cache/rankstream"))
 
     @property
@@ -68,5 +70,7 @@ class Settings:
             kafka_sasl_username=_env("KAFKA_SASL_USERNAME"),
             kafka_sasl_password=_env("KAFKA_SASL_PASSWORD"),
             kafka_ssl_cafile=_env("KAFKA_SSL_CAFILE"),
+            kafka_ssl_certfile=_env("KAFKA_SSL_CERTFILE"),
+            kafka_ssl_keyfile=_env("KAFKA_SSL_KEYFILE"),
             data_dir=_env("DATA_DIR", defaults.data_dir),
         )

@@ -84,6 +84,8 @@ def client_config(settings: Settings) -> dict[str, Any]:
         "sasl_plain_username": settings.kafka_sasl_username,
         "sasl_plain_password": settings.kafka_sasl_password,
         "ssl_cafile": settings.kafka_ssl_cafile,
+        "ssl_certfile": settings.kafka_ssl_certfile,  # mutual TLS: the client's certificate
+        "ssl_keyfile": settings.kafka_ssl_keyfile,
     }
     config.update({k: v for k, v in optional.items() if v is not None})
     return config

@@ -146,6 +146,8 @@ SECURE_ENV = {
     "RANKSTREAM_KAFKA_SASL_USERNAME": "worker",
     "RANKSTREAM_KAFKA_SASL_PASSWORD": "kafka-test-secret",
     "RANKSTREAM_KAFKA_SSL_CAFILE": "/etc/rankstream/ca.pem",
+    "RANKSTREAM_KAFKA_SSL_CERTFILE": "/etc/rankstream/worker.pem",
+    "RANKSTREAM_KAFKA_SSL_KEYFILE": "/etc/rankstream/worker.key",
     "RANKSTREAM_REDIS_URL": "rediss://rankworker@redis.example:6380/2?ssl_cert_reqs=required",
     "RANKSTREAM_REDIS_PASSWORD": "redis-test-secret",
     "RANKSTREAM_METRICS_HOST": "0.0.0.0",
@@ -164,6 +166,8 @@ def test_settings_read_every_security_variable(secure_settings: Settings) -> Non
     assert (s.kafka_security_protocol, s.kafka_sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
     assert (s.kafka_sasl_username, s.kafka_sasl_password) == ("worker", "kafka-test-secret")
     assert s.kafka_ssl_cafile == "/etc/rankstream/ca.pem"
+    assert s.kafka_ssl_certfile == "/etc/rankstream/worker.pem"
+    assert s.kafka_ssl_keyfile == "/etc/rankstream/worker.key"
     assert s.redis_url == SECURE_ENV["RANKSTREAM_REDIS_URL"]
     assert s.redis_password == "redis-test-secret" and s.metrics_host == "0.0.0.0"
 
@@ -181,6 +185,8 @@ def test_kafka_clients_get_sasl_and_ssl(secure_settings: Settings) -> None:
     assert config["sasl_plain_username"] == "worker"
     assert config["sasl_plain_password"] == "kafka-test-secret"
     assert config["ssl_cafile"] == "/etc/rankstream/ca.pem"
+    assert config["ssl_certfile"] == "/etc/rankstream/worker.pem"
+    assert config["ssl_keyfile"] == "/etc/rankstream/worker.key"
     for client in (KafkaProducer, KafkaConsumer, KafkaAdminClient):
         assert set(config) <= set(client.DEFAULT_CONFIG), client.__name__
     assert KafkaTransport(secure_settings)._config == config  # what producers/consumers get
@@ -278,7 +284,7 @@ _ASSIGNMENT = re.compile(r"^\s*-?\s*([A-Za-z0-9_.-]+)\s*[:=]\s*['\"]?([^'\"\s#]*
 # Obviously-fake placeholders the env example and compose defaults may carry (SECURITY.md).
 ALLOWED_PLACEHOLDERS = {
     ("deploy/.env.example", "RANKSTREAM_REDIS_PASSWORD", "change-me"),
-    ("deploy/.env.example", "GRAFANA_ADMIN_PASSWORD", "admin"),
+    ("deploy/.env.example", "GRAFANA_ADMIN_PASSWORD", "change-me"),
 }
 
 
