@@ -38,7 +38,13 @@ from kafka.errors import (
 )
 
 from stream.schema import MAX_MESSAGE_BYTES
-from stream.transport import Message, RebalanceCallback, TransportError
+from stream.transport import (
+    Message,
+    RebalanceCallback,
+    TransportError,
+    credential_errors,
+    credentials_refused,
+)
 
 if TYPE_CHECKING:
     from rankstream.config import Settings
@@ -70,6 +76,14 @@ CONSUMER_TUNING: dict[str, Any] = {
     "heartbeat_interval_ms": 1_000,
 }
 _POLL_BACKOFF_MAX_S = 5.0
+_REFUSED = credential_errors()  # SASL/ACL refusals: raised at once, never backed off
+
+
+def _transport_error(what: str, exc: BaseException) -> RuntimeError:
+    """A failed call as TransportError (retried), or CredentialsError when refused (not)."""
+    if isinstance(exc, _REFUSED):
+        return credentials_refused("kafka", exc)
+    return TransportError(f"{what}: {exc}")
 
 
 def client_config(settings: Settings) -> dict[str, Any]:
@@ -200,14 +214,14 @@ class KafkaTransportProducer:
         try:
             future = self._producer.send(topic, value=value, key=key, partition=partition)
         except KafkaError as exc:
-            raise TransportError(f"send to {topic!r} failed: {exc}") from exc
+            raise _transport_error(f"send to {topic!r} failed", exc) from exc
         future.add_errback(self._record_failure)
 
     def flush(self, timeout: float | None = None) -> None:
         try:
             self._producer.flush(timeout=timeout)
         except KafkaError as exc:
-            raise TransportError(f"flush failed: {exc}") from exc
+            raise _transport_error("flush failed", exc) from exc
         self._raise_failure()
 
     def close(self) -> None:
@@ -220,7 +234,7 @@ class KafkaTransportProducer:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             exc, self._failure = self._failure, None
-            raise TransportError(f"delivery failed after retries: {exc}") from exc
+            raise _transport_error("delivery failed after retries", exc) from exc
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -282,6 +296,8 @@ class KafkaTransportConsumer:
         """Records in offset order per partition; [] (logged, backed off) on broker trouble."""
         try:
             batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except _REFUSED as exc:
+            raise credentials_refused("kafka", exc) from exc
         except KafkaError as exc:
             self._backoff_s = min(max(2 * self._backoff_s, 0.1), _POLL_BACKOFF_MAX_S)
             log.warning("kafka poll failed (%s); retrying in %.1fs", exc, self._backoff_s)

@@ -53,6 +53,7 @@ from stream.store import (
     encode_model,
     finite_or_none,
 )
+from stream.transport import credential_errors, credentials_refused
 
 if TYPE_CHECKING:
     from rankstream.config import Settings
@@ -94,6 +95,26 @@ return redis.call('DEL', KEYS[1])
 _SAVE_ATTEMPTS = 5
 
 
+class _FailFastOnCredentials(Retry):
+    """redis-py's Retry, except that refused credentials are never retried.
+
+    redis-py's AuthenticationError/AuthorizationError subclass its ConnectionError, so a
+    wrong password was retried (about 12 s per call) and then looked transient to the
+    workers, which retried forever; here it becomes a `CredentialsError` at once.
+    """
+
+    def call_with_retry(self, do, fail, *args, **kwargs):  # type: ignore[no-untyped-def]
+        refused = credential_errors()
+
+        def attempt():  # type: ignore[no-untyped-def]
+            try:
+                return do()
+            except refused as exc:
+                raise credentials_refused("redis", exc) from exc
+
+        return super().call_with_retry(attempt, fail, *args, **kwargs)
+
+
 def redis_client(url: str, password: str | None = None) -> redis.Redis:
     """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs).
 
@@ -102,7 +123,7 @@ def redis_client(url: str, password: str | None = None) -> redis.Redis:
     """
     pool = redis.ConnectionPool.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
+        retry=_FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         socket_timeout=10,
         socket_connect_timeout=5,

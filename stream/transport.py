@@ -34,6 +34,37 @@ class TransportError(RuntimeError):
     """A send or admin operation failed after the client's own retries."""
 
 
+class CredentialsError(RuntimeError):
+    """Kafka or Redis refused our credentials (authentication or authorization).
+
+    Deliberately *not* a ConnectionError/TransportError: retrying cannot fix a wrong
+    password or a missing ACL, so no retry path catches it and the process stops with
+    this message instead of retrying forever.
+    """
+
+
+def credential_errors() -> tuple[type[BaseException], ...]:
+    """Client errors that mean "refused credentials", wherever a client raises them.
+
+    redis-py's AuthenticationError/AuthorizationError subclass its ConnectionError (so
+    redis-py and `workers.resilience.transient_errors` would retry them), and Kafka's
+    SASL/ACL failures are KafkaErrors; every retry path checks this tuple first.
+    """
+    import kafka.errors
+    import redis.exceptions
+
+    return (redis.exceptions.AuthenticationError,
+            redis.exceptions.AuthorizationError, kafka.errors.SaslAuthenticationFailedError,
+            kafka.errors.UnsupportedSaslMechanismError, kafka.errors.AuthorizationError)
+
+
+def credentials_refused(service: str, exc: BaseException) -> CredentialsError:
+    """The one message for refused credentials: what refused, why, and what to check."""
+    return CredentialsError(
+        f"{service} refused the credentials ({type(exc).__name__}: {exc}); not retrying: "
+        f"check the RANKSTREAM_{service.upper()}_* user/password settings and ACLs")
+
+
 class Producer(Protocol):
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None

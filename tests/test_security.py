@@ -244,30 +244,99 @@ def protected_redis(tmp_path: Path) -> Iterator[str]:
         proc.wait(10)
 
 
+def _redis_store(url: str, password: str | None, monkeypatch: pytest.MonkeyPatch):
+    """A RedisModelStore configured through the environment, as a worker gets it."""
+    from stream.redis_store import RedisModelStore
+
+    monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
+    if password is None:
+        monkeypatch.delenv("RANKSTREAM_REDIS_PASSWORD", raising=False)
+    else:
+        monkeypatch.setenv("RANKSTREAM_REDIS_PASSWORD", password)
+    return RedisModelStore(Settings.from_env())
+
+
 @pytest.mark.services
 def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
         protected_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import redis
 
-    from stream.redis_store import RedisModelStore
+    from stream.transport import CredentialsError
 
-    def store(url: str, password: str | None) -> RedisModelStore:
-        monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
-        if password is None:
-            monkeypatch.delenv("RANKSTREAM_REDIS_PASSWORD", raising=False)
-        else:
-            monkeypatch.setenv("RANKSTREAM_REDIS_PASSWORD", password)
-        return RedisModelStore(Settings.from_env())
+    def refused(url: str, password: str | None) -> None:
+        store = _redis_store(url, password, monkeypatch)
+        try:
+            with pytest.raises(CredentialsError) as info:
+                store.latest_versions()
+            assert isinstance(info.value.__cause__, redis.AuthenticationError)
+        finally:
+            store.close()
 
-    with pytest.raises(redis.AuthenticationError):
-        store(f"redis://{protected_redis}/0", None).latest_versions()
-    default_user = store(f"redis://{protected_redis}/0", "default-test-pw")
+    refused(f"redis://{protected_redis}/0", None)
+    default_user = _redis_store(f"redis://{protected_redis}/0", "default-test-pw", monkeypatch)
     version = default_user.save("m", kind="t", meta={}, arrays={"w": np.ones(3)}, offsets={},
                                 expected_version=0)
-    acl_user = store(f"redis://rankworker@{protected_redis}/0", "acl-test-pw")
+    acl_user = _redis_store(f"redis://rankworker@{protected_redis}/0", "acl-test-pw", monkeypatch)
     assert acl_user.load("m").version == version  # type: ignore[union-attr]
-    with pytest.raises(redis.AuthenticationError):
-        store(f"redis://rankworker@{protected_redis}/0", "default-test-pw").latest_versions()
+    default_user.close()
+    acl_user.close()
+    refused(f"redis://rankworker@{protected_redis}/0", "default-test-pw")
+
+
+@pytest.mark.services
+def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
+        protected_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither redis-py's retry nor the workers' retry loop retries refused credentials."""
+    import logging
+    import threading
+
+    import redis
+
+    from stream.transport import CredentialsError
+    from workers.resilience import retry_until_stopped, transient_errors
+
+    connects = []
+    real_connect = redis.connection.AbstractConnection.connect
+    monkeypatch.setattr(redis.connection.AbstractConnection, "connect",
+                        lambda self, *a, **k: connects.append(1) or real_connect(self, *a, **k))
+    store = _redis_store(f"redis://{protected_redis}/0", "wrong-test-pw", monkeypatch)
+    attempts = []
+
+    def action() -> None:
+        attempts.append(1)
+        store.latest_versions()
+
+    try:
+        with pytest.raises(CredentialsError, match="redis refused the credentials") as info:
+            retry_until_stopped("load models", action, threading.Event(), transient_errors(),
+                                logging.getLogger("test"))
+    finally:
+        store.close()
+    assert not isinstance(info.value, transient_errors())
+    assert "RANKSTREAM_REDIS_" in str(info.value)
+    assert len(attempts) == 1 and len(connects) == 1  # one try, no retries at either level
+
+
+def test_the_workers_retry_loop_raises_refused_credentials_at_once() -> None:
+    """A raw client auth error (here Kafka's SASL one) is not retried by the worker loop."""
+    import logging
+    import threading
+
+    import kafka.errors
+
+    from stream.transport import CredentialsError
+    from workers.resilience import retry_until_stopped, transient_errors
+
+    attempts = []
+
+    def action() -> None:
+        attempts.append(1)
+        raise kafka.errors.SaslAuthenticationFailedError("bad SCRAM password")
+
+    with pytest.raises(CredentialsError, match="kafka refused the credentials"):
+        retry_until_stopped("poll", action, threading.Event(), transient_errors(),
+                            logging.getLogger("test"))
+    assert attempts == [1]
 
 
 # --- no hard-coded secrets ---------------------------------------------------------------

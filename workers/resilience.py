@@ -38,7 +38,13 @@ class Backoff:
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean "a service is unreachable for now": retry, never crash."""
+    """Errors that mean "a service is unreachable for now": retry, never crash.
+
+    Refused credentials (`stream.transport.credential_errors`) subclass some of these
+    (redis-py's AuthenticationError is a ConnectionError) but are never transient:
+    `retry_until_stopped` raises them at once, and the stores/transports convert them to
+    `CredentialsError`, which is none of these.
+    """
     import kafka.errors
     import redis.exceptions
 
@@ -55,14 +61,21 @@ def retry_until_stopped(what: str, action: Callable[[], None], stop: threading.E
     """Run `action` until it succeeds, backing off on transient errors.
 
     Once `stop` is set a transient error is re-raised instead of retried, so a worker
-    asked to shut down while its services are away does not hang.
+    asked to shut down while its services are away does not hang. Refused credentials
+    are raised at once as `CredentialsError`: no retry can fix them.
     """
+    from stream.transport import credential_errors, credentials_refused
+
+    refused = credential_errors()
     backoff = Backoff()
     while True:
         try:
             action()
             return
         except transient as exc:
+            if isinstance(exc, refused):
+                service = "kafka" if type(exc).__module__.startswith("kafka") else "redis"
+                raise credentials_refused(service, exc) from exc
             if stop.is_set():
                 raise
             delay = backoff.failed()
