@@ -261,6 +261,13 @@ class _Supervisor:
             self.proc.kill()
             self.proc.wait()
 
+    def close(self) -> None:
+        """Close our own clients: an open Kafka client keeps refreshing metadata forever."""
+        try:
+            self.store.close()
+        finally:
+            self.transport.close()
+
     def crashed_too_often(self) -> bool:
         """Exits that are neither clean, fenced nor our SIGKILL: a bug, not a fault."""
         expected = {"0", str(EXIT_FENCED), str(-signal.SIGKILL)}
@@ -421,8 +428,11 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
         return all(m.next_offset(settings.triplets_topic, p) == end
                    for m in w.models for p, end in ends.items())
 
-    if worker.run(until=done) != 0:
-        raise ChaosError("the reference worker did not finish cleanly")
+    try:
+        if worker.run(until=done) != 0:
+            raise ChaosError("the reference worker did not finish cleanly")
+    finally:
+        transport.close()
     hashes = {m.name: (weights_sha256(m.weights), m.triplets_seen) for m in worker.models}
     lost, duplicated = seqs.lost_and_duplicated(n_triplets)
     return hashes, lost, duplicated
@@ -493,18 +503,22 @@ def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None
     log_dir = Path(settings.data_dir) / "chaos" / run_settings.topic_prefix
     log_dir.mkdir(parents=True, exist_ok=True)
     supervisor = _Supervisor(run_settings, plan, manager, log_dir, say)
-    supervisor.transport.ensure_topics({run_settings.triplets_topic: 1,
-                                        run_settings.dead_letter_topic: 1})
-    producer = _Producer(run_settings, plan)
-    producer.start()
     try:
-        missed = supervisor.run(producer)
+        supervisor.transport.ensure_topics({run_settings.triplets_topic: 1,
+                                            run_settings.dead_letter_topic: 1})
+        producer = _Producer(run_settings, plan)
+        producer.start()
+        try:
+            missed = supervisor.run(producer)
+        finally:
+            supervisor.stop_all()
+        say("reference run (uninterrupted, same topic)")
+        reference, lost, duplicated = _reference(run_settings, supervisor.options, plan.triplets)
+        stored_models = supervisor.stored() or []
     finally:
-        supervisor.stop_all()
-    say("reference run (uninterrupted, same topic)")
-    reference, lost, duplicated = _reference(run_settings, supervisor.options, plan.triplets)
+        supervisor.close()
     models, identical = {}, True
-    for stored in supervisor.stored() or []:
+    for stored in stored_models:
         if stored is None:
             raise ChaosError("a model is missing from Redis after the run")
         sha, seen = weights_sha256(stored.arrays["weights"]), int(stored.meta["triplets_seen"])
