@@ -249,8 +249,10 @@ def clean_up(run_settings: Settings, transport: Transport, store: Any) -> None:
             store.delete(name)
         transport.delete_topics([run_settings.triplets_topic, run_settings.dead_letter_topic])
     finally:
-        store.close()
-        transport.close()
+        try:
+            store.close()
+        finally:
+            transport.close()
 
 
 def expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:

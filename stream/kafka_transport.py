@@ -175,12 +175,19 @@ class KafkaTransport:
         return self._offsets(topic, "end_offsets")
 
     def close(self) -> None:
+        """Close the metadata and admin clients (each even if the other's close raises).
+
+        An unclosed kafka-python client keeps a metadata-refresh loop running, which
+        logs errors forever once its broker is gone.
+        """
         with self._lock:
-            if self._meta is not None:
-                self._meta.close()
-            if self._admin is not None:
-                self._admin.close()
-            self._meta = self._admin = None
+            meta, admin, self._meta, self._admin = self._meta, self._admin, None, None
+            try:
+                if meta is not None:
+                    meta.close()
+            finally:
+                if admin is not None:
+                    admin.close()
 
     def _metadata(self) -> KafkaConsumer:
         if self._meta is None:

@@ -134,6 +134,7 @@ class BatchWorker:
         self.settings = settings
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
+        self._owns_transport = transport is None  # closed by close(); it reopens lazily
         self.store = store if store is not None else open_store(settings)
         self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reservoir = Reservoir(options.reservoir, seed=options.seed)
@@ -241,12 +242,16 @@ class BatchWorker:
         return len(messages)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except self._transient as exc:
-                log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
-            self._consumer = None
+        """Close the consumer and (if opened here) the transport: an open Kafka client
+        keeps refreshing metadata, and logging errors, after its broker is gone."""
+        owned = [self.transport] if self._owns_transport else []
+        for closable in (self._consumer, *owned):
+            if closable is not None:
+                try:
+                    closable.close()
+                except self._transient as exc:
+                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
+        self._consumer = None
 
     def _retry(self, what: str, action: Callable[[], None]) -> None:
         retry_until_stopped(what, action, self._stop, self._transient, log)

@@ -134,6 +134,7 @@ class OnlineWorker:
         self.settings = settings
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
+        self._owns_transport = transport is None  # closed by close(); it reopens lazily
         self.store = store if store is not None else open_store(settings)
         self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.models: list[TrackedModel] = []
@@ -216,7 +217,7 @@ class OnlineWorker:
         return self.counters.records - before
 
     def close(self, final_checkpoint: bool = False) -> None:
-        """Close the consumer and producer; idempotent.
+        """Close the consumer, producer and (if opened here) the transport; idempotent.
 
         With `final_checkpoint` (and not fenced) every model with unsaved progress is
         saved first, and in scale-out the parameter mix is published once more.
@@ -225,7 +226,8 @@ class OnlineWorker:
             self._final_checkpoint()
             if self._partitioned is not None:
                 self._partitioned.maybe_mix(force=True)
-        for closable in (self._consumer, self._producer):
+        owned = [self.transport] if self._owns_transport else []
+        for closable in (self._consumer, self._producer, *owned):
             if closable is not None:
                 try:
                     closable.close()
