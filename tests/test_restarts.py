@@ -34,6 +34,7 @@ def _produce(settings: Settings, blocks: int, seed: int = 3) -> None:
         producer.send(settings.triplets_topic, block.encode())
     producer.flush()
     producer.close()
+    transport.close()
 
 
 def _consume_until(worker: OnlineWorker, records: int) -> None:

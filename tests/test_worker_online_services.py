@@ -41,6 +41,7 @@ def _produce(settings: Settings, values: list[bytes]) -> None:
         producer.send(settings.triplets_topic, value)
     producer.flush()
     producer.close()
+    transport.close()
 
 
 def _final(settings: Settings) -> dict[str, tuple[str, int]]:
@@ -134,12 +135,16 @@ def test_malformed_messages_are_dead_lettered_on_kafka(service_settings: Setting
     _produce(service_settings, [good[0], b"garbage", good[1]])
     options = dataclasses.replace(OPTIONS, scaler_rows=500)
     assert OnlineWorker(service_settings, options).run() == EXIT_OK
-    consumer = open_transport(service_settings).consumer()
+    transport = open_transport(service_settings)
+    consumer = transport.consumer()
     consumer.assign([(service_settings.dead_letter_topic, 0)])
     consumer.seek_to_beginning(service_settings.dead_letter_topic, 0)
     letters = []
-    _wait_for(lambda: letters.extend(consumer.poll(timeout_ms=200)) or letters, timeout=30)
-    consumer.close()
+    try:
+        _wait_for(lambda: letters.extend(consumer.poll(timeout_ms=200)) or letters, timeout=30)
+    finally:
+        consumer.close()
+        transport.close()
     (letter,) = [decode_dead_letter(m.value) for m in letters]
     assert (letter.reason, letter.source_offset, letter.original) == ("bad_bytes", 1, b"garbage")
     assert letters[0].key == f"{service_settings.triplets_topic}:0:1".encode()
