@@ -26,15 +26,22 @@ def feedback() -> Feedback:
 def produce(settings: Settings, feedback: Feedback, junk_at: int | None = None) -> int:
     """One message per judged query (key = query id), optionally one undecodable message."""
     transport = open_transport(settings)
-    transport.ensure_topics({settings.triplets_topic: 1})
-    producer = transport.producer()
-    for i, t in enumerate(feedback.triplets):
-        if i == junk_at:
-            producer.send(settings.triplets_topic, b"not arrow", key=b"junk")
-        value = encode_triplets(**{name: getattr(t, name) for name in
-                                   ("seq", *RESERVOIR_COLUMNS)})
-        producer.send(settings.triplets_topic, value, key=triplet_key(int(t.query_id[0])))
-    producer.flush()
+    try:
+        transport.ensure_topics({settings.triplets_topic: 1})
+        producer = transport.producer()
+        try:
+            for i, t in enumerate(feedback.triplets):
+                if i == junk_at:
+                    producer.send(settings.triplets_topic, b"not arrow", key=b"junk")
+                value = encode_triplets(**{name: getattr(t, name) for name in
+                                           ("seq", *RESERVOIR_COLUMNS)})
+                producer.send(settings.triplets_topic, value,
+                              key=triplet_key(int(t.query_id[0])))
+            producer.flush()
+        finally:
+            producer.close()  # a Kafka client left open keeps its IO thread running
+    finally:
+        transport.close()
     return sum(len(t) for t in feedback.triplets)
 
 
