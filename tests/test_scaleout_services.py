@@ -61,7 +61,7 @@ def _worker(settings: Settings, log: Path, *extra: str) -> subprocess.Popen[byte
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
-def _wait_for(condition, what: str, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(condition, what: str, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
