@@ -74,6 +74,10 @@ CONSUMER_TUNING: dict[str, Any] = {
     "check_crcs": True,
     "session_timeout_ms": 10_000,
     "heartbeat_interval_ms": 1_000,
+    # A group member whose first join found no metadata for a new topic gets nothing
+    # assigned; a metadata change makes the group rebalance, so refresh it every 10 s
+    # rather than kafka-python's 5 minutes.
+    "metadata_max_age_ms": 10_000,
 }
 _POLL_BACKOFF_MAX_S = 5.0
 _REFUSED = credential_errors()  # SASL/ACL refusals: raised at once, never backed off

@@ -85,7 +85,7 @@ class WorkerOptions:
     algos: tuple[str, ...] = LINEAR_ALGOS
     checkpoint_records: int = 100_000
     checkpoint_seconds: float = 5.0
-    exit_when_idle: float | None = None
+    exit_when_idle: float | None = None  # in a group, counted only while partitions are owned
     group: str | None = None
     scaler_rows: int = DEFAULT_SCALER_ROWS
     C: float = 0.1
@@ -180,7 +180,7 @@ class OnlineWorker:
             while not self._stop.is_set() and not self.fenced:
                 polled = self.counters.polled
                 self.step()
-                if self.counters.polled != polled:
+                if self.counters.polled != polled or self._awaiting_partitions():
                     idle_since = time.monotonic()
                 if until is not None and until(self):
                     break
@@ -194,6 +194,10 @@ class OnlineWorker:
         log_event(log, "worker stopped", records=self.counters.records,
                   checkpoints=self.counters.checkpoints, fenced=self.fenced)
         return EXIT_FENCED if self.fenced else EXIT_OK
+
+    def _awaiting_partitions(self) -> bool:
+        """A group member that owns no partition yet is not idle: it waits for a rebalance."""
+        return self.options.group is not None and not self._consumer.assignment()
 
     def step(self, timeout_ms: int | None = None) -> int:
         """One poll, its processing and a checkpoint when due; returns records learned.
