@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from test_compose import DEPLOY, SERVICES
 
@@ -150,9 +149,12 @@ def test_every_queried_metric_is_exported_by_the_workers() -> None:
         assert not missing, f"{title} ({ref}) queries unexported {missing}"
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_parses_every_panel_query(tmp_path: Path) -> None:
-    """Each query as a recording rule: `promtool check rules` parses the PromQL."""
+def test_promtool_parses_every_panel_query(services, tmp_path: Path) -> None:
+    """Each query as a recording rule: `promtool check rules` parses the PromQL.
+
+    `services` installs Debian's prometheus package, which ships promtool.
+    """
+    assert shutil.which("promtool"), "promtool missing although prometheus is installed"
     rules = [
         {"record": f"rankstream:panel_{i}", "expr": expr}
         for i, (_, _, expr) in enumerate(dashboard_queries())
