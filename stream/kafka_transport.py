@@ -283,6 +283,11 @@ class KafkaTransportConsumer:
     ) -> None:
         if self._group_id is None:
             raise ValueError("subscribe needs a consumer opened with a group_id")
+        for topic in topics:
+            # Fill the metadata cache first: a group leader whose first join lacks the
+            # topic's partitions assigns nothing (kafka-python warns "No partition
+            # metadata"), and a member left with nothing was seen to stall its rebalance.
+            self._consumer.partitions_for_topic(topic)
         try:
             self._consumer.subscribe(list(topics), listener=_Listener(on_assign, on_revoke))
         except IllegalStateError as exc:
