@@ -64,7 +64,7 @@ from workers.batch_models import (
     fit_rankmkl,
 )
 from workers.logging import get_logger, log_event
-from workers.resilience import Backoff, retry_until_stopped, transient_errors
+from workers.resilience import Backoff, poll_or_back_off, retry_until_stopped, transient_errors
 
 EXIT_OK = 0
 EXIT_FENCED = 3
@@ -260,17 +260,9 @@ class BatchWorker:
     def poll(self) -> list[Message]:
         """Messages from the consumer; [] (after a back-off) when the broker is away."""
         assert self._consumer is not None, "call start() first"
-        try:
-            messages = self._consumer.poll(timeout_ms=self.options.poll_ms,
-                                           max_records=self.options.max_poll_records)
-        except self._transient as exc:
-            delay = self._poll_backoff.failed()
-            log_event(log, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
-                      retry_in_s=delay)
-            self._stop.wait(delay)
-            return []
-        self._poll_backoff.succeeded()
-        return messages
+        return poll_or_back_off(self._consumer, self.options.poll_ms,
+                                self.options.max_poll_records, self._transient,
+                                self._poll_backoff, self._stop, log)
 
     def covers(self, topic: str, partition: int, offset: int) -> bool:
         next_offset = self.offsets.get(topic, {}).get(partition)

@@ -47,7 +47,7 @@ from workers import metrics
 from workers.deadletters import send_dead_letter
 from workers.logging import get_logger, log_event
 from workers.online import EXIT_FENCED, EXIT_OK
-from workers.resilience import Backoff, retry_until_stopped, transient_errors
+from workers.resilience import Backoff, poll_or_back_off, retry_until_stopped, transient_errors
 from workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
 
 NDCG_K = 50
@@ -371,17 +371,8 @@ class Evaluator:
         [] after a back-off when the broker is away."""
         assert self._consumer is not None, "call start() first"
         wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        try:
-            messages = self._consumer.poll(timeout_ms=wait,
-                                           max_records=self.options.max_poll_records)
-        except self._transient as exc:
-            delay = self._poll_backoff.failed()
-            log_event(log, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
-                      retry_in_s=delay)
-            self._stop.wait(delay)
-            return []
-        self._poll_backoff.succeeded()
-        return messages
+        return poll_or_back_off(self._consumer, wait, self.options.max_poll_records,
+                                self._transient, self._poll_backoff, self._stop, log)
 
     def _retry(self, what: str, action: Callable[[], None]) -> None:
         retry_until_stopped(what, action, self._stop, self._transient, log)

@@ -67,7 +67,7 @@ from workers.checkpoint import (
 from workers.deadletters import send_dead_letter
 from workers.logging import get_logger, log_event
 from workers.resilience import Backoff as _Backoff
-from workers.resilience import retry_until_stopped, transient_errors
+from workers.resilience import poll_or_back_off, retry_until_stopped, transient_errors
 from workers.scaleout import PartitionModels
 
 EXIT_OK = 0
@@ -308,16 +308,8 @@ class OnlineWorker:
         `poll_ms`); [] after a back-off when the broker is away."""
         assert self._consumer is not None, "call start() first"
         wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        try:
-            messages = self._consumer.poll(timeout_ms=wait,
-                                           max_records=self.options.max_poll_records)
-        except self._transient as exc:
-            delay = self._poll_backoff.failed()
-            log_event(log, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
-                      retry_in_s=delay)
-            self._stop.wait(delay)
-            return []
-        self._poll_backoff.succeeded()
+        messages = poll_or_back_off(self._consumer, wait, self.options.max_poll_records,
+                                    self._transient, self._poll_backoff, self._stop, log)
         self.counters.polled += len(messages)
         return messages
 

@@ -12,8 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workers.logging import log_event
+
+if TYPE_CHECKING:
+    from stream.transport import Consumer, Message
 
 MAX_BACKOFF_SECONDS = 10.0
 
@@ -82,3 +86,19 @@ def retry_until_stopped(what: str, action: Callable[[], None], stop: threading.E
             log_event(logger, f"{what} failed; retrying", level=logging.WARNING,
                       error=repr(exc), retry_in_s=delay)
             stop.wait(delay)
+
+
+def poll_or_back_off(consumer: Consumer, timeout_ms: int, max_records: int,
+                     transient: tuple[type[BaseException], ...], backoff: Backoff,
+                     stop: threading.Event, logger: logging.Logger) -> list[Message]:
+    """One consumer poll; [] after a back-off (cut short by `stop`) when the broker is away."""
+    try:
+        messages = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+    except transient as exc:
+        delay = backoff.failed()
+        log_event(logger, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
+                  retry_in_s=delay)
+        stop.wait(delay)
+        return []
+    backoff.succeeded()
+    return messages
