@@ -64,7 +64,13 @@ from workers.batch_models import (
     fit_rankmkl,
 )
 from workers.logging import get_logger, log_event
-from workers.resilience import Backoff, poll_or_back_off, retry_until_stopped, transient_errors
+from workers.resilience import (
+    Backoff,
+    final_save,
+    poll_or_back_off,
+    retry_until_stopped,
+    transient_errors,
+)
 
 EXIT_OK = 0
 EXIT_FENCED = 3
@@ -319,12 +325,7 @@ class BatchWorker:
         return True
 
     def _final_persist(self) -> None:
-        for _ in range(5):
-            if self.persist() or self.fenced:
-                return
-            time.sleep(self._persist_backoff.delay)
-        log_event(log, "final persist failed; a restart resumes from the previous one",
-                  level=logging.ERROR)
+        final_save("persist", self.persist, lambda: self.fenced, self._persist_backoff, log)
 
     def _save(self, name: str, kind: str, meta: dict[str, Any],
               arrays: Mapping[str, np.ndarray],

@@ -67,7 +67,12 @@ from workers.checkpoint import (
 from workers.deadletters import send_dead_letter
 from workers.logging import get_logger, log_event
 from workers.resilience import Backoff as _Backoff
-from workers.resilience import poll_or_back_off, retry_until_stopped, transient_errors
+from workers.resilience import (
+    final_save,
+    poll_or_back_off,
+    retry_until_stopped,
+    transient_errors,
+)
 from workers.scaleout import PartitionModels
 
 EXIT_OK = 0
@@ -439,13 +444,8 @@ class OnlineWorker:
         return True
 
     def _final_checkpoint(self) -> None:
-        """Retry a few times on transient errors, then give up (stored state stays valid)."""
-        for _ in range(5):
-            if self.checkpoint() or self.fenced:
-                return
-            time.sleep(self._checkpoint_backoff.delay)
-        log_event(log, "final checkpoint failed; restart resumes from the previous one",
-                  level=logging.ERROR)
+        final_save("checkpoint", self.checkpoint, lambda: self.fenced,
+                   self._checkpoint_backoff, log)
 
     # --- lag --------------------------------------------------------------------------
     def _maybe_report_lag(self) -> None:

@@ -102,3 +102,15 @@ def poll_or_back_off(consumer: Consumer, timeout_ms: int, max_records: int,
         return []
     backoff.succeeded()
     return messages
+
+
+def final_save(what: str, save: Callable[[], bool], fenced: Callable[[], bool],
+               backoff: Backoff, logger: logging.Logger, attempts: int = 5) -> None:
+    """A worker's last save on the way out: a few tries, then give up (the stored state
+    stays valid, so a restart resumes from the previous save)."""
+    for _ in range(attempts):
+        if save() or fenced():
+            return
+        time.sleep(backoff.delay)
+    log_event(logger, f"final {what} failed; a restart resumes from the previous one",
+              level=logging.ERROR)
