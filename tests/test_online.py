@@ -69,6 +69,19 @@ def test_learn_many_matches_reference_loop(algo):
     assert 0 < n_updates < 400
 
 
+@pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 9, 17, 37])
+def test_arow_matches_reference_loop_at_every_width(d):
+    """The kernel pads Sigma's rows to a multiple of 8 and sums in 4 partial sums:
+    widths around those multiples exercise every remainder path."""
+    X, y = stream(300, d=d, seed=d)
+    ranker = OnlineRanker("arow", r=0.5).learn_many(X[:100], y[:100]).learn_many(X[100:], y[100:])
+    w, sigma, n_updates = reference_loop("arow", X, y, r=0.5)
+    np.testing.assert_allclose(ranker.weights, w, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ranker.sigma, sigma, rtol=0, atol=1e-9)
+    assert ranker.sigma.shape == (d, d)
+    assert ranker.n_updates == n_updates > 0
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_learn_one_equals_learn_many(algo):
     X, y = stream(60, d=5, seed=1)
