@@ -1,5 +1,3 @@
-import sys
+from rankstream.cli import program
 
-from rankstream.cli import main
-
-sys.exit(main())
+program()

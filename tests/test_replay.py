@@ -191,3 +191,25 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
     _rewrite(path, tie)
     with pytest.raises(RecordingError, match=r"row 7: tied relevance"):
         train_from_log(out)
+
+
+def test_the_program_prints_and_exits_as_main_does(tmp_path, monkeypatch, capsys):
+    """`python -m rankstream replay --direct` skips Python's teardown at exit: its output
+    and exit status must still be those of `main` (flushed, code kept)."""
+    import subprocess
+    import sys
+
+    out = _recorded(tmp_path, monkeypatch)
+    capsys.readouterr()
+    assert main(["replay", str(out), "--direct", "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    command = [sys.executable, "-m", "rankstream", "replay", str(out), "--direct", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
+
+    second = log_paths(out, "triplets")[1]
+    second.write_bytes(second.read_bytes()[: second.stat().st_size // 2])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert str(second) in done.stderr and "not a complete Parquet file" in done.stderr
