@@ -194,14 +194,17 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
 
 
 def test_the_program_prints_and_exits_as_main_does(tmp_path, monkeypatch, capsys):
-    """`python -m rankstream replay --direct` skips Python's teardown at exit: its output
-    and exit status must still be those of `main` (flushed, code kept)."""
+    """`python -m rankstream replay --direct` runs without cyclic GC and skips Python's
+    teardown at exit: its output and exit status must still be those of `main` (flushed,
+    code kept), and an in-process `main` must leave the collector alone."""
+    import gc
     import subprocess
     import sys
 
     out = _recorded(tmp_path, monkeypatch)
     capsys.readouterr()
     assert main(["replay", str(out), "--direct", "--json"]) == 0
+    assert gc.isenabled()
     expected = json.loads(capsys.readouterr().out)
     command = [sys.executable, "-m", "rankstream", "replay", str(out), "--direct", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

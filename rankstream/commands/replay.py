@@ -54,28 +54,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_direct(args: argparse.Namespace) -> int:
-    import gc
+    from rankstream.cli import batch_job
 
-    from rankstream.cli import skip_teardown
-
-    # A batch job: nothing to finalize at exit, and its start-up allocates ~100k
-    # long-lived objects (numba's registries) that the cyclic collector would walk
-    # again and again (~0.1 s) to free almost nothing; it runs with the collector off.
-    skip_teardown()
-    if "numpy" not in sys.modules:  # this process's own start-up (not an in-process call)
+    if batch_job() and "numpy" not in sys.modules:
         # Nothing here calls BLAS, but numpy's and scipy's OpenBLAS (numba imports
         # scipy) would each start a thread pool at import: ~0.1 s of CPU for nothing.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _train_and_print(args)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _train_and_print(args: argparse.Namespace) -> int:
     from rankstream.replay import DirectOptions, train_from_log
     from stream.recording import RecordingError
 
