@@ -379,7 +379,7 @@ def test_dockerfile_runs_the_console_script_as_a_non_root_user() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     entrypoints = [yaml.safe_load(args) for k, args in stage if k == "ENTRYPOINT"]
     assert entrypoints and entrypoints[-1] == ["rankstream"]
-    assert scripts["rankstream"] == "rankstream.cli:main"
+    assert scripts["rankstream"] == "rankstream.cli:program"
 
 
 def test_docker_context_has_what_the_build_copies_and_no_secrets() -> None:
