@@ -177,3 +177,26 @@ def test_state_round_trip_is_json_and_exact():
         CMDSDML.from_state({**meta, "kind": "rankmkl"}, arrays)
     with pytest.raises(ValueError, match="NaN"):
         CMDSDML.from_state(meta, {**arrays, "components": arrays["components"] * np.nan})
+
+
+def test_ldmlr_objective_is_unbounded_below_when_target_pairs_do_not_span():
+    """Why LDMLR's T_max is validated: with n <= d, h has no minimiser.
+
+    Along the projector B onto the complement of the target-pair differences the penalty
+    is constant and -<S, B> < 0, so h(I + t B) falls linearly in t.
+    """
+    rng = np.random.default_rng(0)
+    r = np.repeat([0.0, 1.0, 2.0], 4)
+    Z = rng.normal(size=(12, 20))
+    Z -= Z.mean(axis=0)
+    V = pair_differences(Z, target_neighbor_pairs(Z, r, 2))
+    objective = LDMLRObjective(weighted_scatter(Z, r, 1.0), V, mu=1.0)
+    _, singular, vt = np.linalg.svd(V, full_matrices=True)
+    rank = int(np.sum(singular > 1e-10))
+    B = vt[rank:].T @ vt[rank:]
+    assert rank < Z.shape[1] and np.sum(objective.scatter * B) > 0
+    values = [objective.value(np.eye(20) + t * B) for t in (0.0, 1e3, 1e6)]
+    assert values[0] > values[1] > values[2]
+    assert values[2] - values[1] == pytest.approx(
+        (1e6 - 1e3) / 1e3 * (values[1] - values[0]), rel=1e-6
+    )

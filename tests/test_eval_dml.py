@@ -57,6 +57,7 @@ def test_cli_json_shape(capsys):
     report = json.loads(capsys.readouterr().out)
     assert {"dataset", "n_train", "K", "s", "repeats"} <= set(report)
     assert report["dataset"] == "digits" and report["K"] == 3 and report["n_train"] == 30
+    assert report["s"] == 4  # max(3, m - 1) for digits' 5 ink quintiles
     for method in ("cmds_dml", "ldmlr", "euclidean_knn"):
         row = report[method]
         assert {"mae", "std", "seconds"} <= set(row)
@@ -69,3 +70,35 @@ def test_pca_dimension_defaults_per_data_set_and_obeys_an_explicit_choice():
     assert pca_dimension(DmlEvalConfig(dataset="pubfig")) == DEFAULT_PCA["pubfig"] == 150
     assert pca_dimension(DmlEvalConfig(dataset="digits")) == DEFAULT_PCA["digits"]
     assert pca_dimension(DmlEvalConfig(dataset="pubfig", pca_components=20)) == 20
+
+
+def test_grids_validate_beta_and_ldmlr_iterations():
+    """beta (eq. 8) is validated for cMDS-DML, T_max for LDMLR; the papers' values stay in.
+
+    Reverting either (beta fixed at 1: PubFig MAE 1.240 instead of ~1.19; LDMLR held at the
+    paper's T_max = 50: a baseline far from done) fails here.
+    """
+    from ranking.dml.edm import resolve_beta
+    from rankstream.evals.dml import CMDS_GRID, LDMLR_GRID
+
+    assert 1.0 in CMDS_GRID["beta"] and max(CMDS_GRID["beta"]) >= 5.0
+    for name in ("digits", "pubfig"):
+        levels = np.arange(8.0 if name == "pubfig" else 5.0)
+        for beta in CMDS_GRID["beta"]:
+            assert resolve_beta(levels, beta) == beta  # Theorem 1-admissible
+    assert 50 in LDMLR_GRID["max_iter"] and max(LDMLR_GRID["max_iter"]) >= 15000
+
+
+def test_default_embedding_dimension_holds_the_label_edm():
+    """s defaults to max(3, m - 1): Algorithm 1 pads the m label points to R^s, and for
+    beta > 0 eq. (8) needs m - 1 dimensions; with fewer its y_i do not reproduce D."""
+    from ranking.dml.edm import embed_labels, label_edm, squared_distances
+    from rankstream.evals.dml import DmlEvalConfig, embedding_dimension
+
+    assert DmlEvalConfig().s is None
+    assert [embedding_dimension(m) for m in (2, 3, 5, 8)] == [3, 3, 4, 7]
+    r = np.repeat(np.arange(8.0), 3)
+    D = label_edm(r, 5.0)
+    exact = embed_labels(r, 5.0, embedding_dimension(8))
+    assert np.allclose(squared_distances(exact), D)
+    assert not np.allclose(squared_distances(embed_labels(r, 5.0, 3)), D, atol=1.0)

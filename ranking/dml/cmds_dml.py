@@ -155,9 +155,24 @@ class CMDSDML(OrdinalMetricLearner):
     variance; on digits and PubFig its kNN MAE is worse than LDMLR's), while the descent
     path from L0 = (e_1..e_s)^T, c0 = 1 passes through the good metrics first. So, like
     mu, it is chosen on validation splits (`rankstream eval dml`: 3e-5 to 1e-4 on
-    digits, 3e-6 on PubFig with PCA 150); the default 1e-5 lies between. The BB trial
-    reaches the degenerate region in fewer iterations than a fixed gamma, so with
-    `adaptive_gamma=True` an iteration cap is a weaker regulariser than `tol`.
+    digits, 1e-7 to 1e-6 on PubFig with PCA 150); the default 1e-5 lies between. The
+    collapse is fast on normalised data: c's curvature ||Y||^2 (labels in their own
+    units) exceeds lambda_max(Z^T Z) (points of RMS norm 1), so at beta = 1 c drops to
+    ~0.005 within a few dozen iterations on digits and can change sign (MAE ~1.2 on those
+    splits). The BB trial reaches the degenerate region in fewer iterations than a fixed
+    gamma, so with `adaptive_gamma=True` an iteration cap is a weaker regulariser than
+    `tol`.
+
+    `beta` shapes the label points of eq. (8): distances |r_i - r_j| + beta, so beta = 0
+    (the paper's "trivial choice" D_ij = |r_i - r_j|^2) lays the labels on a line and a
+    large beta makes them nearly equidistant, a categorical target. The paper adds it "to
+    allow more flexibility" and uses 1 on its 3- and 5-label sets; `rankstream eval dml`
+    chooses it on validation splits among Theorem 1-admissible values: digits' ink
+    quintiles pick 0, PubFig's 8 identity-like Young levels 5-10. For beta > 0 eq. (8)
+    has embedding dimension m - 1 (m labels) and Algorithm 1's padding step assumes
+    s >= that; with a smaller s the y_i are the top-s cMDS of Delta and no longer
+    reproduce D, which costs most on many levels (PubFig, K=5: MAE ~1.18 at s = 3 vs
+    1.01 at s = 7, the eval's default max(3, m - 1)).
 
     Fitted attributes: components_ (s, n_features_in_), beta_, c_, n_iter_, objective_,
     converged_, preprocessing_.

@@ -15,7 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k", type=int, nargs="+", default=[5], help="target neighbours K (e.g. --k 4 5 6)"
     )
-    parser.add_argument("--s", type=int, default=3, help="cMDS-DML embedding dimension")
+    parser.add_argument(
+        "--s",
+        type=int,
+        default=None,
+        help="cMDS-DML embedding dimension (default: max(3, labels - 1), see Algorithm 1)",
+    )
     parser.add_argument("--pca", type=int, default=None,
                         help="PCA dimension (default: PubFig 150 as in the paper, digits 40)")
     parser.add_argument("--validation-splits", type=int, default=3)
