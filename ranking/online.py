@@ -76,8 +76,9 @@ def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
 
 
 @njit(cache=True, fastmath=False, nogil=True)
-def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_updates,
-                  status, bad_row):  # pragma: no cover - compiled
+def _learn_linear(
+    rules, params, W, scales, group, order, starts, A, B, y, n_updates, status, bad_row
+):  # pragma: no cover - compiled
     """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
     Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
@@ -110,8 +111,11 @@ def _learn_linear(rules, params, W, scales, group, order, starts, A, B, y, n_upd
             return
         if scales is None:  # no scaler: x itself (vectorised, like the rest of this step)
             for j in range(d):
-                xs[0, j] = np.float64(A[i, j]) if B is None else (
-                    np.float64(A[i, j]) - np.float64(B[i, j]))
+                xs[0, j] = (
+                    np.float64(A[i, j])
+                    if B is None
+                    else (np.float64(A[i, j]) - np.float64(B[i, j]))
+                )
         else:
             for g in range(n_groups):
                 if B is None:
@@ -336,8 +340,9 @@ def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | 
     return None
 
 
-def _learn_linear_models(rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.ndarray | None,
-                         labels: np.ndarray) -> list[ValueError | None]:
+def _learn_linear_models(
+    rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.ndarray | None, labels: np.ndarray
+) -> list[ValueError | None]:
     """Run `_learn_linear` for linear rankers whose width is known; commit each that passed.
 
     Rankers sharing a scaler (equal std, e.g. fitted on the same rows) share one
@@ -370,9 +375,21 @@ def _learn_linear_models(rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.n
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
     unscaled = all(ranker.scaler is None for ranker in rankers)
-    _learn_linear(rules, params, W, None if unscaled else np.array(scales), group,
-                  np.array(order_list, dtype=np.int64),
-                  starts, A, B, labels, n_updates, status, bad_row)
+    _learn_linear(
+        rules,
+        params,
+        W,
+        None if unscaled else np.array(scales),
+        group,
+        np.array(order_list, dtype=np.int64),
+        starts,
+        A,
+        B,
+        labels,
+        n_updates,
+        status,
+        bad_row,
+    )
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
         error = _batch_error(int(status[m]), int(bad_row[m]), labels)
@@ -396,8 +413,9 @@ def _as_phi(phi: object, name: str, dim: int | None) -> np.ndarray:
     return as_float_matrix(arr, name, dim, check_finite=False)
 
 
-def learn_many_together(rankers: Sequence[OnlineRanker], phi1: object, phi2: object,
-                        y: object) -> list[ValueError | None]:
+def learn_many_together(
+    rankers: Sequence[OnlineRanker], phi1: object, phi2: object, y: object
+) -> list[ValueError | None]:
     """Every ranker learns the rows x = phi1 - phi2 (n, d) with labels y (n,).
 
     Equal, bit for bit, to `ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64),

@@ -48,8 +48,7 @@ import numpy as np
 
 from rankstream.config import Settings
 
-EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint",
-               "zombie")
+EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
 SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
 EXIT_FENCED = 3  # workers.online.EXIT_FENCED (not imported here: that pulls in numba)
 _POLL_S = 0.2
@@ -105,14 +104,24 @@ class ChaosPlan:
         if self.kills < 0 or any(n < 0 for n in self.counts.values()):
             raise ValueError("fault counts must be >= 0")
         if self.n_events > self.triplets // (2 * self.block_size):
-            raise ValueError(f"{self.n_events} faults need at least "
-                             f"{2 * self.n_events * self.block_size} triplets")
+            raise ValueError(
+                f"{self.n_events} faults need at least "
+                f"{2 * self.n_events * self.block_size} triplets"
+            )
         if self.checkpoint_records is not None and self.checkpoint_records < 1:
             raise ValueError("checkpoint_records must be >= 1")
-        if not min(self.checkpoint_seconds, self.idle_seconds, self.stall_seconds,
-                   self.seconds_per_fault) > 0:
-            raise ValueError("checkpoint_seconds, idle_seconds, stall_seconds and "
-                             "seconds_per_fault must be > 0")
+        if (
+            not min(
+                self.checkpoint_seconds,
+                self.idle_seconds,
+                self.stall_seconds,
+                self.seconds_per_fault,
+            )
+            > 0
+        ):
+            raise ValueError(
+                "checkpoint_seconds, idle_seconds, stall_seconds and seconds_per_fault must be > 0"
+            )
 
     @property
     def n_events(self) -> int:
@@ -132,21 +141,31 @@ class ChaosPlan:
     def events(self) -> list[Event]:
         """One fault per equal slice of the stream, at a seeded point inside it."""
         rng = np.random.default_rng(self.seed)
-        kinds = ["kill"] * self.kills + [k for k in EVENT_KINDS
-                                        for _ in range(self.counts.get(k, 0))]
+        kinds = ["kill"] * self.kills + [
+            k for k in EVENT_KINDS for _ in range(self.counts.get(k, 0))
+        ]
         kinds = [str(k) for k in rng.permutation(np.array(kinds, dtype=object))]
         slot = self.triplets / (len(kinds) + 1)
-        return [Event(at=int(slot * (i + rng.uniform(0.25, 0.75))), kind=kind,
-                      delay=float(rng.uniform(0.0, _EVENT_JITTER_S)))
-                for i, kind in enumerate(kinds)]
+        return [
+            Event(
+                at=int(slot * (i + rng.uniform(0.25, 0.75))),
+                kind=kind,
+                delay=float(rng.uniform(0.0, _EVENT_JITTER_S)),
+            )
+            for i, kind in enumerate(kinds)
+        ]
 
     def worker_options(self) -> Any:
         """The options of both the chaos workers and the reference (one source)."""
         from workers.online import LINEAR_ALGOS, WorkerOptions
 
-        return WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=self.records_per_checkpoint,
-                             checkpoint_seconds=self.checkpoint_seconds,
-                             exit_when_idle=self.idle_seconds, scaler_rows=self.scaler_rows)
+        return WorkerOptions(
+            algos=LINEAR_ALGOS,
+            checkpoint_records=self.records_per_checkpoint,
+            checkpoint_seconds=self.checkpoint_seconds,
+            exit_when_idle=self.idle_seconds,
+            scaler_rows=self.scaler_rows,
+        )
 
 
 @dataclass
@@ -176,21 +195,39 @@ class ChaosResult:
 
 def worker_argv(options: Any) -> list[str]:
     """`rankstream worker online` arguments equivalent to `options` (a WorkerOptions)."""
-    return [sys.executable, "-m", "rankstream.cli", "worker", "online",
-            "--algo", ",".join(options.algos),
-            "--checkpoint-records", str(options.checkpoint_records),
-            "--checkpoint-seconds", str(options.checkpoint_seconds),
-            "--exit-when-idle", str(options.exit_when_idle),
-            "--scaler-rows", str(options.scaler_rows),
-            "--C", repr(options.C), "--eta", repr(options.eta)]
+    return [
+        sys.executable,
+        "-m",
+        "rankstream.cli",
+        "worker",
+        "online",
+        "--algo",
+        ",".join(options.algos),
+        "--checkpoint-records",
+        str(options.checkpoint_records),
+        "--checkpoint-seconds",
+        str(options.checkpoint_seconds),
+        "--exit-when-idle",
+        str(options.exit_when_idle),
+        "--scaler-rows",
+        str(options.scaler_rows),
+        "--C",
+        repr(options.C),
+        "--eta",
+        repr(options.eta),
+    ]
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
     """This process's environment pointed at `settings` (no metrics port: ports clash)."""
     env = dict(os.environ)
     env.pop("RANKSTREAM_METRICS_PORT", None)
-    values = {"KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "REDIS_URL": settings.redis_url,
-              "REDIS_PASSWORD": settings.redis_password, "TOPIC_PREFIX": settings.topic_prefix}
+    values = {
+        "KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "REDIS_URL": settings.redis_url,
+        "REDIS_PASSWORD": settings.redis_password,
+        "TOPIC_PREFIX": settings.topic_prefix,
+    }
     env.update({f"RANKSTREAM_{k}": v for k, v in values.items() if v is not None})
     return env
 
@@ -227,8 +264,14 @@ def writer_pid(stored: Any) -> int | None:
 class _Supervisor:
     """Runs, restarts and injures the worker subprocess; watches its stored progress."""
 
-    def __init__(self, settings: Settings, plan: ChaosPlan, manager: Any | None,
-                 log_dir: Path, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        plan: ChaosPlan,
+        manager: Any | None,
+        log_dir: Path,
+        say: Callable[[str], None],
+    ) -> None:
         from stream.store import open_store
         from stream.transport import open_transport
         from workers.resilience import transient_errors
@@ -251,9 +294,13 @@ class _Supervisor:
     def start_worker(self) -> subprocess.Popen[bytes]:
         self.starts += 1
         with open(self.log_dir / f"worker-{self.starts}.log", "wb") as log:
-            proc = subprocess.Popen(worker_argv(self.options), env=worker_env(self.settings),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=log)
+            proc = subprocess.Popen(
+                worker_argv(self.options),
+                env=worker_env(self.settings),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         return proc
 
     def stop_all(self) -> None:
@@ -294,8 +341,10 @@ class _Supervisor:
             ends = self.transport.end_offsets(topic)
         except self.transient:
             return False
-        return all(m is not None and all(m.offsets.get(topic, {}).get(p) == end
-                                         for p, end in ends.items()) for m in models)
+        return all(
+            m is not None and all(m.offsets.get(topic, {}).get(p) == end for p, end in ends.items())
+            for m in models
+        )
 
     # --- faults ------------------------------------------------------------------------------
     def inject(self, event: Event) -> None:
@@ -337,7 +386,8 @@ class _Supervisor:
         if before is not None and after is not None:
             self.versions_lost += sum(
                 max(0, (b.version if b else 0) - (a.version if a else 0))
-                for b, a in zip(before, after, strict=True))
+                for b, a in zip(before, after, strict=True)
+            )
 
     def zombie(self) -> None:
         """Freeze the worker, let a successor checkpoint everything, then wake it."""
@@ -379,12 +429,13 @@ class _Supervisor:
             code = self.proc.poll()
             if code is not None:
                 self.exits[str(code)] += 1
-                if (code == 0 and producer_done() and models is not None
-                        and self.at_end(models)):
+                if code == 0 and producer_done() and models is not None and self.at_end(models):
                     return len(pending)
                 if self.crashed_too_often():
-                    raise ChaosError(f"the worker keeps failing (exits {dict(self.exits)}); "
-                                     f"logs in {self.log_dir}")
+                    raise ChaosError(
+                        f"the worker keeps failing (exits {dict(self.exits)}); "
+                        f"logs in {self.log_dir}"
+                    )
                 self.proc = self.start_worker()
                 continue
             if models is None:
@@ -393,11 +444,15 @@ class _Supervisor:
             progress = self.progress(models)
             if (progress, self.starts) != last_seen:
                 last_seen, last_change = (progress, self.starts), time.monotonic()
-                self.say(f"{progress:,}/{self.plan.triplets:,} triplets checkpointed; "
-                         f"{sum(self.injected.values())}/{self.plan.n_events} faults")
+                self.say(
+                    f"{progress:,}/{self.plan.triplets:,} triplets checkpointed; "
+                    f"{sum(self.injected.values())}/{self.plan.n_events} faults"
+                )
             elif time.monotonic() - last_change > self.plan.stall_seconds:
-                raise ChaosError(f"no progress for {self.plan.stall_seconds:.0f} s; worker "
-                                 f"logs in {self.log_dir}")
+                raise ChaosError(
+                    f"no progress for {self.plan.stall_seconds:.0f} s; worker "
+                    f"logs in {self.log_dir}"
+                )
             if pending and self._armed(pending[0], models, progress):
                 time.sleep(pending[0].delay)
                 if self.proc.poll() is None:
@@ -421,12 +476,20 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
     transport = open_transport(settings)
     ends = transport.end_offsets(settings.triplets_topic)
     seqs = _SeqCounter()
-    worker = OnlineWorker(settings, dataclasses.replace(options, exit_when_idle=30.0),
-                          transport=transport, store=EmbeddedModelStore(), on_block=seqs)
+    worker = OnlineWorker(
+        settings,
+        dataclasses.replace(options, exit_when_idle=30.0),
+        transport=transport,
+        store=EmbeddedModelStore(),
+        on_block=seqs,
+    )
 
     def done(w: OnlineWorker) -> bool:
-        return all(m.next_offset(settings.triplets_topic, p) == end
-                   for m in w.models for p, end in ends.items())
+        return all(
+            m.next_offset(settings.triplets_topic, p) == end
+            for m in w.models
+            for p, end in ends.items()
+        )
 
     try:
         if worker.run(until=done) != 0:
@@ -460,14 +523,14 @@ class _Producer(threading.Thread):
         from stream.generator import TripletGenerator
 
         try:
-            blocks = TripletGenerator(seed=self.plan.seed).blocks(self.plan.triplets,
-                                                                  self.plan.block_size)
+            blocks = TripletGenerator(seed=self.plan.seed).blocks(
+                self.plan.triplets, self.plan.block_size
+            )
             started, sent = time.monotonic(), 0
             for block in blocks:
                 time.sleep(max(0.0, started + sent / self.plan.rate - time.monotonic()))
                 with self.gate:
-                    self.producer.send(self.settings.triplets_topic, block.encode(),
-                                       key=block.key)
+                    self.producer.send(self.settings.triplets_topic, block.encode(), key=block.key)
                 sent += len(block)
             with self.gate:
                 self.producer.flush()
@@ -489,8 +552,13 @@ class _Producer(threading.Thread):
         return not self.is_alive()
 
 
-def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None,
-              say: Callable[[str], None] = lambda _: None) -> ChaosResult:
+def run_chaos(
+    settings: Settings,
+    plan: ChaosPlan,
+    *,
+    manager: Any | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> ChaosResult:
     """Run `plan` on a fresh topic prefix and compare with the reference (module doc)."""
     from workers.checkpoint import weights_sha256
 
@@ -498,14 +566,17 @@ def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None
         raise ChaosError("chaos runs through real Kafka and Redis: configure both")
     started = time.perf_counter()
     run_settings = dataclasses.replace(
-        settings, topic_prefix=f"{settings.topic_prefix}.chaos-{uuid.uuid4().hex[:10]}",
-        metrics_port=None)
+        settings,
+        topic_prefix=f"{settings.topic_prefix}.chaos-{uuid.uuid4().hex[:10]}",
+        metrics_port=None,
+    )
     log_dir = Path(settings.data_dir) / "chaos" / run_settings.topic_prefix
     log_dir.mkdir(parents=True, exist_ok=True)
     supervisor = _Supervisor(run_settings, plan, manager, log_dir, say)
     try:
-        supervisor.transport.ensure_topics({run_settings.triplets_topic: 1,
-                                            run_settings.dead_letter_topic: 1})
+        supervisor.transport.ensure_topics(
+            {run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1}
+        )
         producer = _Producer(run_settings, plan)
         producer.start()
         try:
@@ -524,14 +595,27 @@ def run_chaos(settings: Settings, plan: ChaosPlan, *, manager: Any | None = None
         sha, seen = weights_sha256(stored.arrays["weights"]), int(stored.meta["triplets_seen"])
         ref_sha, _ = reference[stored.name]
         identical &= sha == ref_sha
-        models[stored.name] = {"weights_sha256": sha, "reference_sha256": ref_sha,
-                               "triplets_seen": seen, "version": stored.version}
+        models[stored.name] = {
+            "weights_sha256": sha,
+            "reference_sha256": ref_sha,
+            "triplets_seen": seen,
+            "version": stored.version,
+        }
         lost = max(lost, plan.triplets - seen)
         duplicated = max(duplicated, seen - plan.triplets)
     return ChaosResult(
-        kills=supervisor.injected["kill"], triplets=plan.triplets, identical=identical,
-        lost=lost, duplicated=duplicated, events=dict(supervisor.injected),
-        events_missed=missed, worker_starts=supervisor.starts, exits=dict(supervisor.exits),
+        kills=supervisor.injected["kill"],
+        triplets=plan.triplets,
+        identical=identical,
+        lost=lost,
+        duplicated=duplicated,
+        events=dict(supervisor.injected),
+        events_missed=missed,
+        worker_starts=supervisor.starts,
+        exits=dict(supervisor.exits),
         zombies_fenced=supervisor.zombies_fenced,
-        redis_crash_versions_lost=supervisor.versions_lost, models=models,
-        seconds=round(time.perf_counter() - started, 1), log_dir=str(log_dir))
+        redis_crash_versions_lost=supervisor.versions_lost,
+        models=models,
+        seconds=round(time.perf_counter() - started, 1),
+        log_dir=str(log_dir),
+    )

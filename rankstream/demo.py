@@ -78,9 +78,19 @@ class DemoOptions:
     calibration_queries: int = 50
 
     def __post_init__(self) -> None:
-        positive = ("queries", "images", "checkpoint_every", "refit_every", "reservoir",
-                    "cmds_dml_iterations", "rankmkl_pairs", "publish_every", "window",
-                    "scaler_rows", "calibration_queries")
+        positive = (
+            "queries",
+            "images",
+            "checkpoint_every",
+            "refit_every",
+            "reservoir",
+            "cmds_dml_iterations",
+            "rankmkl_pairs",
+            "publish_every",
+            "window",
+            "scaler_rows",
+            "calibration_queries",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -134,8 +144,10 @@ class DemoResult:
             "improvement_over_uni_con": {m: improvement(m) for m in self.ndcg if m != BASELINE},
             "scored_queries": {m: int(s.sum()) for m, s in scored.items()},
             "rolling_ndcg_at_50": {m: round(v, 4) for m, v in self.rolling_ndcg.items()},
-            "learning_seconds": {m: round(float(v[-1]), 4) if len(v) else 0.0
-                                 for m, v in self.learning_seconds.items()},
+            "learning_seconds": {
+                m: round(float(v[-1]), 4) if len(v) else 0.0
+                for m, v in self.learning_seconds.items()
+            },
             "champion": self.champion,
             "champion_switches": self.champion_switches,
             "served_by": dict(sorted(served.items())),
@@ -186,9 +198,14 @@ def compile_learners(algos: tuple[str, ...]) -> None:
 class DemoPipeline:
     """Simulator, online worker, batch worker and evaluator on one embedded transport/store."""
 
-    def __init__(self, options: DemoOptions, settings: Settings | None = None, *,
-                 collection: Collection | None = None,
-                 index: CandidateIndex | None = None) -> None:
+    def __init__(
+        self,
+        options: DemoOptions,
+        settings: Settings | None = None,
+        *,
+        collection: Collection | None = None,
+        index: CandidateIndex | None = None,
+    ) -> None:
         from rankstream.simulate import SimulateOptions, Simulation
         from stream.embedded import EmbeddedTransport
         from stream.embedded_store import EmbeddedModelStore
@@ -198,41 +215,70 @@ class DemoPipeline:
         from workers.online import OnlineWorker, WorkerOptions
 
         # no services, whatever the environment says: the demo is the embedded pipeline
-        self.settings = dataclasses.replace(settings or Settings.from_env(),
-                                            kafka_bootstrap=None, redis_url=None)
+        self.settings = dataclasses.replace(
+            settings or Settings.from_env(), kafka_bootstrap=None, redis_url=None
+        )
         self.options = options
         self.transport = EmbeddedTransport()
         self.store = EmbeddedModelStore()
         never = 10**12  # cadences the demo drives itself (checkpoint, refit, persist)
         self.simulation = Simulation(
             self.settings,
-            SimulateOptions(triplets=options.triplets or never, seed=options.seed,
-                            images=options.images, collection_seed=options.collection_seed,
-                            calibration_queries=options.calibration_queries),
-            transport=self.transport, store=self.store, collection=collection, index=index)
+            SimulateOptions(
+                triplets=options.triplets or never,
+                seed=options.seed,
+                images=options.images,
+                collection_seed=options.collection_seed,
+                calibration_queries=options.calibration_queries,
+            ),
+            transport=self.transport,
+            store=self.store,
+            collection=collection,
+            index=index,
+        )
         self.online = OnlineWorker(
             self.settings,
-            WorkerOptions(algos=ONLINE_MODELS, checkpoint_records=never,
-                          checkpoint_seconds=float(never), scaler_rows=options.scaler_rows,
-                          poll_ms=0, max_poll_records=_POLL_RECORDS),
-            transport=self.transport, store=self.store)
+            WorkerOptions(
+                algos=ONLINE_MODELS,
+                checkpoint_records=never,
+                checkpoint_seconds=float(never),
+                scaler_rows=options.scaler_rows,
+                poll_ms=0,
+                max_poll_records=_POLL_RECORDS,
+            ),
+            transport=self.transport,
+            store=self.store,
+        )
         self.batch = BatchWorker(
             self.settings,
-            BatchOptions(reservoir=options.reservoir, refit_records=never,
-                         refit_seconds=float(never), persist_seconds=float(never),
-                         models=BATCH_MODELS, seed=options.seed, poll_ms=0,
-                         max_poll_records=_POLL_RECORDS,
-                         cmds_dml=CMDSDMLParams(max_iter=options.cmds_dml_iterations),
-                         rankmkl=RankMKLParams(max_pairs=options.rankmkl_pairs,
-                                               seed=options.seed)),
-            transport=self.transport, store=self.store)
+            BatchOptions(
+                reservoir=options.reservoir,
+                refit_records=never,
+                refit_seconds=float(never),
+                persist_seconds=float(never),
+                models=BATCH_MODELS,
+                seed=options.seed,
+                poll_ms=0,
+                max_poll_records=_POLL_RECORDS,
+                cmds_dml=CMDSDMLParams(max_iter=options.cmds_dml_iterations),
+                rankmkl=RankMKLParams(max_pairs=options.rankmkl_pairs, seed=options.seed),
+            ),
+            transport=self.transport,
+            store=self.store,
+        )
         self.evaluator = Evaluator(
             self.settings,
-            EvaluatorOptions(window=options.window, history=options.queries,
-                             publish_every=options.publish_every,
-                             publish_seconds=float(never), poll_ms=0,
-                             max_poll_records=_POLL_RECORDS),
-            transport=self.transport, store=self.store)
+            EvaluatorOptions(
+                window=options.window,
+                history=options.queries,
+                publish_every=options.publish_every,
+                publish_seconds=float(never),
+                poll_ms=0,
+                max_poll_records=_POLL_RECORDS,
+            ),
+            transport=self.transport,
+            store=self.store,
+        )
         self.clock = LearningClock(REPORT_MODELS)
         self.refit_seconds = dict.fromkeys(BATCH_MODELS, 0.0)  # CPU seconds per batch model
         self.served_by: list[str] = []
@@ -285,8 +331,9 @@ class DemoPipeline:
                 fit_seconds[name] = max(float(stored.meta.get("refit_seconds", 0.0)), 0.0)
         total = sum(fit_seconds.values())
         for name, seconds in fit_seconds.items():
-            self.refit_seconds[name] += cpu * (seconds / total if total > 0
-                                               else 1 / len(fit_seconds))
+            self.refit_seconds[name] += cpu * (
+                seconds / total if total > 0 else 1 / len(fit_seconds)
+            )
         return published
 
     def close(self) -> None:
@@ -307,9 +354,14 @@ class DemoPipeline:
         return curves
 
 
-def run_demo(options: DemoOptions, settings: Settings | None = None, *,
-             collection: Collection | None = None, index: CandidateIndex | None = None,
-             progress: bool = True) -> DemoResult:
+def run_demo(
+    options: DemoOptions,
+    settings: Settings | None = None,
+    *,
+    collection: Collection | None = None,
+    index: CandidateIndex | None = None,
+    progress: bool = True,
+) -> DemoResult:
     """Build or load the collection, run the pipeline for the options' queries, collect."""
     from rankstream.simulate import SimulateOptions, load_collection
     from workers.logging import configure_logging
@@ -319,8 +371,10 @@ def run_demo(options: DemoOptions, settings: Settings | None = None, *,
     settings = settings or Settings.from_env()
     if collection is None:
         collection, index = load_collection(
-            settings, SimulateOptions(images=options.images,
-                                      collection_seed=options.collection_seed), progress)
+            settings,
+            SimulateOptions(images=options.images, collection_seed=options.collection_seed),
+            progress,
+        )
     collection_seconds = time.perf_counter() - started
     pipeline = DemoPipeline(options, settings, collection=collection, index=index)
     pipeline.start()
@@ -333,14 +387,20 @@ def run_demo(options: DemoOptions, settings: Settings | None = None, *,
         pipeline.close()
     summary = pipeline.evaluator.summary()
     return DemoResult(
-        options=options, images=collection.n_images,
+        options=options,
+        images=collection.n_images,
         triplets=pipeline.simulation.triplets_produced,
-        seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu_started,
+        seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
         collection_seconds=collection_seconds,
-        ndcg=pipeline.ndcg_curves(), learning_seconds=pipeline.clock.arrays(),
-        served_by=pipeline.served_by, champion=pipeline.evaluator.champion,
-        champion_switches=pipeline.champion_switches, refits=pipeline.batch.counters.refits,
-        rolling_ndcg=summary["rolling_ndcg"])
+        ndcg=pipeline.ndcg_curves(),
+        learning_seconds=pipeline.clock.arrays(),
+        served_by=pipeline.served_by,
+        champion=pipeline.evaluator.champion,
+        champion_switches=pipeline.champion_switches,
+        refits=pipeline.batch.counters.refits,
+        rolling_ndcg=summary["rolling_ndcg"],
+    )
 
 
 @contextmanager
@@ -354,14 +414,24 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[DemoPipeline], No
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("demo"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("queries [dim]{task.fields[status]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("demo"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("queries [dim]{task.fields[status]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
         task = bar.add_task("demo", total=total, status="")
 
         def advance(pipeline: DemoPipeline) -> None:
-            bar.update(task, completed=len(pipeline.served_by), status=(
-                f"{pipeline.simulation.triplets_produced:,} triplets, "
-                f"serving {pipeline.served_by[-1]}, refits {pipeline.batch.counters.refits}"))
+            bar.update(
+                task,
+                completed=len(pipeline.served_by),
+                status=(
+                    f"{pipeline.simulation.triplets_produced:,} triplets, "
+                    f"serving {pipeline.served_by[-1]}, refits {pipeline.batch.counters.refits}"
+                ),
+            )
 
         yield advance

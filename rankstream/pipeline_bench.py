@@ -61,8 +61,16 @@ class PipelineRun:
         return self.triplets / self.seconds if self.seconds > 0 else 0.0
 
 
-def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
-             share: tuple[int, int], partitions: int, go: Any, status: Any) -> None:
+def _produce(
+    settings: Settings,
+    n_triplets: int,
+    block_size: int,
+    seed: int,
+    share: tuple[int, int],
+    partitions: int,
+    go: Any,
+    status: Any,
+) -> None:
     """Producer subprocess: generate, report "ready", wait for `go`, encode and send.
 
     `share` = (index, count): this producer sends blocks index, index+count, ... of the
@@ -84,10 +92,19 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
             base = pool[len(blocks) % len(pool)]
             n = min(len(base), n_triplets - start)
             seq = np.arange(start, start + n, dtype=np.int64)
-            blocks.append(dataclasses.replace(
-                base, seq=seq, query_id=base.query_id[:n], p1_id=base.p1_id[:n],
-                p2_id=base.p2_id[:n], rel1=base.rel1[:n], rel2=base.rel2[:n],
-                phi1=base.phi1[:n], phi2=base.phi2[:n]))
+            blocks.append(
+                dataclasses.replace(
+                    base,
+                    seq=seq,
+                    query_id=base.query_id[:n],
+                    p1_id=base.p1_id[:n],
+                    p2_id=base.p2_id[:n],
+                    rel1=base.rel1[:n],
+                    rel2=base.rel2[:n],
+                    phi1=base.phi1[:n],
+                    phi2=base.phi2[:n],
+                )
+            )
             start += n
         transport = open_transport(settings)
         producer = transport.producer()
@@ -97,8 +114,9 @@ def _produce(settings: Settings, n_triplets: int, block_size: int, seed: int,
         index, count = share
         for i in range(index, len(blocks), count):
             partition = i % partitions if partitions > 0 else None
-            producer.send(settings.triplets_topic, blocks[i].encode(), key=blocks[i].key,
-                          partition=partition)
+            producer.send(
+                settings.triplets_topic, blocks[i].encode(), key=blocks[i].key, partition=partition
+            )
         producer.flush()
         producer.close()
         transport.close()
@@ -118,8 +136,9 @@ def partition_shares(n_triplets: int, block_size: int, partitions: int) -> list[
     return [sum(sizes[p::partitions]) for p in range(partitions)]
 
 
-def start_producers(settings: Settings, n_triplets: int, block_size: int, seed: int,
-                    count: int, partitions: int = 0) -> tuple[Any, Any, list[Any]]:
+def start_producers(
+    settings: Settings, n_triplets: int, block_size: int, seed: int, count: int, partitions: int = 0
+) -> tuple[Any, Any, list[Any]]:
     """Start `count` producers sharing the blocks; returns (go event, status queue, them).
 
     Spawned processes on a real broker; threads for the in-process embedded log. Each
@@ -130,10 +149,15 @@ def start_producers(settings: Settings, n_triplets: int, block_size: int, seed: 
         go, status, make = ctx.Event(), ctx.Queue(), ctx.Process
     else:
         go, status, make = threading.Event(), queue.Queue(), threading.Thread
-    producers = [make(target=_produce, daemon=True, name=f"bench-producer-{i}",
-                      args=(settings, n_triplets, block_size, seed, (i, count), partitions, go,
-                            status))
-                 for i in range(count)]
+    producers = [
+        make(
+            target=_produce,
+            daemon=True,
+            name=f"bench-producer-{i}",
+            args=(settings, n_triplets, block_size, seed, (i, count), partitions, go, status),
+        )
+        for i in range(count)
+    ]
     for producer in producers:
         producer.start()
     return go, status, producers
@@ -148,7 +172,8 @@ def _warm_up(algos: tuple[str, ...]) -> None:
     block = decode_triplets(TripletGenerator(seed=1).block(8).encode())
     for algo in algos:
         TrackedModel(name=algo, algo=algo, scaler_rows=1).learn(
-            "warm-up", 0, 0, block.phi1, block.phi2, block.y(), x=block.x())
+            "warm-up", 0, 0, block.phi1, block.phi2, block.y(), x=block.x()
+        )
 
 
 class _SeqCounter:
@@ -169,9 +194,16 @@ class _SeqCounter:
         return lost, duplicated
 
 
-def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int = 0,
-             checkpoint_records: int = 100_000, producers: int = 1,
-             progress: Callable[[int], None] | None = None) -> PipelineRun:
+def run_once(
+    settings: Settings,
+    n_triplets: int,
+    block_size: int,
+    *,
+    seed: int = 0,
+    checkpoint_records: int = 100_000,
+    producers: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> PipelineRun:
     """One timed run on a fresh topic prefix (see module doc for what is timed)."""
     from stream.store import open_store
     from stream.transport import open_transport
@@ -179,32 +211,56 @@ def run_once(settings: Settings, n_triplets: int, block_size: int, *, seed: int 
     if n_triplets < 1 or block_size < 1 or producers < 1:
         raise ValueError("n_triplets, block_size and producers must be >= 1")
     run_settings = dataclasses.replace(
-        settings, topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
-        metrics_port=None)
+        settings,
+        topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
+        metrics_port=None,
+    )
     transport = open_transport(run_settings)
     store = open_store(run_settings)
     try:
-        return _timed_run(run_settings, transport, store, n_triplets, block_size, seed,
-                          checkpoint_records, producers, progress)
+        return _timed_run(
+            run_settings,
+            transport,
+            store,
+            n_triplets,
+            block_size,
+            seed,
+            checkpoint_records,
+            producers,
+            progress,
+        )
     finally:
         clean_up(run_settings, transport, store)
 
 
-def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: int,
-               block_size: int, seed: int, checkpoint_records: int, producers: int,
-               progress: Callable[[int], None] | None) -> PipelineRun:
+def _timed_run(
+    run_settings: Settings,
+    transport: Any,
+    store: Any,
+    n_triplets: int,
+    block_size: int,
+    seed: int,
+    checkpoint_records: int,
+    producers: int,
+    progress: Callable[[int], None] | None,
+) -> PipelineRun:
     from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
     _warm_up(LINEAR_ALGOS)
 
-    go, status, producer_list = start_producers(run_settings, n_triplets, block_size, seed,
-                                                 producers)
+    go, status, producer_list = start_producers(
+        run_settings, n_triplets, block_size, seed, producers
+    )
     seqs = _SeqCounter()
-    options = WorkerOptions(algos=LINEAR_ALGOS, checkpoint_records=checkpoint_records,
-                            checkpoint_seconds=3600.0, poll_ms=100, max_poll_records=64)
-    worker = OnlineWorker(run_settings, options, transport=transport, store=store,
-                          on_block=seqs)
+    options = WorkerOptions(
+        algos=LINEAR_ALGOS,
+        checkpoint_records=checkpoint_records,
+        checkpoint_seconds=3600.0,
+        poll_ms=100,
+        max_poll_records=64,
+    )
+    worker = OnlineWorker(run_settings, options, transport=transport, store=store, on_block=seqs)
     worker.start()
     expect_all(status, producer_list, "ready", _READY_TIMEOUT_S)
     last_records, last_change = 0, time.monotonic()
@@ -237,9 +293,15 @@ def _timed_run(run_settings: Settings, transport: Any, store: Any, n_triplets: i
         seen.append(0 if stored is None else int(stored.meta["triplets_seen"]))
     lost = max(lost, n_triplets - min(seen))
     duplicated = max(duplicated, max(seen) - n_triplets)
-    return PipelineRun(triplets=n_triplets, seconds=seconds, lost=lost,
-                       duplicated=duplicated, checkpoints=worker.counters.checkpoints,
-                       producer_seconds=producer_seconds, prefix=run_settings.topic_prefix)
+    return PipelineRun(
+        triplets=n_triplets,
+        seconds=seconds,
+        lost=lost,
+        duplicated=duplicated,
+        checkpoints=worker.counters.checkpoints,
+        producer_seconds=producer_seconds,
+        prefix=run_settings.topic_prefix,
+    )
 
 
 def clean_up(run_settings: Settings, transport: Transport, store: Any) -> None:

@@ -85,8 +85,12 @@ def _style(name: str) -> dict:
     return style
 
 
-def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str = "uni_con",
-              title: str = "Online cumulative retrieval performance (NDCG@50)") -> Path:
+def plot_ndcg(
+    curves: Mapping[str, np.ndarray],
+    path: str | Path,
+    baseline: str = "uni_con",
+    title: str = "Online cumulative retrieval performance (NDCG@50)",
+) -> Path:
     """Fig. 3: cumulative mean NDCG@50 per model, and its improvement over `baseline`."""
     if baseline not in curves:
         raise ValueError(f"baseline {baseline!r} is not among the curves {sorted(curves)}")
@@ -94,8 +98,9 @@ def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str 
     plt = _pyplot()
     queries = np.arange(1, n + 1)
     base = np.asarray(curves[baseline], dtype=np.float64)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True,
-                                      gridspec_kw={"height_ratios": [1, 1]})
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(9, 8), sharex=True, gridspec_kw={"height_ratios": [1, 1]}
+    )
     for name, values in curves.items():
         values = np.asarray(values, dtype=np.float64)
         style = _style(name)
@@ -105,8 +110,13 @@ def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str 
         if name != baseline:
             paired = np.where(np.isfinite(values) & np.isfinite(base), values - base, np.nan)
             bottom.plot(queries, cumulative_mean(paired), **_style(name))
-    bottom.axhline(0.0, color="black", linestyle="--", linewidth=1.2,
-                   label=f"{MODEL_LABELS.get(baseline, baseline)} (0)")
+    bottom.axhline(
+        0.0,
+        color="black",
+        linestyle="--",
+        linewidth=1.2,
+        label=f"{MODEL_LABELS.get(baseline, baseline)} (0)",
+    )
     top.set_ylabel("cumulative mean NDCG@50")
     top.set_title(title)
     bottom.set_ylabel(f"NDCG@50 - {MODEL_LABELS.get(baseline, baseline)}\n(cumulative mean)")
@@ -119,9 +129,12 @@ def plot_ndcg(curves: Mapping[str, np.ndarray], path: str | Path, baseline: str 
     return _save(fig, plt, path)
 
 
-def plot_learning_time(cumulative_seconds: Mapping[str, np.ndarray], path: str | Path,
-                       title: str = "Online cumulative time cost",
-                       ylabel: str = "cumulative learning CPU time (s, log scale)") -> Path:
+def plot_learning_time(
+    cumulative_seconds: Mapping[str, np.ndarray],
+    path: str | Path,
+    title: str = "Online cumulative time cost",
+    ylabel: str = "cumulative learning CPU time (s, log scale)",
+) -> Path:
     """Fig. 4: cumulative learning seconds per model over the queries (log axis).
 
     A model that never learns (Uni-Con: fixed weights) has no line to draw and is left

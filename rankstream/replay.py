@@ -88,15 +88,33 @@ def model_summary(model: TrackedModel) -> dict[str, Any]:
     from workers.checkpoint import MODEL_KIND, summarize
 
     if model.ranker is None:  # fewer rows than scaler_rows: a worker would not save it
-        return {"name": model.name, "version": 0, "n_updates": 0, "triplets_seen": 0,
-                "offsets": {}, "weights_sha256": None}
+        return {
+            "name": model.name,
+            "version": 0,
+            "n_updates": 0,
+            "triplets_seen": 0,
+            "offsets": {},
+            "weights_sha256": None,
+        }
     meta, arrays = model.to_state()
-    return summarize(StoredModel(name=model.name, version=0, kind=MODEL_KIND, meta=meta,
-                                 arrays=arrays, offsets=model.offsets, created_ms=0))
+    return summarize(
+        StoredModel(
+            name=model.name,
+            version=0,
+            kind=MODEL_KIND,
+            meta=meta,
+            arrays=arrays,
+            offsets=model.offsets,
+            created_ms=0,
+        )
+    )
 
 
-def train_from_log(directory: Path | str, options: DirectOptions | None = None,
-                   on_rows: Callable[[int], None] | None = None) -> DirectResult:
+def train_from_log(
+    directory: Path | str,
+    options: DirectOptions | None = None,
+    on_rows: Callable[[int], None] | None = None,
+) -> DirectResult:
     """Feed every recorded triplet to fresh models; `on_rows(n)` reports progress."""
     options = options or DirectOptions()
     counts = ReadCounts()
@@ -108,8 +126,10 @@ def train_from_log(directory: Path | str, options: DirectOptions | None = None,
     if unknown:
         raise ValueError(f"unknown algos {unknown}; choose from {ALGOS}")
     params = {"C": options.C, "eta": options.eta}
-    models = [TrackedModel(name=a, algo=a, params=dict(params), scaler_rows=options.scaler_rows)
-              for a in options.algos]
+    models = [
+        TrackedModel(name=a, algo=a, params=dict(params), scaler_rows=options.scaler_rows)
+        for a in options.algos
+    ]
     for chunk in chunks:
         _learn_chunk(models, chunk, options.skip_bad, counts)
         if on_rows is not None:
@@ -143,8 +163,9 @@ def _prefetch(chunks: Iterator[TripletChunk]) -> Iterator[TripletChunk]:
     return consume()
 
 
-def _learn_chunk(models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool,
-                 counts: ReadCounts) -> None:
+def _learn_chunk(
+    models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool, counts: ReadCounts
+) -> None:
     """Scaler phase message by message, then the rest of the chunk in one span."""
     y = np.where(chunk.rel1.astype(np.int16) > chunk.rel2, 1.0, -1.0)  # TripletBlock.y
     start = 0
@@ -159,28 +180,42 @@ def _learn_chunk(models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool
         _learn_span(models, chunk, y, a, min(a + _SPAN_ROWS, len(chunk)), skip_bad, counts)
 
 
-def _learn_span(models: list[TrackedModel], chunk: TripletChunk, y: np.ndarray,
-                a: int, b: int, skip_bad: bool, counts: ReadCounts) -> None:
+def _learn_span(
+    models: list[TrackedModel],
+    chunk: TripletChunk,
+    y: np.ndarray,
+    a: int,
+    b: int,
+    skip_bad: bool,
+    counts: ReadCounts,
+) -> None:
     """Rows a..b (whole messages) to every model, offsets advanced to the span's end."""
     from workers.checkpoint import learn_together
 
     topic, last = chunk.topic, b - 1
-    results = learn_together(models, topic, int(chunk.partition[last]),
-                             int(chunk.offset[last]), chunk.phi1[a:b], chunk.phi2[a:b], y[a:b])
+    results = learn_together(
+        models,
+        topic,
+        int(chunk.partition[last]),
+        int(chunk.offset[last]),
+        chunk.phi1[a:b],
+        chunk.phi2[a:b],
+        y[a:b],
+    )
     refused = [m for m, r in zip(models, results, strict=True) if isinstance(r, ValueError)]
     if refused:
         bad = nonfinite_rows(chunk.select(_mask(len(chunk), a, b)))
         if bad.size:  # a NaN/Inf row stops every model's pass, so none has learned the span
             if not skip_bad:
-                raise RecordingError(chunk.path, "phi holds NaN or Inf",
-                                     chunk.first_row + a + int(bad[0])) from None
+                raise RecordingError(
+                    chunk.path, "phi holds NaN or Inf", chunk.first_row + a + int(bad[0])
+                ) from None
             counts.bad_rows += bad.size
             counts.rows -= bad.size
             keep = np.ones(len(chunk), bool)
             keep[a + bad] = False
             keep[:a] = keep[b:] = False
-            _learn_span(models, chunk.select(keep), y[keep], 0, int(keep.sum()),
-                        skip_bad, counts)
+            _learn_span(models, chunk.select(keep), y[keep], 0, int(keep.sum()), skip_bad, counts)
             return
         for model in refused:
             _learn_messages(model, chunk, y, a, b)
@@ -189,8 +224,9 @@ def _learn_span(models: list[TrackedModel], chunk: TripletChunk, y: np.ndarray,
             _advance_other_partitions(model, chunk, a, b)
 
 
-def _learn_messages(model: TrackedModel, chunk: TripletChunk, y: np.ndarray,
-                    a: int, b: int) -> None:
+def _learn_messages(
+    model: TrackedModel, chunk: TripletChunk, y: np.ndarray, a: int, b: int
+) -> None:
     """The worker's rule for a refused batch: per message, skipping refused ones."""
     sub = chunk.select(_mask(len(chunk), a, b))
     for s, e in itertools.pairwise(sub.message_bounds()):

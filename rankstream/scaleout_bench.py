@@ -69,12 +69,23 @@ def worker_command(group: str) -> list[str]:
     from rankstream.chaos import worker_argv
     from workers.online import WorkerOptions
 
-    options = WorkerOptions(algos=ALGOS, checkpoint_records=1_000_000,
-                            checkpoint_seconds=CHECKPOINT_SECONDS,
-                            exit_when_idle=EXIT_WHEN_IDLE, group=group, per_partition=True,
-                            mix_seconds=MIX_SECONDS)
-    return [*worker_argv(options), "--group", group, "--per-partition",
-            "--mix-seconds", str(options.mix_seconds)]
+    options = WorkerOptions(
+        algos=ALGOS,
+        checkpoint_records=1_000_000,
+        checkpoint_seconds=CHECKPOINT_SECONDS,
+        exit_when_idle=EXIT_WHEN_IDLE,
+        group=group,
+        per_partition=True,
+        mix_seconds=MIX_SECONDS,
+    )
+    return [
+        *worker_argv(options),
+        "--group",
+        group,
+        "--per-partition",
+        "--mix-seconds",
+        str(options.mix_seconds),
+    ]
 
 
 def seen_by_partition(store: Any, partitions: int) -> dict[str, list[int]]:
@@ -90,16 +101,27 @@ def seen_by_partition(store: Any, partitions: int) -> dict[str, list[int]]:
 
 def lost_and_duplicated(seen: dict[str, list[int]], shares: list[int]) -> tuple[int, int]:
     """Worst algorithm's shortfall and excess against each partition's share."""
-    lost = max(sum(max(0, want - got) for want, got in zip(shares, counts, strict=True))
-               for counts in seen.values())
-    duplicated = max(sum(max(0, got - want) for want, got in zip(shares, counts, strict=True))
-                     for counts in seen.values())
+    lost = max(
+        sum(max(0, want - got) for want, got in zip(shares, counts, strict=True))
+        for counts in seen.values()
+    )
+    duplicated = max(
+        sum(max(0, got - want) for want, got in zip(shares, counts, strict=True))
+        for counts in seen.values()
+    )
     return lost, duplicated
 
 
-def run_once(settings: Settings, n_triplets: int, workers: int, *, partitions: int = 4,
-             seed: int = 0, producers: int = 2,
-             progress: Callable[[str], None] | None = None) -> ScaleoutRun:
+def run_once(
+    settings: Settings,
+    n_triplets: int,
+    workers: int,
+    *,
+    partitions: int = 4,
+    seed: int = 0,
+    producers: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> ScaleoutRun:
     """One timed run of `workers` processes on a fresh topic prefix (see module doc)."""
     from rankstream.pipeline_bench import clean_up, partition_shares
     from stream.store import open_store
@@ -111,32 +133,43 @@ def run_once(settings: Settings, n_triplets: int, workers: int, *, partitions: i
         raise ValueError("n_triplets, workers, partitions and producers must be >= 1")
     shares = partition_shares(n_triplets, BLOCK_SIZE, partitions)
     run_settings = dataclasses.replace(
-        settings, topic_prefix=f"{settings.topic_prefix}.scaleout-{uuid.uuid4().hex[:10]}",
-        metrics_port=None)
+        settings,
+        topic_prefix=f"{settings.topic_prefix}.scaleout-{uuid.uuid4().hex[:10]}",
+        metrics_port=None,
+    )
     say = progress or (lambda _text: None)
     transport = open_transport(run_settings)
     store = open_store(run_settings)
     try:
-        transport.ensure_topics({run_settings.triplets_topic: partitions,
-                                 run_settings.dead_letter_topic: 1})
+        transport.ensure_topics(
+            {run_settings.triplets_topic: partitions, run_settings.dead_letter_topic: 1}
+        )
         say(f"producing {n_triplets:,} triplets")
         _produce(run_settings, n_triplets, seed, producers, partitions)
         with tempfile.TemporaryDirectory(prefix="rankstream-scaleout-") as log_dir:
             seconds, seen = _timed_run(run_settings, store, workers, shares, Path(log_dir), say)
         lost, duplicated = lost_and_duplicated(seen, shares)
-        return ScaleoutRun(workers=workers, triplets=n_triplets, seconds=seconds, lost=lost,
-                           duplicated=duplicated, prefix=run_settings.topic_prefix)
+        return ScaleoutRun(
+            workers=workers,
+            triplets=n_triplets,
+            seconds=seconds,
+            lost=lost,
+            duplicated=duplicated,
+            prefix=run_settings.topic_prefix,
+        )
     finally:
         clean_up(run_settings, transport, store)
 
 
-def _produce(run_settings: Settings, n_triplets: int, seed: int, producers: int,
-             partitions: int) -> None:
+def _produce(
+    run_settings: Settings, n_triplets: int, seed: int, producers: int, partitions: int
+) -> None:
     """Pre-produce the whole stream (untimed) and wait until it is flushed."""
     from rankstream.pipeline_bench import expect_all, start_producers
 
-    go, status, producer_list = start_producers(run_settings, n_triplets, BLOCK_SIZE, seed,
-                                                producers, partitions=partitions)
+    go, status, producer_list = start_producers(
+        run_settings, n_triplets, BLOCK_SIZE, seed, producers, partitions=partitions
+    )
     expect_all(status, producer_list, "ready", _START_TIMEOUT_S)
     go.set()
     expect_all(status, producer_list, "ok", _START_TIMEOUT_S)
@@ -144,8 +177,14 @@ def _produce(run_settings: Settings, n_triplets: int, seed: int, producers: int,
         producer.join(timeout=10)
 
 
-def _timed_run(run_settings: Settings, store: Any, workers: int, shares: list[int],
-               log_dir: Path, say: Callable[[str], None]) -> tuple[float, dict[str, list[int]]]:
+def _timed_run(
+    run_settings: Settings,
+    store: Any,
+    workers: int,
+    shares: list[int],
+    log_dir: Path,
+    say: Callable[[str], None],
+) -> tuple[float, dict[str, list[int]]]:
     """Start the workers, time them to full coverage, wait for their clean exit."""
     from rankstream.chaos import worker_env
 
@@ -155,8 +194,9 @@ def _timed_run(run_settings: Settings, store: Any, workers: int, shares: list[in
     try:
         for log in logs:
             with log.open("wb") as err:
-                procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                              stderr=err))
+                procs.append(
+                    subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+                )
         say(f"{workers} worker(s) starting")
         _wait_for_assignment(procs, logs)
         started = time.perf_counter()
@@ -191,16 +231,19 @@ def _wait_for_assignment(procs: list[subprocess.Popen[bytes]], logs: list[Path])
     while not any(b'"partition assigned"' in log.read_bytes() for log in logs):
         for proc, log in zip(procs, logs, strict=True):
             if proc.poll() is not None:
-                raise RuntimeError(f"a scale-out worker exited with {proc.returncode} "
-                                   f"before any assignment: {_tail(log)}")
+                raise RuntimeError(
+                    f"a scale-out worker exited with {proc.returncode} "
+                    f"before any assignment: {_tail(log)}"
+                )
         if time.monotonic() > deadline:
             raise RuntimeError(f"no partition assigned within {_START_TIMEOUT_S:.0f} s")
         time.sleep(0.05)
 
 
 def _covered(seen: dict[str, list[int]], shares: list[int]) -> bool:
-    return all(got >= want for counts in seen.values()
-               for want, got in zip(shares, counts, strict=True))
+    return all(
+        got >= want for counts in seen.values() for want, got in zip(shares, counts, strict=True)
+    )
 
 
 def _all_exited(procs: list[subprocess.Popen[bytes]]) -> bool:

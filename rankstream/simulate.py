@@ -71,9 +71,13 @@ class TokenBucket:
     the next one waits for the debt to be repaid. The clock and sleep are injectable.
     """
 
-    def __init__(self, rate: float, capacity: float | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        rate: float,
+        capacity: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not rate > 0:
             raise ValueError(f"rate must be > 0, got {rate}")
         self.rate = float(rate)
@@ -100,19 +104,23 @@ class TokenBucket:
         return waited
 
 
-def load_collection(settings: Settings, options: SimulateOptions,
-                    progress: bool = True) -> tuple[Collection, CandidateIndex]:
+def load_collection(
+    settings: Settings, options: SimulateOptions, progress: bool = True
+) -> tuple[Collection, CandidateIndex]:
     """The cached collection and its candidate index under `settings.data_dir`."""
     cache = Path(settings.data_dir) / "collections"
-    collection = Collection.load_or_build(cache, progress=progress, n_images=options.images,
-                                          seed=options.collection_seed)
-    index = CandidateIndex.load_or_build(collection, cache, seed=options.collection_seed,
-                                         progress=progress)
+    collection = Collection.load_or_build(
+        cache, progress=progress, n_images=options.images, seed=options.collection_seed
+    )
+    index = CandidateIndex.load_or_build(
+        collection, cache, seed=options.collection_seed, progress=progress
+    )
     return collection, index
 
 
-def publish_unicon(store: ModelStore, simulator: FeedbackSimulator,
-                   calibration_queries: int) -> int:
+def publish_unicon(
+    store: ModelStore, simulator: FeedbackSimulator, calibration_queries: int
+) -> int:
     """Publish Uni-Con unless the store has it; returns its version."""
     from ranking.baselines import UniCon
     from ranking.scaling import Standardizer
@@ -124,12 +132,17 @@ def publish_unicon(store: ModelStore, simulator: FeedbackSimulator,
     meta, arrays = UniCon(scaler=scaler).to_state()
     meta["calibration_queries"] = calibration_queries
     try:
-        version = store.save(UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={},
-                             expected_version=0)
+        version = store.save(
+            UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0
+        )
     except FencingError:  # another simulator published it first: use theirs
         return store.load(UNI_CON).version  # type: ignore[union-attr]
-    log_event(log, "published Uni-Con", version=version,
-              calibration_rows=int(calibration_queries * simulator.n_candidates))
+    log_event(
+        log,
+        "published Uni-Con",
+        version=version,
+        calibration_rows=int(calibration_queries * simulator.n_candidates),
+    )
     return version
 
 
@@ -145,21 +158,33 @@ class StepResult:
 class Simulation:
     """The search engine and its users on the transport; `step()` serves one query."""
 
-    def __init__(self, settings: Settings, options: SimulateOptions, *,
-                 transport: Transport | None = None, store: ModelStore | None = None,
-                 collection: Collection | None = None, index: CandidateIndex | None = None,
-                 progress: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        options: SimulateOptions,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+        collection: Collection | None = None,
+        index: CandidateIndex | None = None,
+        progress: bool = False,
+    ) -> None:
         self.settings = settings
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
         self.store = store if store is not None else open_store(settings)
         self._owned = ([self.transport] if transport is None else []) + (
-            [self.store] if store is None else [])
+            [self.store] if store is None else []
+        )
         if collection is None:
             collection, index = load_collection(settings, options, progress)
-        self.simulator = FeedbackSimulator(collection, seed=options.seed,
-                                           candidates=options.candidates,
-                                           judged=options.judged, index=index)
+        self.simulator = FeedbackSimulator(
+            collection,
+            seed=options.seed,
+            candidates=options.candidates,
+            judged=options.judged,
+            index=index,
+        )
         self.serving = ServingModel(self.store, options.serving)
         self.bucket = TokenBucket(options.rate) if options.rate is not None else None
         self.triplets_produced = 0
@@ -176,8 +201,9 @@ class Simulation:
         if self._producer is not None:
             return
         parts = self.options.partitions
-        self.transport.ensure_topics({self.settings.triplets_topic: parts,
-                                      self.settings.queries_topic: parts})
+        self.transport.ensure_topics(
+            {self.settings.triplets_topic: parts, self.settings.queries_topic: parts}
+        )
         publish_unicon(self.store, self.simulator, self.options.calibration_queries)
         self._producer = self.transport.producer()
 
@@ -194,16 +220,28 @@ class Simulation:
             self.bucket.take(n)
         key = triplet_key(record.query_id)
         if n:
-            value = encode_triplets(seq=triplets.seq, query_id=triplets.query_id,
-                                    p1_id=triplets.p1_id, p2_id=triplets.p2_id,
-                                    rel1=triplets.rel1, rel2=triplets.rel2,
-                                    phi1=triplets.phi1, phi2=triplets.phi2)
+            value = encode_triplets(
+                seq=triplets.seq,
+                query_id=triplets.query_id,
+                p1_id=triplets.p1_id,
+                p2_id=triplets.p2_id,
+                rel1=triplets.rel1,
+                rel2=triplets.rel2,
+                phi1=triplets.phi1,
+                phi2=triplets.phi2,
+            )
             self._producer.send(self.settings.triplets_topic, value, key=key)
-        judged = JudgedQuery(seq=self.queries_produced, query_id=record.query_id,
-                             candidate_ids=record.candidate_ids, phi=record.phi,
-                             relevance=record.relevance, served_by=served.name,
-                             served_version=served.version,
-                             model_versions=served.model_versions, judged=record.n_judged)
+        judged = JudgedQuery(
+            seq=self.queries_produced,
+            query_id=record.query_id,
+            candidate_ids=record.candidate_ids,
+            phi=record.phi,
+            relevance=record.relevance,
+            served_by=served.name,
+            served_version=served.version,
+            model_versions=served.model_versions,
+            judged=record.n_judged,
+        )
         self._producer.send(self.settings.queries_topic, encode_query(judged), key=key)
         metrics.TRIPLETS_PRODUCED.inc(n)
         self.triplets_produced += n
@@ -228,10 +266,14 @@ class Simulation:
         return summary
 
     def summary(self) -> dict:
-        return {"triplets": self.triplets_produced, "queries": self.queries_produced,
-                "served_by": dict(sorted(self.served_by.items())),
-                "serving_switches": self.serving.switches, "seed": self.options.seed,
-                "images": self.simulator.collection.n_images}
+        return {
+            "triplets": self.triplets_produced,
+            "queries": self.queries_produced,
+            "served_by": dict(sorted(self.served_by.items())),
+            "serving_switches": self.serving.switches,
+            "seed": self.options.seed,
+            "images": self.simulator.collection.n_images,
+        }
 
     def close(self) -> None:
         """Flush what was sent; close the producer, and the transport/store if opened here."""

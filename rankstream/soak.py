@@ -111,10 +111,16 @@ class SoakResult:
         return not self.failures and all(self.verdicts.values())
 
     def summary(self) -> dict[str, Any]:
-        return {"ok": self.ok, "options": self.options, "rss_mib": self.rss,
-                "rates_per_s": self.rates, "lag_records": self.lag,
-                "verdicts": self.verdicts, "failures": self.failures,
-                "samples": len(self.samples)}
+        return {
+            "ok": self.ok,
+            "options": self.options,
+            "rss_mib": self.rss,
+            "rates_per_s": self.rates,
+            "lag_records": self.lag,
+            "verdicts": self.verdicts,
+            "failures": self.failures,
+            "samples": len(self.samples),
+        }
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -148,8 +154,9 @@ def free_port() -> int:
 
 
 # --- verdicts -------------------------------------------------------------------------
-def judge(samples: list[Sample], options: SoakOptions, drained_lag: float | None,
-          run_seconds: float) -> SoakResult:
+def judge(
+    samples: list[Sample], options: SoakOptions, drained_lag: float | None, run_seconds: float
+) -> SoakResult:
     """Turn the samples into RSS/rate/lag figures and the pass/fail verdicts."""
     result = SoakResult(options=asdict(options), samples=samples)
     steady = [s for s in samples if options.warmup_seconds <= s.t <= run_seconds]
@@ -161,15 +168,21 @@ def judge(samples: list[Sample], options: SoakOptions, drained_lag: float | None
         first = statistics.median(s.rss_mib[name] for s in steady[:fifth])
         last = statistics.median(s.rss_mib[name] for s in steady[-fifth:])
         peak = max(s.rss_mib[name] for s in samples)
-        result.rss[name] = {"after_warmup": round(first, 1), "end": round(last, 1),
-                            "growth": round(last - first, 1), "peak": round(peak, 1)}
+        result.rss[name] = {
+            "after_warmup": round(first, 1),
+            "end": round(last, 1),
+            "growth": round(last - first, 1),
+            "peak": round(peak, 1),
+        }
     span = steady[-1].t - steady[0].t
     for key in ("produced", "consumed", "evaluated"):
         delta = getattr(steady[-1], key) - getattr(steady[0], key)
         result.rates[key] = round(delta / span, 1) if span > 0 else 0.0
-    result.lag = {"max_after_warmup": max(s.lag for s in steady),
-                  "median_after_warmup": statistics.median(s.lag for s in steady),
-                  "after_drain": drained_lag if drained_lag is not None else -1.0}
+    result.lag = {
+        "max_after_warmup": max(s.lag for s in steady),
+        "median_after_warmup": statistics.median(s.lag for s in steady),
+        "after_drain": drained_lag if drained_lag is not None else -1.0,
+    }
     result.verdicts = {
         "rss_bounded": all(r["growth"] < options.rss_growth_mib for r in result.rss.values()),
         "lag_bounded": result.lag["max_after_warmup"] <= options.lag_bound_records,
@@ -191,38 +204,55 @@ class _Pipeline:
 
     def _env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"RANKSTREAM_KAFKA_BOOTSTRAP": self.settings.kafka_bootstrap or "",
-                    "RANKSTREAM_REDIS_URL": self.settings.redis_url or "",
-                    "RANKSTREAM_TOPIC_PREFIX": self.prefix,
-                    "RANKSTREAM_METRICS_HOST": "127.0.0.1",
-                    "RANKSTREAM_METRICS_PORT": str(self.ports[name]),
-                    "RANKSTREAM_DATA_DIR": self.settings.data_dir})
+        env.update(
+            {
+                "RANKSTREAM_KAFKA_BOOTSTRAP": self.settings.kafka_bootstrap or "",
+                "RANKSTREAM_REDIS_URL": self.settings.redis_url or "",
+                "RANKSTREAM_TOPIC_PREFIX": self.prefix,
+                "RANKSTREAM_METRICS_HOST": "127.0.0.1",
+                "RANKSTREAM_METRICS_PORT": str(self.ports[name]),
+                "RANKSTREAM_DATA_DIR": self.settings.data_dir,
+            }
+        )
         return env
 
     def start(self) -> None:
-        extra = {"simulate": ["--rate", str(self.options.rate), "--images",
-                              str(self.options.images), "--seed", str(self.options.seed),
-                              "--triplets", str(10**12)]}
+        extra = {
+            "simulate": [
+                "--rate",
+                str(self.options.rate),
+                "--images",
+                str(self.options.images),
+                "--seed",
+                str(self.options.seed),
+                "--triplets",
+                str(10**12),
+            ]
+        }
         for name in PROCESSES:
             argv = [sys.executable, "-m", "rankstream", *_COMMANDS[name], *extra.get(name, [])]
             log = open(self.out / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-            self.procs[name] = subprocess.Popen(argv, env=self._env(name), stdout=log,
-                                                stderr=subprocess.STDOUT)
+            self.procs[name] = subprocess.Popen(
+                argv, env=self._env(name), stdout=log, stderr=subprocess.STDOUT
+            )
 
     def dead(self) -> list[str]:
-        return [f"{n} exited with {p.returncode}" for n, p in self.procs.items()
-                if p.poll() is not None]
+        return [
+            f"{n} exited with {p.returncode}" for n, p in self.procs.items() if p.poll() is not None
+        ]
 
     def sample(self, t: float) -> Sample:
         values: dict[str, float] = {}
         for name in PROCESSES:
             values.update(scrape(self.ports[name], _COUNTERS[name]))
-        return Sample(t=round(t, 2),
-                      produced=values["rankstream_triplets_produced_total"],
-                      consumed=values["rankstream_triplets_consumed_total"],
-                      evaluated=values["rankstream_queries_evaluated_total"],
-                      lag=values["rankstream_consumer_lag_records"],
-                      rss_mib={n: round(rss_mib(p.pid), 1) for n, p in self.procs.items()})
+        return Sample(
+            t=round(t, 2),
+            produced=values["rankstream_triplets_produced_total"],
+            consumed=values["rankstream_triplets_consumed_total"],
+            evaluated=values["rankstream_queries_evaluated_total"],
+            lag=values["rankstream_consumer_lag_records"],
+            rss_mib={n: round(rss_mib(p.pid), 1) for n, p in self.procs.items()},
+        )
 
     def stop(self, name: str, timeout: float = 60.0) -> None:
         proc = self.procs.get(name)
@@ -240,8 +270,9 @@ class _Pipeline:
             self.stop(name)
 
 
-def _wait_for_first_sample(pipeline: _Pipeline, options: SoakOptions,
-                           say: Callable[[str], None]) -> None:
+def _wait_for_first_sample(
+    pipeline: _Pipeline, options: SoakOptions, say: Callable[[str], None]
+) -> None:
     deadline = time.monotonic() + options.startup_seconds
     while True:
         if dead := pipeline.dead():
@@ -257,8 +288,12 @@ def _wait_for_first_sample(pipeline: _Pipeline, options: SoakOptions,
         time.sleep(1.0)
 
 
-def run_soak(settings: Settings, options: SoakOptions, out: Path,
-             say: Callable[[str], None] = lambda _text: None) -> SoakResult:
+def run_soak(
+    settings: Settings,
+    options: SoakOptions,
+    out: Path,
+    say: Callable[[str], None] = lambda _text: None,
+) -> SoakResult:
     """Run the pipeline for `options.seconds`, sampling; write summary.json and soak.png."""
     if not (settings.kafka_bootstrap and settings.redis_url):
         raise ValueError("the soak runs through real Kafka and Redis; configure both")
@@ -277,9 +312,11 @@ def run_soak(settings: Settings, options: SoakOptions, out: Path,
                 break
             samples.append(pipeline.sample(t))
             s = samples[-1]
-            say(f"{t:5.0f}/{options.seconds:.0f}s produced {s.produced:.0f} consumed "
+            say(
+                f"{t:5.0f}/{options.seconds:.0f}s produced {s.produced:.0f} consumed "
                 f"{s.consumed:.0f} lag {s.lag:.0f} rss "
-                + " ".join(f"{n}={v:.0f}M" for n, v in s.rss_mib.items()))
+                + " ".join(f"{n}={v:.0f}M" for n, v in s.rss_mib.items())
+            )
             time.sleep(options.sample_seconds)
         run_seconds = time.monotonic() - start
         pipeline.stop("simulate")
@@ -288,14 +325,20 @@ def run_soak(settings: Settings, options: SoakOptions, out: Path,
         pipeline.stop_all()
     result = judge(samples, options, drained, run_seconds)
     result.failures[:0] = failures
-    (out / "summary.json").write_text(json.dumps(
-        {**result.summary(), "sample_series": [asdict(s) for s in samples]}, indent=1))
+    (out / "summary.json").write_text(
+        json.dumps({**result.summary(), "sample_series": [asdict(s) for s in samples]}, indent=1)
+    )
     plot(samples, options, out / "soak.png")
     return result
 
 
-def _drain(pipeline: _Pipeline, options: SoakOptions, start: float, samples: list[Sample],
-           say: Callable[[str], None]) -> float | None:
+def _drain(
+    pipeline: _Pipeline,
+    options: SoakOptions,
+    start: float,
+    samples: list[Sample],
+    say: Callable[[str], None],
+) -> float | None:
     """Sample the workers (simulator stopped) until the lag is small or time runs out."""
     deadline = time.monotonic() + options.drain_seconds
     lag: float | None = None
@@ -307,8 +350,11 @@ def _drain(pipeline: _Pipeline, options: SoakOptions, start: float, samples: lis
             return lag
         lag = values["rankstream_consumer_lag_records"]
         say(f"draining: lag {lag:.0f}")
-        if lag <= options.drained_lag_records and samples and (
-                values["rankstream_triplets_consumed_total"] >= samples[-1].produced):
+        if (
+            lag <= options.drained_lag_records
+            and samples
+            and (values["rankstream_triplets_consumed_total"] >= samples[-1].produced)
+        ):
             break
     return lag
 
@@ -324,8 +370,10 @@ def plot(samples: list[Sample], options: SoakOptions, path: Path) -> None:
     ts = [s.t for s in samples]
     for key in ("produced", "consumed"):
         values = [getattr(s, key) for s in samples]
-        rates = [0.0] + [(b - a) / max(tb - ta, 1e-9)
-                         for a, b, ta, tb in zip(values, values[1:], ts, ts[1:], strict=False)]
+        rates = [0.0] + [
+            (b - a) / max(tb - ta, 1e-9)
+            for a, b, ta, tb in zip(values, values[1:], ts, ts[1:], strict=False)
+        ]
         axes[0].plot(ts, rates, label=f"{key} triplets/s")
     axes[0].axhline(options.rate, color="grey", ls=":", label="target rate")
     axes[1].plot(ts, [s.lag for s in samples], color="tab:red")
@@ -348,14 +396,30 @@ def plot(samples: list[Sample], options: SoakOptions, path: Path) -> None:
 # --- command line -------------------------------------------------------------------
 def _parse(argv: list[str] | None) -> tuple[SoakOptions, Path, bool]:
     defaults = SoakOptions()
-    parser = argparse.ArgumentParser(prog="python -m rankstream.soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name in ("seconds", "rate", "images", "sample_seconds", "warmup_seconds",
-                 "rss_growth_mib", "lag_bound_records", "drained_lag_records",
-                 "drain_seconds", "seed"):
+    parser = argparse.ArgumentParser(
+        prog="python -m rankstream.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for name in (
+        "seconds",
+        "rate",
+        "images",
+        "sample_seconds",
+        "warmup_seconds",
+        "rss_growth_mib",
+        "lag_bound_records",
+        "drained_lag_records",
+        "drain_seconds",
+        "seed",
+    ):
         default = getattr(defaults, name)
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
-                            help=f"default {default}")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=type(default),
+            default=default,
+            help=f"default {default}",
+        )
     parser.add_argument("--out", type=Path, default=Path("report/soak"))
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON")
     args = parser.parse_args(argv)
@@ -380,8 +444,11 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("kafka", "redis"):
                 manager.start(name)
         status = manager.status()
-        settings = replace(settings, kafka_bootstrap=status["kafka"]["address"],
-                           redis_url=status["redis"]["address"])
+        settings = replace(
+            settings,
+            kafka_bootstrap=status["kafka"]["address"],
+            redis_url=status["redis"]["address"],
+        )
     try:
         with err.status("soak: starting") as status:
             result = run_soak(settings, options, out, say=lambda t: status.update(f"soak: {t}"))

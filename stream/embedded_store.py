@@ -124,14 +124,20 @@ class EmbeddedModelStore:
         expected = check_expected_version(expected_version)
         check_write_id(expected_write_id, "expected_write_id")
         keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets,
-                               write_id=write_id)
+        encoded = encode_model(
+            kind=kind, meta=meta, arrays=arrays, offsets=offsets, write_id=write_id
+        )
         with self._lock:
             actual = self._latest.get(name, 0)
             stored_write_id = self._versions[name][actual].write_id if actual else None
-            if not check_fence(name, expected_version=expected,
-                               expected_write_id=expected_write_id, stored_version=actual,
-                               stored_write_id=stored_write_id, write_id=encoded.write_id):
+            if not check_fence(
+                name,
+                expected_version=expected,
+                expected_write_id=expected_write_id,
+                stored_version=actual,
+                stored_write_id=stored_write_id,
+                write_id=encoded.write_id,
+            ):
                 return actual  # this very save is already stored
             version = actual + 1
             kept = self._versions.setdefault(name, {})

@@ -237,9 +237,7 @@ class RecordingWriter:
             "topic": self.topic,
             "messages": self._pending_messages,
             "from_offsets": {str(p): o for p, o in sorted(self._from.items())},
-            "next_offsets": {
-                str(p): self._positions[p] for p in sorted(self._from)
-            },
+            "next_offsets": {str(p): self._positions[p] for p in sorted(self._from)},
         }
         self._file_meta = {_META_KEY: json.dumps(meta).encode()}
         path = self._folder / f"{self._next_number:08d}.parquet"
@@ -355,8 +353,15 @@ class TripletChunk:
     def select(self, keep: np.ndarray) -> TripletChunk:
         """The rows where `keep` is True (a copy), for skipping bad rows."""
         return TripletChunk(
-            self.path, self.first_row, self.topic, self.partition[keep], self.offset[keep],
-            self.rel1[keep], self.rel2[keep], self.phi1[keep], self.phi2[keep],
+            self.path,
+            self.first_row,
+            self.topic,
+            self.partition[keep],
+            self.offset[keep],
+            self.rel1[keep],
+            self.rel2[keep],
+            self.phi1[keep],
+            self.phi2[keep],
             {k: v[keep] for k, v in self.columns.items()},
         )
 
@@ -369,8 +374,9 @@ class ReadCounts:
     bad_files: int = 0
 
 
-def _open_files(directory: Path | str, kind: str, skip_bad: bool,
-                counts: ReadCounts) -> Iterator[tuple[LogFile, pq.ParquetFile]]:
+def _open_files(
+    directory: Path | str, kind: str, skip_bad: bool, counts: ReadCounts
+) -> Iterator[tuple[LogFile, pq.ParquetFile]]:
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"no recording at {directory}")
     paths = log_paths(directory, kind)
@@ -380,8 +386,11 @@ def _open_files(directory: Path | str, kind: str, skip_bad: bool,
             info = read_log_file(path, kind)
             handle = pq.ParquetFile(_mapped(path))
             if not handle.schema_arrow.remove_metadata().equals(_SCHEMAS[kind].remove_metadata()):
-                raise RecordingError(path, f"columns {handle.schema_arrow.names} are not a "
-                                     f"{kind} log's {_SCHEMAS[kind].names}")
+                raise RecordingError(
+                    path,
+                    f"columns {handle.schema_arrow.names} are not a "
+                    f"{kind} log's {_SCHEMAS[kind].names}",
+                )
             _check_continuity(position, info)
         except RecordingError:
             if not skip_bad:
@@ -409,9 +418,13 @@ def _mapped(path: Path) -> pa.BufferReader:
     return pa.BufferReader(pa.py_buffer(mapped))
 
 
-def iter_triplet_chunks(directory: Path | str, *, skip_bad: bool = False,
-                        extra_columns: Sequence[str] = (),
-                        counts: ReadCounts | None = None) -> Iterator[TripletChunk]:
+def iter_triplet_chunks(
+    directory: Path | str,
+    *,
+    skip_bad: bool = False,
+    extra_columns: Sequence[str] = (),
+    counts: ReadCounts | None = None,
+) -> Iterator[TripletChunk]:
     """Every recorded triplet in recording order, one row group at a time.
 
     Rows with tied relevance or NaN/Inf features cannot come from a recorder (it drops
@@ -428,14 +441,18 @@ def iter_triplet_chunks(directory: Path | str, *, skip_bad: bool = False,
             try:
                 table = handle.read_row_group(group, columns=wanted, use_threads=False)
                 chunk = TripletChunk(
-                    info.path, first_row, info.topic,
+                    info.path,
+                    first_row,
+                    info.topic,
                     *(_numpy(table.column(c)) for c in ("partition", "offset", "rel1", "rel2")),
-                    phi_view(table.column("phi1")), phi_view(table.column("phi2")),
+                    phi_view(table.column("phi1")),
+                    phi_view(table.column("phi2")),
                     {c: _column_values(table.column(c)) for c in extra_columns},
                 )
             except (pa.ArrowException, OSError) as exc:
-                error = RecordingError(info.path, f"rows {first_row}..{first_row + n - 1} "
-                                       f"are unreadable ({exc})")
+                error = RecordingError(
+                    info.path, f"rows {first_row}..{first_row + n - 1} are unreadable ({exc})"
+                )
                 if not skip_bad:
                     raise error from None
                 counts.bad_rows += n
@@ -445,8 +462,9 @@ def iter_triplet_chunks(directory: Path | str, *, skip_bad: bool = False,
             tied = np.flatnonzero(chunk.rel1 == chunk.rel2)
             if tied.size:
                 if not skip_bad:
-                    raise RecordingError(info.path, "tied relevance (rel1 == rel2)",
-                                         chunk.first_row + int(tied[0]))
+                    raise RecordingError(
+                        info.path, "tied relevance (rel1 == rel2)", chunk.first_row + int(tied[0])
+                    )
                 counts.bad_rows += tied.size
                 chunk = chunk.select(chunk.rel1 != chunk.rel2)
             counts.rows += len(chunk)
@@ -494,8 +512,9 @@ class RecordedMessage:
 _ALL_TRIPLET_COLUMNS = ("key", "timestamp_ms", *_ID_COLUMNS[:4])
 
 
-def iter_messages(directory: Path | str, kind: str, *, skip_bad: bool = False,
-                  counts: ReadCounts | None = None) -> Iterator[RecordedMessage]:
+def iter_messages(
+    directory: Path | str, kind: str, *, skip_bad: bool = False, counts: ReadCounts | None = None
+) -> Iterator[RecordedMessage]:
     """The recorded messages of one kind, in order, re-encoded for the wire.
 
     Triplet messages are rebuilt from their rows with `encode_triplets` (same
@@ -514,8 +533,9 @@ def iter_messages(directory: Path | str, kind: str, *, skip_bad: bool = False,
                 rows = handle.read_row_group(group).to_pylist()
             except (pa.ArrowException, OSError) as exc:
                 if not skip_bad:
-                    raise RecordingError(info.path, f"rows {first_row}..{first_row + n - 1} "
-                                         f"are unreadable ({exc})") from None
+                    raise RecordingError(
+                        info.path, f"rows {first_row}..{first_row + n - 1} are unreadable ({exc})"
+                    ) from None
                 counts.bad_rows += n
                 first_row += n
                 continue
@@ -527,9 +547,18 @@ def iter_messages(directory: Path | str, kind: str, *, skip_bad: bool = False,
                     counts.bad_rows += 1
                     continue
                 counts.rows += 1
-                yield RecordedMessage("queries", info.topic, row["partition"], row["offset"],
-                                      row["key"], row["timestamp_ms"], row["value"], 1,
-                                      info.path, i)
+                yield RecordedMessage(
+                    "queries",
+                    info.topic,
+                    row["partition"],
+                    row["offset"],
+                    row["key"],
+                    row["timestamp_ms"],
+                    row["value"],
+                    1,
+                    info.path,
+                    i,
+                )
             first_row += n
 
 
@@ -545,15 +574,18 @@ def _bad_query_row(row: dict) -> str | None:
     return None
 
 
-def _triplet_messages(directory: Path | str, skip_bad: bool,
-                      counts: ReadCounts) -> Iterator[RecordedMessage]:
-    for chunk in iter_triplet_chunks(directory, skip_bad=skip_bad,
-                                     extra_columns=_ALL_TRIPLET_COLUMNS, counts=counts):
+def _triplet_messages(
+    directory: Path | str, skip_bad: bool, counts: ReadCounts
+) -> Iterator[RecordedMessage]:
+    for chunk in iter_triplet_chunks(
+        directory, skip_bad=skip_bad, extra_columns=_ALL_TRIPLET_COLUMNS, counts=counts
+    ):
         bad = nonfinite_rows(chunk)
         if bad.size:
             if not skip_bad:
-                raise RecordingError(chunk.path, "phi holds NaN or Inf",
-                                     chunk.first_row + int(bad[0]))
+                raise RecordingError(
+                    chunk.path, "phi holds NaN or Inf", chunk.first_row + int(bad[0])
+                )
             counts.bad_rows += bad.size
             counts.rows -= bad.size
             keep = np.ones(len(chunk), bool)
@@ -566,14 +598,27 @@ def _triplet_messages(directory: Path | str, skip_bad: bool,
                 continue
             s = slice(start, stop)
             value = encode_triplets(
-                seq=c["seq"][s], query_id=c["query_id"][s], p1_id=c["p1_id"][s],
-                p2_id=c["p2_id"][s], rel1=chunk.rel1[s], rel2=chunk.rel2[s],
-                phi1=chunk.phi1[s], phi2=chunk.phi2[s],
+                seq=c["seq"][s],
+                query_id=c["query_id"][s],
+                p1_id=c["p1_id"][s],
+                p2_id=c["p2_id"][s],
+                rel1=chunk.rel1[s],
+                rel2=chunk.rel2[s],
+                phi1=chunk.phi1[s],
+                phi2=chunk.phi2[s],
             )
-            yield RecordedMessage("triplets", chunk.topic, int(chunk.partition[start]),
-                                  int(chunk.offset[start]), c["key"][start],
-                                  int(c["timestamp_ms"][start]), value, int(stop - start),
-                                  chunk.path, chunk.first_row + int(start))
+            yield RecordedMessage(
+                "triplets",
+                chunk.topic,
+                int(chunk.partition[start]),
+                int(chunk.offset[start]),
+                c["key"][start],
+                int(c["timestamp_ms"][start]),
+                value,
+                int(stop - start),
+                chunk.path,
+                chunk.first_row + int(start),
+            )
 
 
 # --- the recorder loop ---------------------------------------------------------------
@@ -606,9 +651,14 @@ class Recorder:
     exactly once: buffered messages that never reached a file are simply read again.
     """
 
-    def __init__(self, transport: Transport, directory: Path | str, topics: dict[str, str],
-                 options: RecorderOptions | None = None,
-                 on_commit: Callable[[Path, WriterCounts], None] | None = None) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        directory: Path | str,
+        topics: dict[str, str],
+        options: RecorderOptions | None = None,
+        on_commit: Callable[[Path, WriterCounts], None] | None = None,
+    ) -> None:
         self.transport = transport
         self.options = options or RecorderOptions()
         self.writers = {
@@ -638,8 +688,7 @@ class Recorder:
                     consumer.seek(topic, partition, position)
             last_commit = idle_since = time.monotonic()
             while not self._stop.is_set():
-                messages = consumer.poll(timeout_ms=opts.poll_ms,
-                                         max_records=opts.max_poll_records)
+                messages = consumer.poll(timeout_ms=opts.poll_ms, max_records=opts.max_poll_records)
                 now = time.monotonic()
                 if messages:
                     idle_since = now
@@ -677,10 +726,16 @@ class ReplayCounts:
     read: ReadCounts = field(default_factory=ReadCounts)
 
 
-def replay_log(transport: Transport, directory: Path | str, topics: dict[str, str], *,
-               speed: float | None = 1.0, skip_bad: bool = False,
-               on_message: Callable[[RecordedMessage], None] | None = None,
-               sleep: Callable[[float], None] = time.sleep) -> ReplayCounts:
+def replay_log(
+    transport: Transport,
+    directory: Path | str,
+    topics: dict[str, str],
+    *,
+    speed: float | None = 1.0,
+    skip_bad: bool = False,
+    on_message: Callable[[RecordedMessage], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ReplayCounts:
     """Send every recorded message of the kinds in `topics` (kind -> target topic).
 
     Kinds are merged by recorded timestamp, and each kind keeps its recorded order
@@ -692,11 +747,13 @@ def replay_log(transport: Transport, directory: Path | str, topics: dict[str, st
         raise ValueError(f"speed must be a finite number > 0 (or None), got {speed}")
     counts = ReplayCounts(messages={kind: 0 for kind in topics})
     partitions = {kind: _recorded_partitions(directory, kind) for kind in topics}
-    transport.ensure_topics({topics[k]: max(max(ps, default=0) + 1, 1)
-                             for k, ps in partitions.items()})
+    transport.ensure_topics(
+        {topics[k]: max(max(ps, default=0) + 1, 1) for k, ps in partitions.items()}
+    )
     available = {k: set(transport.partitions_for(topics[k])) for k in topics}
-    streams = [iter_messages(directory, kind, skip_bad=skip_bad, counts=counts.read)
-               for kind in topics]
+    streams = [
+        iter_messages(directory, kind, skip_bad=skip_bad, counts=counts.read) for kind in topics
+    ]
     producer = transport.producer()
     started = time.monotonic()
     first_ts: int | None = None
@@ -708,8 +765,7 @@ def replay_log(transport: Transport, directory: Path | str, topics: dict[str, st
                 if due > time.monotonic():
                     sleep(due - time.monotonic())
             partition = message.partition if message.partition in available[message.kind] else None
-            producer.send(topics[message.kind], message.value, key=message.key,
-                          partition=partition)
+            producer.send(topics[message.kind], message.value, key=message.key, partition=partition)
             counts.messages[message.kind] += 1
             counts.rows += message.rows
             if on_message is not None:

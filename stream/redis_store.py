@@ -189,8 +189,9 @@ class RedisModelStore:
         expected = check_expected_version(expected_version)
         check_write_id(expected_write_id, "expected_write_id")
         keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(kind=kind, meta=meta, arrays=arrays, offsets=offsets,
-                               write_id=write_id)
+        encoded = encode_model(
+            kind=kind, meta=meta, arrays=arrays, offsets=offsets, write_id=write_id
+        )
         args = [expected, name, encoded.kind, encoded.envelope, encoded.arrays,
                 keep, self.channel, expected_write_id or "", encoded.write_id]  # fmt: skip
         delay = 0.05
@@ -201,10 +202,14 @@ class RedisModelStore:
                 if not str(exc).startswith("FENCED"):
                     raise
                 _, actual, *stored_id = str(exc).split()
-                check_fence(name, expected_version=expected, expected_write_id=expected_write_id,
-                            stored_version=int(actual),
-                            stored_write_id=stored_id[0] if stored_id else None,
-                            write_id=encoded.write_id)
+                check_fence(
+                    name,
+                    expected_version=expected,
+                    expected_write_id=expected_write_id,
+                    stored_version=int(actual),
+                    stored_write_id=stored_id[0] if stored_id else None,
+                    write_id=encoded.write_id,
+                )
                 return int(actual)  # an earlier attempt landed before its reply was lost
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if attempt == _SAVE_ATTEMPTS - 1:

@@ -56,10 +56,19 @@ class StoredModel:
 class FencingError(RuntimeError):
     """The stored model is not the one the writer expected: someone else wrote first."""
 
-    def __init__(self, name: str, expected: int, actual: int,
-                 expected_write_id: str | None = None, actual_write_id: str | None = None) -> None:
-        detail = (f" (write {actual_write_id}, not {expected_write_id})"
-                  if expected == actual and expected_write_id is not None else "")
+    def __init__(
+        self,
+        name: str,
+        expected: int,
+        actual: int,
+        expected_write_id: str | None = None,
+        actual_write_id: str | None = None,
+    ) -> None:
+        detail = (
+            f" (write {actual_write_id}, not {expected_write_id})"
+            if expected == actual and expected_write_id is not None
+            else ""
+        )
         super().__init__(
             f"model {name!r}: expected stored version {expected}, found {actual}{detail} "
             "(another writer got there first)"
@@ -164,8 +173,15 @@ def check_write_id(write_id: str | None, what: str = "write_id") -> str | None:
     return write_id
 
 
-def check_fence(name: str, *, expected_version: int, expected_write_id: str | None,
-                stored_version: int, stored_write_id: str | None, write_id: str) -> bool:
+def check_fence(
+    name: str,
+    *,
+    expected_version: int,
+    expected_write_id: str | None,
+    stored_version: int,
+    stored_write_id: str | None,
+    write_id: str,
+) -> bool:
     """The fencing rule, shared by both stores (Redis runs it again inside its script).
 
     True: the stored model is the expected one, write on top of it. False: the store
@@ -173,12 +189,12 @@ def check_fence(name: str, *, expected_version: int, expected_write_id: str | No
     whose first reply was lost adopts it. Anything else raises FencingError.
     """
     if stored_version == expected_version and (
-            expected_write_id is None or stored_write_id == expected_write_id):
+        expected_write_id is None or stored_write_id == expected_write_id
+    ):
         return True
     if stored_version == expected_version + 1 and stored_write_id == write_id:
         return False
-    raise FencingError(name, expected_version, stored_version, expected_write_id,
-                       stored_write_id)
+    raise FencingError(name, expected_version, stored_version, expected_write_id, stored_write_id)
 
 
 @dataclass
@@ -202,9 +218,17 @@ class Fence:
         self.version, self.write_id, self.unconfirmed = version, write_id, []
 
 
-def fenced_save(store: ModelStore, name: str, fence: Fence, *, kind: str, meta: dict,
-                arrays: Mapping[str, np.ndarray], offsets: Mapping[str, Mapping[int, int]],
-                keep_versions: int | None = None) -> int:
+def fenced_save(
+    store: ModelStore,
+    name: str,
+    fence: Fence,
+    *,
+    kind: str,
+    meta: dict,
+    arrays: Mapping[str, np.ndarray],
+    offsets: Mapping[str, Mapping[int, int]],
+    keep_versions: int | None = None,
+) -> int:
     """Save on top of the model `fence` holds and move the fence there; the one way every
     worker writes (online checkpoints, batch reservoir and models, evaluator record).
 
@@ -217,10 +241,17 @@ def fenced_save(store: ModelStore, name: str, fence: Fence, *, kind: str, meta: 
         write_id = new_write_id()
         fence.unconfirmed.append(write_id)
         try:
-            version = store.save(name, kind=kind, meta=meta, arrays=arrays, offsets=offsets,
-                                 expected_version=fence.version,
-                                 expected_write_id=fence.write_id, write_id=write_id,
-                                 keep_versions=keep_versions)
+            version = store.save(
+                name,
+                kind=kind,
+                meta=meta,
+                arrays=arrays,
+                offsets=offsets,
+                expected_version=fence.version,
+                expected_write_id=fence.write_id,
+                write_id=write_id,
+                keep_versions=keep_versions,
+            )
         except FencingError as exc:
             fence.unconfirmed.remove(write_id)  # refused: it did not land
             if exc.actual != fence.version + 1 or exc.actual_write_id not in fence.unconfirmed:
@@ -289,8 +320,9 @@ def encode_model(
         envelope = json.dumps(document, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"meta is not plain finite JSON: {exc}") from None
-    return EncodedModel(kind=kind, envelope=envelope, arrays=encode_arrays(arrays),
-                        write_id=write_id)
+    return EncodedModel(
+        kind=kind, envelope=envelope, arrays=encode_arrays(arrays), write_id=write_id
+    )
 
 
 def decode_model(name: str, version: int, encoded: EncodedModel) -> StoredModel:

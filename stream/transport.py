@@ -53,16 +53,21 @@ def credential_errors() -> tuple[type[BaseException], ...]:
     import kafka.errors
     import redis.exceptions
 
-    return (redis.exceptions.AuthenticationError,
-            redis.exceptions.AuthorizationError, kafka.errors.SaslAuthenticationFailedError,
-            kafka.errors.UnsupportedSaslMechanismError, kafka.errors.AuthorizationError)
+    return (
+        redis.exceptions.AuthenticationError,
+        redis.exceptions.AuthorizationError,
+        kafka.errors.SaslAuthenticationFailedError,
+        kafka.errors.UnsupportedSaslMechanismError,
+        kafka.errors.AuthorizationError,
+    )
 
 
 def credentials_refused(service: str, exc: BaseException) -> CredentialsError:
     """The one message for refused credentials: what refused, why, and what to check."""
     return CredentialsError(
         f"{service} refused the credentials ({type(exc).__name__}: {exc}); not retrying: "
-        f"check the RANKSTREAM_{service.upper()}_* user/password settings and ACLs")
+        f"check the RANKSTREAM_{service.upper()}_* user/password settings and ACLs"
+    )
 
 
 class Producer(Protocol):

@@ -43,8 +43,9 @@ class Feedback:
     held_out: list[RetrievedQuery]
 
     def sample(self) -> TripletSample:
-        cols = [np.concatenate([getattr(t, name) for t in self.triplets])
-                for name in RESERVOIR_COLUMNS]
+        cols = [
+            np.concatenate([getattr(t, name) for t in self.triplets]) for name in RESERVOIR_COLUMNS
+        ]
         return TripletSample(*cols)
 
     def mean_ndcg(self, score) -> float:
@@ -52,14 +53,22 @@ class Feedback:
 
     def random_ndcg(self, repeats: int = 5) -> float:
         rng = np.random.default_rng(0)
-        return float(np.mean([served_ndcg(q, rng.random(len(q.phi)))
-                              for q in self.held_out for _ in range(repeats)]))
+        return float(
+            np.mean(
+                [
+                    served_ndcg(q, rng.random(len(q.phi)))
+                    for q in self.held_out
+                    for _ in range(repeats)
+                ]
+            )
+        )
 
 
 def simulated_feedback(n_queries: int = 40, n_held_out: int = 10) -> Feedback:
     """The simulator at small scale (4,000 images, 200 candidates, top 50 judged)."""
-    sim = FeedbackSimulator(build_collection(n_images=4000, progress=False, seed=0), seed=1,
-                            candidates=200)
+    sim = FeedbackSimulator(
+        build_collection(n_images=4000, progress=False, seed=0), seed=1, candidates=200
+    )
     unicon = UniCon().fit(sim.calibration_phi(10))
     triplets = [sim.step(unicon.score)[1] for _ in range(n_queries)]
     return Feedback(triplets, [sim.next_query() for _ in range(n_held_out)])
@@ -73,9 +82,13 @@ def feedback() -> Feedback:
 def test_points_are_deduplicated_per_query_and_image_and_pairs_point_better_first() -> None:
     phi = np.arange(4 * D, dtype=np.float32).reshape(4, D)
     sample = TripletSample(
-        query_id=np.array([7, 7, 8]), p1_id=np.array([1, 2, 1]), p2_id=np.array([2, 3, 2]),
-        rel1=np.array([2, 1, 1], np.int8), rel2=np.array([1, 0, 0], np.int8),
-        phi1=phi[[0, 1, 2]], phi2=phi[[1, 3, 3]],
+        query_id=np.array([7, 7, 8]),
+        p1_id=np.array([1, 2, 1]),
+        p2_id=np.array([2, 3, 2]),
+        rel1=np.array([2, 1, 1], np.int8),
+        rel2=np.array([1, 0, 0], np.int8),
+        phi1=phi[[0, 1, 2]],
+        phi2=phi[[1, 3, 3]],
     )
     points = ranked_points(sample)
     # (7,1) (7,2) (7,3) (8,1) (8,2): image 1 under two queries is two points
@@ -91,14 +104,29 @@ def test_bad_samples_raise_clear_errors() -> None:
     phi = sample.phi1.copy()
     phi[3, 5] = np.nan
     with pytest.raises(ValueError, match="phi1"):
-        TripletSample(sample.query_id, sample.p1_id, sample.p2_id, sample.rel1, sample.rel2,
-                      phi, sample.phi2)
+        TripletSample(
+            sample.query_id, sample.p1_id, sample.p2_id, sample.rel1, sample.rel2, phi, sample.phi2
+        )
     with pytest.raises(ValueError, match="tied"):
-        TripletSample(sample.query_id, sample.p1_id, sample.p2_id, sample.rel1, sample.rel1,
-                      sample.phi1, sample.phi2)
+        TripletSample(
+            sample.query_id,
+            sample.p1_id,
+            sample.p2_id,
+            sample.rel1,
+            sample.rel1,
+            sample.phi1,
+            sample.phi2,
+        )
     with pytest.raises(ValueError, match="rel2"):
-        TripletSample(sample.query_id, sample.p1_id, sample.p2_id, sample.rel1,
-                      sample.rel2[:5], sample.phi1, sample.phi2)
+        TripletSample(
+            sample.query_id,
+            sample.p1_id,
+            sample.p2_id,
+            sample.rel1,
+            sample.rel2[:5],
+            sample.phi1,
+            sample.phi2,
+        )
     with pytest.raises(ValueError, match="columns"):
         TripletSample.from_columns((sample.query_id,))
 
@@ -111,13 +139,17 @@ def test_sample_pairs_bounds_and_is_reproducible() -> None:
     assert len(sample_pairs(pairs[:20], 50, seed=3)) == len(np.unique(pairs[:20], axis=0))
 
 
-@pytest.mark.parametrize(("kind", "fit", "params"), [
-    ("cmds_dml", fit_cmds_dml, CMDSDMLParams()),
-    ("rankmkl", fit_rankmkl, RankMKLParams(max_pairs=300)),
-    ("rankmkl", fit_rankmkl, RankMKLParams(kernel="chi2", max_pairs=200)),
-])
-def test_stored_batch_models_score_through_serving_and_beat_random(kind, fit, params,
-                                                                   feedback) -> None:
+@pytest.mark.parametrize(
+    ("kind", "fit", "params"),
+    [
+        ("cmds_dml", fit_cmds_dml, CMDSDMLParams()),
+        ("rankmkl", fit_rankmkl, RankMKLParams(max_pairs=300)),
+        ("rankmkl", fit_rankmkl, RankMKLParams(kernel="chi2", max_pairs=200)),
+    ],
+)
+def test_stored_batch_models_score_through_serving_and_beat_random(
+    kind, fit, params, feedback
+) -> None:
     meta, arrays = fit(feedback.sample(), params)
     store = EmbeddedModelStore()
     store.save(kind, kind=kind, meta=meta, arrays=arrays, offsets={}, expected_version=0)
@@ -131,8 +163,9 @@ def test_stored_batch_models_score_through_serving_and_beat_random(kind, fit, pa
 
 def test_cmds_dml_score_orders_by_neighbour_grade_first_then_closeness() -> None:
     sample = _sample(300)
-    scorer = CMDSDMLScorer.from_state(*fit_cmds_dml(sample, CMDSDMLParams(n_neighbors=7,
-                                                                          max_iter=50)))
+    scorer = CMDSDMLScorer.from_state(
+        *fit_cmds_dml(sample, CMDSDMLParams(n_neighbors=7, max_iter=50))
+    )
     phi = np.random.default_rng(2).random((200, D), dtype=np.float32)
     distances, neighbors = scorer._tree.query(scorer.embed(phi), k=7)
     mean_grade = scorer.labels[neighbors].mean(axis=1)

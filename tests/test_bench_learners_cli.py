@@ -16,8 +16,13 @@ def test_bench_learners_json_shape(capsys):
     assert report["dim"] == 36
     assert sorted(report["results"]) == sorted(ALGOS)
     for result in report["results"].values():
-        assert set(result) == {"seconds", "triplets_per_s", "cpu_seconds",
-                               "cpu_triplets_per_s", "compile_seconds"}
+        assert set(result) == {
+            "seconds",
+            "triplets_per_s",
+            "cpu_seconds",
+            "cpu_triplets_per_s",
+            "compile_seconds",
+        }
         assert result["seconds"] > 0 and result["compile_seconds"] >= 0
         assert abs(result["triplets_per_s"] * result["seconds"] - 3000) < 1e-6 * 3000
         assert result["cpu_seconds"] >= 0

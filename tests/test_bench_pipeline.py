@@ -40,8 +40,7 @@ def test_embedded_run_loses_and_duplicates_nothing(embedded_settings: Settings) 
     assert run_store.names() == []  # the run deleted its models
 
 
-def test_a_run_on_real_services_deletes_its_models_and_topics(
-        service_settings: Settings) -> None:
+def test_a_run_on_real_services_deletes_its_models_and_topics(service_settings: Settings) -> None:
     result = run_once(service_settings, 6000, 1000, checkpoint_records=2000)
     assert (result.lost, result.duplicated) == (0, 0)
     run_settings = dataclasses.replace(service_settings, topic_prefix=result.prefix)
@@ -66,16 +65,43 @@ def test_bench_refuses_to_run_without_services(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_bench_pipeline_json_on_real_services(service_settings: Settings) -> None:
-    env = dict(os.environ, RANKSTREAM_KAFKA_BOOTSTRAP=service_settings.kafka_bootstrap or "",
-               RANKSTREAM_REDIS_URL=service_settings.redis_url or "",
-               RANKSTREAM_TOPIC_PREFIX=service_settings.topic_prefix)
+    env = dict(
+        os.environ,
+        RANKSTREAM_KAFKA_BOOTSTRAP=service_settings.kafka_bootstrap or "",
+        RANKSTREAM_REDIS_URL=service_settings.redis_url or "",
+        RANKSTREAM_TOPIC_PREFIX=service_settings.topic_prefix,
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "rankstream.cli", "bench", "pipeline", "--triplets", "40000",
-         "--block-size", "2000", "--repeats", "2", "--checkpoint-records", "15000", "--json"],
-        env=env, capture_output=True, timeout=300, check=True).stdout
+        [
+            sys.executable,
+            "-m",
+            "rankstream.cli",
+            "bench",
+            "pipeline",
+            "--triplets",
+            "40000",
+            "--block-size",
+            "2000",
+            "--repeats",
+            "2",
+            "--checkpoint-records",
+            "15000",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    ).stdout
     result = json.loads(out)
-    assert set(result) == {"triplets", "seconds", "triplets_per_s", "lost", "duplicated",
-                           "checkpoints"}
+    assert set(result) == {
+        "triplets",
+        "seconds",
+        "triplets_per_s",
+        "lost",
+        "duplicated",
+        "checkpoints",
+    }
     assert (result["triplets"], result["lost"], result["duplicated"]) == (40_000, 0, 0)
     assert result["checkpoints"] >= 2  # periodic ones plus the final one
     assert result["triplets_per_s"] == pytest.approx(40_000 / result["seconds"], rel=0.01)

@@ -39,14 +39,28 @@ def test_bad_options_exit_2_before_touching_services(argv: list[str]) -> None:
     assert main(["bench", "scaleout", *argv]) == 2
 
 
-def test_json_report_on_real_services(service_settings: Settings, monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_report_on_real_services(
+    service_settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("RANKSTREAM_KAFKA_BOOTSTRAP", service_settings.kafka_bootstrap or "")
     monkeypatch.setenv("RANKSTREAM_REDIS_URL", service_settings.redis_url or "")
     monkeypatch.setenv("RANKSTREAM_TOPIC_PREFIX", service_settings.topic_prefix)
     monkeypatch.delenv("RANKSTREAM_METRICS_PORT", raising=False)
-    code = main(["bench", "scaleout", "--triplets", "9000", "--workers", "1,2",
-                 "--partitions", "2", "--repeats", "1", "--json"])
+    code = main(
+        [
+            "bench",
+            "scaleout",
+            "--triplets",
+            "9000",
+            "--workers",
+            "1,2",
+            "--partitions",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
     assert code == 0
     assert (report["triplets"], report["partitions"]) == (9000, 2)
@@ -58,8 +72,9 @@ def test_json_report_on_real_services(service_settings: Settings, monkeypatch: p
         assert row["triplets_per_s"] == pytest.approx(9000 / row["seconds"], rel=1e-2)
 
 
-def test_refuses_the_embedded_default(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_the_embedded_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("RANKSTREAM_KAFKA_BOOTSTRAP", raising=False)
     monkeypatch.setenv("RANKSTREAM_REDIS_URL", "redis://127.0.0.1:1/0")
     assert main(["bench", "scaleout", "--json"]) == 2

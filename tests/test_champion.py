@@ -16,16 +16,20 @@ from workers.serving import UNI_CON, ChampionPolicy
 def test_simulator_serves_the_learned_champion_once_it_beats_unicon(embedded_settings) -> None:
     collection = build_collection(n_images=20_000, seed=0, progress=False)
     index = CandidateIndex.build(collection, seed=0, progress=False)
-    simulation = Simulation(embedded_settings,
-                            SimulateOptions(triplets=10**9, seed=2, images=20_000,
-                                            calibration_queries=10),
-                            collection=collection, index=index)
+    simulation = Simulation(
+        embedded_settings,
+        SimulateOptions(triplets=10**9, seed=2, images=20_000, calibration_queries=10),
+        collection=collection,
+        index=index,
+    )
     simulation.start()
-    worker = OnlineWorker(embedded_settings, WorkerOptions(algos=("opar1", "ogdr"),
-                                                           scaler_rows=2000))
+    worker = OnlineWorker(
+        embedded_settings, WorkerOptions(algos=("opar1", "ogdr"), scaler_rows=2000)
+    )
     worker.start()
-    evaluator = Evaluator(embedded_settings,
-                          EvaluatorOptions(window=20, policy=ChampionPolicy(min_queries=8)))
+    evaluator = Evaluator(
+        embedded_settings, EvaluatorOptions(window=20, policy=ChampionPolicy(min_queries=8))
+    )
     evaluator.start()
     transport = open_transport(embedded_settings)
     triplets, queries = transport.consumer(), transport.consumer()

@@ -19,8 +19,12 @@ from rankstream.config import Settings
 def test_schedule_is_seeded_one_fault_per_slice_of_the_stream() -> None:
     plan = ChaosPlan(triplets=100_000, kills=3, counts={"zombie": 1, "crash-redis": 2}, seed=7)
     events = plan.events()
-    assert events == ChaosPlan(triplets=100_000, kills=3, counts={"zombie": 1, "crash-redis": 2},
-                               seed=7).events()
+    assert (
+        events
+        == ChaosPlan(
+            triplets=100_000, kills=3, counts={"zombie": 1, "crash-redis": 2}, seed=7
+        ).events()
+    )
     assert sorted(e.kind for e in events) == sorted(["kill"] * 3 + ["zombie"] + ["crash-redis"] * 2)
     slot = plan.triplets / (len(events) + 1)
     for i, event in enumerate(events):  # the i-th fault lies inside the i-th slice
@@ -30,15 +34,18 @@ def test_schedule_is_seeded_one_fault_per_slice_of_the_stream() -> None:
     assert [e.at for e in other.events()] != [e.at for e in events]
 
 
-@pytest.mark.parametrize("bad", [
-    {"kills": -1},
-    {"counts": {"meteor": 1}},
-    {"counts": {"kill": 2}},
-    {"counts": {"zombie": -1}},
-    {"triplets": 0},
-    {"triplets": 10_000, "kills": 5},  # fewer than two blocks per fault
-    {"seconds_per_fault": 0.0},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kills": -1},
+        {"counts": {"meteor": 1}},
+        {"counts": {"kill": 2}},
+        {"counts": {"zombie": -1}},
+        {"triplets": 0},
+        {"triplets": 10_000, "kills": 5},  # fewer than two blocks per fault
+        {"seconds_per_fault": 0.0},
+    ],
+)
 def test_bad_plans_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError):
         ChaosPlan(**{"triplets": 100_000, **bad})
@@ -50,25 +57,47 @@ def test_the_worker_command_line_means_the_reference_options() -> None:
     argv = worker_argv(options)
     assert argv[:3] == [sys.executable, "-m", "rankstream.cli"]
     args = build_parser().parse_args(argv[3:])
-    assert (tuple(args.algo.split(",")), args.checkpoint_records, args.checkpoint_seconds,
-            args.exit_when_idle, args.scaler_rows, args.C, args.eta) == (
-        options.algos, options.checkpoint_records, options.checkpoint_seconds,
-        options.exit_when_idle, options.scaler_rows, options.C, options.eta)
+    assert (
+        tuple(args.algo.split(",")),
+        args.checkpoint_records,
+        args.checkpoint_seconds,
+        args.exit_when_idle,
+        args.scaler_rows,
+        args.C,
+        args.eta,
+    ) == (
+        options.algos,
+        options.checkpoint_records,
+        options.checkpoint_seconds,
+        options.exit_when_idle,
+        options.scaler_rows,
+        options.C,
+        options.eta,
+    )
     assert set(EVENT_KINDS) >= {"kill", "zombie", "lose-checkpoint"}
 
 
 def test_cli_refuses_without_kafka_and_redis() -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANKSTREAM_KAFKA_BOOTSTRAP", "RANKSTREAM_REDIS_URL")}
-    done = subprocess.run([sys.executable, "-m", "rankstream.cli", "chaos", "--json"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANKSTREAM_KAFKA_BOOTSTRAP", "RANKSTREAM_REDIS_URL")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "rankstream.cli", "chaos", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert "RANKSTREAM_KAFKA_BOOTSTRAP" in done.stderr
 
 
 @pytest.mark.timeout(300)
 def test_short_chaos_three_kills_is_exactly_once_and_bit_identical(
-        service_settings: Settings) -> None:
+    service_settings: Settings,
+) -> None:
     result = run_chaos(service_settings, ChaosPlan(triplets=200_000, kills=3, seed=1))
     assert (result.kills, result.events_missed) == (3, 0)
     assert result.exits.get(str(-signal.SIGKILL)) == 3

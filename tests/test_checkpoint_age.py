@@ -49,8 +49,9 @@ def test_the_batch_worker_stamps_its_reservoir(embedded_settings: Settings) -> N
         producer.send(embedded_settings.triplets_topic, block.encode(), key=block.key)
     producer.flush()
     before = time.time()
-    options = BatchOptions(reservoir=300, seed=1, models=("rankmkl",), min_triplets=10**9,
-                           max_poll_records=1)
+    options = BatchOptions(
+        reservoir=300, seed=1, models=("rankmkl",), min_triplets=10**9, max_poll_records=1
+    )
     worker = BatchWorker(embedded_settings, options)
     assert worker.run(until=lambda w: w.counters.messages >= 3) == 0  # a clean stop persists
     assert sample_value(GAUGE, {"model": RESERVOIR_NAME}) >= before

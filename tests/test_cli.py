@@ -28,10 +28,21 @@ def test_every_command_prints_help(words, capsys):
 def test_design_md_commands_are_all_registered():
     """DESIGN.md's CLI contract names these command words."""
     contract = {
-        ("demo",), ("eval", "cbir"), ("eval", "dml"), ("eval", "mkl"),
-        ("bench", "learners"), ("bench", "pipeline"), ("simulate",),
-        ("worker", "online"), ("worker", "batch"), ("worker", "evaluator"),
-        ("record",), ("replay",), ("model", "show"), ("services", "up"), ("services", "down"),
+        ("demo",),
+        ("eval", "cbir"),
+        ("eval", "dml"),
+        ("eval", "mkl"),
+        ("bench", "learners"),
+        ("bench", "pipeline"),
+        ("simulate",),
+        ("worker", "online"),
+        ("worker", "batch"),
+        ("worker", "evaluator"),
+        ("record",),
+        ("replay",),
+        ("model", "show"),
+        ("services", "up"),
+        ("services", "down"),
     }
     assert contract <= set(COMMANDS)
 

@@ -13,8 +13,16 @@ from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
 from simulators.collection import build_collection
 from simulators.retrieval import CandidateIndex
 
-TINY = {"images": 4000, "scaler_rows": 500, "reservoir": 300, "cmds_dml_iterations": 10,
-        "rankmkl_pairs": 100, "publish_every": 2, "window": 10, "calibration_queries": 5}
+TINY = {
+    "images": 4000,
+    "scaler_rows": 500,
+    "reservoir": 300,
+    "cmds_dml_iterations": 10,
+    "rankmkl_pairs": 100,
+    "publish_every": 2,
+    "window": 10,
+    "calibration_queries": 5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +44,7 @@ def test_every_model_is_scored_only_once_it_exists(tiny_run) -> None:
     assert np.isfinite(ndcg["uni_con"]).all()  # published before the first query
     for model in ONLINE_MODELS:  # first checkpoint once 500 triplets fixed the scaler
         scored = np.isfinite(ndcg[model])
-        assert not scored[0] and scored[-1] and scored[np.argmax(scored):].all()
+        assert not scored[0] and scored[-1] and scored[np.argmax(scored) :].all()
     for model in BATCH_MODELS:  # refits after queries 6 and 12 (never after the last)
         scored = np.isfinite(ndcg[model])
         assert not scored[:6].any() and scored[6:].all()
@@ -82,8 +90,22 @@ def test_cli_writes_report_plots_and_table(tmp_path, monkeypatch, capsys) -> Non
     monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("RANKSTREAM_KAFKA_BOOTSTRAP", "nowhere:9")  # the demo ignores services
     out = tmp_path / "report"
-    assert main(["demo", "--out", str(out), "--images", "4000", "--queries", "8",
-                 "--refit-every", "100"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--out",
+                str(out),
+                "--images",
+                "4000",
+                "--queries",
+                "8",
+                "--refit-every",
+                "100",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert {"queries", "triplets", "seconds", "ndcg_at_50"} <= set(report)
     assert set(report["ndcg_at_50"]) == set(REPORT_MODELS)
@@ -114,8 +136,9 @@ def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> N
     from rankstream.demo import DemoPipeline
 
     collection, index = tiny_collection
-    pipeline = DemoPipeline(DemoOptions(queries=4, refit_every=3, **TINY),
-                            collection=collection, index=index)
+    pipeline = DemoPipeline(
+        DemoOptions(queries=4, refit_every=3, **TINY), collection=collection, index=index
+    )
     pipeline.start()
     assert pipeline.online.options.algos == ONLINE_MODELS
     assert pipeline.learning_seconds == dict.fromkeys(ONLINE_MODELS + BATCH_MODELS, 0.0)

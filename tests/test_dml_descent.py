@@ -85,16 +85,35 @@ def _kernel(objective, theta, gamma, max_iter, tol, adaptive, max_backtracks=20)
     from ranking.dml.cmds_descent import cmds_steepest_descent
 
     return cmds_steepest_descent(
-        theta, objective.s, objective.d, objective.gram, np.ascontiguousarray(objective.cross),
-        objective.y_sq, objective.V, objective.mu, gamma, 0.5, 0.05, max_backtracks, max_iter,
-        tol, adaptive,
+        theta,
+        objective.s,
+        objective.d,
+        objective.gram,
+        np.ascontiguousarray(objective.cross),
+        objective.y_sq,
+        objective.V,
+        objective.mu,
+        gamma,
+        0.5,
+        0.05,
+        max_backtracks,
+        max_iter,
+        tol,
+        adaptive,
     )
 
 
 def _reference(objective, theta, gamma, max_iter, tol, adaptive):
     return steepest_descent(
-        objective, theta, gamma=gamma, rho=0.5, sigma=0.05, max_backtracks=20,
-        max_iter=max_iter, tol=tol, adaptive_gamma=adaptive,
+        objective,
+        theta,
+        gamma=gamma,
+        rho=0.5,
+        sigma=0.05,
+        max_backtracks=20,
+        max_iter=max_iter,
+        tol=tol,
+        adaptive_gamma=adaptive,
     )
 
 

@@ -30,8 +30,14 @@ SCALER = Standardizer().fit(RNG.random((500, 36)))
 
 def _save(store, name, model, kind="online") -> int:
     meta, arrays = model.to_state()
-    return store.save(name, kind=kind, meta=meta, arrays=arrays, offsets={},
-                      expected_version=store.latest_versions().get(name, 0))
+    return store.save(
+        name,
+        kind=kind,
+        meta=meta,
+        arrays=arrays,
+        offsets={},
+        expected_version=store.latest_versions().get(name, 0),
+    )
 
 
 def _query(seq: int, versions: dict[str, int], k: int = 120) -> JudgedQuery:
@@ -39,9 +45,17 @@ def _query(seq: int, versions: dict[str, int], k: int = 120) -> JudgedQuery:
     phi = RNG.random((k, 36)).astype(np.float32)
     signal = phi[:, 0] + 0.1 * RNG.standard_normal(k)
     relevance = np.digitize(signal, [0.6, 0.85]).astype(np.int8)
-    return JudgedQuery(seq=seq, query_id=seq, candidate_ids=np.arange(k, dtype=np.int64),
-                       phi=phi, relevance=relevance, served_by=UNI_CON, served_version=1,
-                       model_versions=versions, judged=50)
+    return JudgedQuery(
+        seq=seq,
+        query_id=seq,
+        candidate_ids=np.arange(k, dtype=np.int64),
+        phi=phi,
+        relevance=relevance,
+        served_by=UNI_CON,
+        served_version=1,
+        model_versions=versions,
+        judged=50,
+    )
 
 
 def _column_model(column: int, sign: float = 1.0) -> OnlineRanker:
@@ -52,8 +66,12 @@ def _column_model(column: int, sign: float = 1.0) -> OnlineRanker:
 
 def _evaluator(store) -> Evaluator:
     """An evaluator for direct `evaluate` calls (they never touch the transport)."""
-    return Evaluator(Settings(topic_prefix="unused"), EvaluatorOptions(window=50), store=store,
-                     transport=object())
+    return Evaluator(
+        Settings(topic_prefix="unused"),
+        EvaluatorOptions(window=50),
+        store=store,
+        transport=object(),
+    )
 
 
 def test_scores_use_the_stamped_version_never_a_newer_one() -> None:
@@ -93,12 +111,14 @@ def test_champion_switches_to_a_clearly_better_model_and_is_published(embedded_s
     _save(store, "good", _column_model(0))
     producer = transport.producer()
     for seq in range(30):
-        producer.send(embedded_settings.queries_topic,
-                      encode_query(_query(seq, {UNI_CON: 1, "good": 1})))
+        producer.send(
+            embedded_settings.queries_topic, encode_query(_query(seq, {UNI_CON: 1, "good": 1}))
+        )
     producer.send(embedded_settings.queries_topic, b"not arrow at all")
     producer.flush()
-    options = EvaluatorOptions(window=20, exit_when_idle=0.3, poll_ms=20,
-                               policy=ChampionPolicy(min_queries=10))
+    options = EvaluatorOptions(
+        window=20, exit_when_idle=0.3, poll_ms=20, policy=ChampionPolicy(min_queries=10)
+    )
     switches = sample_value("rankstream_champion_switches_total")
     evaluator = Evaluator(embedded_settings, options, transport=transport, store=store)
     assert evaluator.run() == 0
@@ -136,7 +156,8 @@ class _BrokenScorer:
 
 
 def test_a_query_that_cannot_be_evaluated_is_dead_lettered_and_the_evaluator_goes_on(
-        embedded_settings) -> None:
+    embedded_settings,
+) -> None:
     store = open_store(embedded_settings)
     transport = open_transport(embedded_settings)
     _save(store, "good", _column_model(0))
@@ -149,7 +170,8 @@ def test_a_query_that_cannot_be_evaluated_is_dead_lettered_and_the_evaluator_goe
     evaluator = Evaluator(embedded_settings, options, transport=transport, store=store)
     real_get = evaluator.cache.get
     evaluator.cache.get = lambda model, version: (  # type: ignore[method-assign]
-        _BrokenScorer() if model == "broken" else real_get(model, version))
+        _BrokenScorer() if model == "broken" else real_get(model, version)
+    )
     failed = sample_value("rankstream_dead_letters_total", {"reason": "evaluation_failed"})
     assert evaluator.run() == 0
     assert evaluator.queries_evaluated == 2 and evaluator.dead_letters == 1

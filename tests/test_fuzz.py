@@ -58,9 +58,17 @@ from stream.transport import Message
 
 EXAMPLES = int(os.environ.get("RANKSTREAM_FUZZ_EXAMPLES", "300"))
 _CASE_SECONDS = 30.0
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 CASES: Counter[str] = Counter()  # test -> cases run
 DEAD: Counter[str] = Counter()  # reason -> dead letters / rejects seen
 
@@ -71,9 +79,17 @@ def _report() -> Iterator[None]:
     path = os.environ.get("RANKSTREAM_FUZZ_REPORT")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"examples_per_test": EXAMPLES,
-                                          "cases": dict(CASES), "total": sum(CASES.values()),
-                                          "dead_letters_by_reason": dict(DEAD)}, indent=1))
+        Path(path).write_text(
+            json.dumps(
+                {
+                    "examples_per_test": EXAMPLES,
+                    "cases": dict(CASES),
+                    "total": sum(CASES.values()),
+                    "dead_letters_by_reason": dict(DEAD),
+                },
+                indent=1,
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -101,36 +117,59 @@ def _phi(rng: np.random.Generator, n: int) -> np.ndarray:
 def valid_triplets(seed: int, n: int) -> bytes:
     rng = np.random.default_rng(seed)
     rel1 = rng.integers(1, 4, n).astype(np.int8)
-    return encode_triplets(seq=np.arange(n, dtype=np.int64), query_id=rng.integers(0, 9, n),
-                           p1_id=rng.integers(0, 10**6, n), p2_id=rng.integers(0, 10**6, n),
-                           rel1=rel1, rel2=(rel1 - rng.integers(1, 2, n)).astype(np.int8),
-                           phi1=_phi(rng, n), phi2=_phi(rng, n))
+    return encode_triplets(
+        seq=np.arange(n, dtype=np.int64),
+        query_id=rng.integers(0, 9, n),
+        p1_id=rng.integers(0, 10**6, n),
+        p2_id=rng.integers(0, 10**6, n),
+        rel1=rel1,
+        rel2=(rel1 - rng.integers(1, 2, n)).astype(np.int8),
+        phi1=_phi(rng, n),
+        phi2=_phi(rng, n),
+    )
 
 
 def valid_query(seed: int, k: int, versions: dict[str, int] | None = None) -> bytes:
     rng = np.random.default_rng(seed)
-    return encode_query(JudgedQuery(
-        seq=seed, query_id=seed, candidate_ids=np.arange(k, dtype=np.int64), phi=_phi(rng, k),
-        relevance=rng.integers(0, 3, k).astype(np.int8), served_by="uni-con", served_version=1,
-        model_versions=versions if versions is not None else {"uni-con": 1},
-        judged=min(k, 50)))
+    return encode_query(
+        JudgedQuery(
+            seq=seed,
+            query_id=seed,
+            candidate_ids=np.arange(k, dtype=np.int64),
+            phi=_phi(rng, k),
+            relevance=rng.integers(0, 3, k).astype(np.int8),
+            served_by="uni-con",
+            served_version=1,
+            model_versions=versions if versions is not None else {"uni-con": 1},
+            judged=min(k, 50),
+        )
+    )
 
 
 SOURCE = Message("t.triplets", 0, 7, None, b"", 0)
 SEEDS = {
     "triplets": [valid_triplets(s, n) for s, n in ((0, 1), (1, 5), (2, 17))],
     "queries": [valid_query(s, k) for s, k in ((0, 1), (1, 8), (2, 60))],
-    "dead-letter": [dead_letter(b"\x00\x01", "bad_bytes", "x", SOURCE),
-                    dead_letter(valid_triplets(3, 4), "non_finite", "2 rows", SOURCE, [0, 3])],
-    "codec": [codec.encode_arrays({"w": np.arange(36.0), "n": np.array([3], np.int64)}),
-              codec.encode_arrays({"sigma": np.eye(4, dtype=np.float32), "b": np.ones(2, bool)})],
+    "dead-letter": [
+        dead_letter(b"\x00\x01", "bad_bytes", "x", SOURCE),
+        dead_letter(valid_triplets(3, 4), "non_finite", "2 rows", SOURCE, [0, 3]),
+    ],
+    "codec": [
+        codec.encode_arrays({"w": np.arange(36.0), "n": np.array([3], np.int64)}),
+        codec.encode_arrays({"sigma": np.eye(4, dtype=np.float32), "b": np.ones(2, bool)}),
+    ],
 }
 ALL_SEEDS = [s for seeds in SEEDS.values() for s in seeds]
 
 
 # --- byte-level mutation ---------------------------------------------------------------
-_HUGE = [b"\xff\xff\xff\x7f", b"\xff\xff\xff\xff", b"\x00\x00\x00\x80",
-         b"\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x00\x00\x00\x00\x00\x00\x00\x80"]
+_HUGE = [
+    b"\xff\xff\xff\x7f",
+    b"\xff\xff\xff\xff",
+    b"\x00\x00\x00\x80",
+    b"\xff\xff\xff\xff\xff\xff\xff\x7f",
+    b"\x00\x00\x00\x00\x00\x00\x00\x80",
+]
 
 
 @st.composite
@@ -138,8 +177,11 @@ def mutated(draw: st.DrawFn, kind: str) -> bytes:
     """A valid `kind` seed with 1..4 byte-level mutations applied."""
     data = bytearray(draw(st.sampled_from(SEEDS[kind])))
     for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(("flip", "flip", "truncate", "splice", "huge", "insert",
-                                   "delete", "double")))
+        op = draw(
+            st.sampled_from(
+                ("flip", "flip", "truncate", "splice", "huge", "insert", "delete", "double")
+            )
+        )
         at = draw(st.integers(0, max(len(data) - 1, 0)))
         if op == "flip" and data:
             data[at] ^= 1 << draw(st.integers(0, 7))
@@ -147,22 +189,26 @@ def mutated(draw: st.DrawFn, kind: str) -> bytes:
             del data[at:]
         elif op == "splice":
             other = draw(st.sampled_from(ALL_SEEDS))
-            data = data[:at] + other[draw(st.integers(0, len(other))):]
+            data = data[:at] + other[draw(st.integers(0, len(other))) :]
         elif op == "huge":
             field = draw(st.sampled_from(_HUGE))
-            data[at:at + len(field)] = field
+            data[at : at + len(field)] = field
         elif op == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=16))
         elif op == "delete":
-            del data[at:at + draw(st.integers(1, 64))]
+            del data[at : at + draw(st.integers(1, 64))]
         else:
             data = data + data
     return bytes(data)
 
 
 # --- well-formed Arrow that breaks the schema -------------------------------------------
-def _arrow(fields: pa.Schema, columns: list[pa.Array], metadata: dict[bytes, bytes] | None,
-           batches: int = 1) -> bytes:
+def _arrow(
+    fields: pa.Schema,
+    columns: list[pa.Array],
+    metadata: dict[bytes, bytes] | None,
+    batches: int = 1,
+) -> bytes:
     schema = fields.with_metadata(metadata) if metadata is not None else fields
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     sink = pa.BufferOutputStream()
@@ -193,8 +239,10 @@ def triplet_columns(draw: st.DrawFn) -> tuple[list[pa.Array], set[int]]:
     rel1 = rng.integers(-128, 128, n).astype(np.int8)
     rel2 = rng.integers(-128, 128, n).astype(np.int8)
     bad: set[int] = set(np.flatnonzero(rel1 == rel2).tolist())
-    edits = [(row, draw(st.sampled_from(("nan", "tie", "extreme"))))
-             for row in (draw(st.lists(st.integers(0, n - 1), max_size=4)) if n else [])]
+    edits = [
+        (row, draw(st.sampled_from(("nan", "tie", "extreme"))))
+        for row in (draw(st.lists(st.integers(0, n - 1), max_size=4)) if n else [])
+    ]
     for row, which in sorted(edits, key=lambda e: e[1] != "extreme"):  # extremes first
         if which == "nan":
             phi[row % 2][row, draw(st.integers(0, PHI_DIM - 1))] = draw(st.sampled_from(_SPECIAL))
@@ -205,8 +253,12 @@ def triplet_columns(draw: st.DrawFn) -> tuple[list[pa.Array], set[int]]:
         else:
             phi[row % 2][row] = rng.choice(_EXTREME, PHI_DIM)
     ints = [pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)) for _ in range(4)]
-    columns = [*ints, pa.array(rel1), pa.array(rel2),
-               *(_phi_array(p.reshape(-1), PHI_DIM) for p in phi)]
+    columns = [
+        *ints,
+        pa.array(rel1),
+        pa.array(rel2),
+        *(_phi_array(p.reshape(-1), PHI_DIM) for p in phi),
+    ]
     return columns, bad
 
 
@@ -219,14 +271,16 @@ def schema_breaking(draw: st.DrawFn, kind: str) -> bytes:
         columns, _ = draw(triplet_columns())
     else:
         columns = _query_columns(draw)
-    how = draw(st.sampled_from(("name", "version", "no_meta", "width", "type", "drop",
-                                "nulls", "batches")))
+    how = draw(
+        st.sampled_from(("name", "version", "no_meta", "width", "type", "drop", "nulls", "batches"))
+    )
     meta = _meta(name)
     if how == "name":
         meta = _meta(draw(st.sampled_from(("queries", "triplets", "dead-letter", "", "x"))))
     elif how == "version":
-        meta = _meta(name, draw(st.sampled_from((b"0", b"2", b"999999999999", b"", b"1.0",
-                                                 b"\xff"))))
+        meta = _meta(
+            name, draw(st.sampled_from((b"0", b"2", b"999999999999", b"", b"1.0", b"\xff")))
+        )
     elif how == "no_meta":
         meta = None
     elif how == "width" and kind == "triplets":
@@ -234,8 +288,9 @@ def schema_breaking(draw: st.DrawFn, kind: str) -> bytes:
         n = len(columns[0])
         flat = np.zeros(n * width, np.float32)
         columns[6] = columns[7] = _phi_array(flat, width)
-        fields = pa.schema([*list(fields)[:6], ("phi1", columns[6].type),
-                            ("phi2", columns[7].type)])
+        fields = pa.schema(
+            [*list(fields)[:6], ("phi1", columns[6].type), ("phi2", columns[7].type)]
+        )
     elif how == "type":
         i = draw(st.integers(0, len(columns) - 1))
         columns[i] = pa.array([str(v) for v in columns[i].to_pylist()], pa.string())
@@ -268,17 +323,25 @@ def _query_columns(draw: st.DrawFn) -> list[pa.Array]:
         phi[0] = rng.choice(_EXTREME, PHI_DIM)
     relevance = rng.integers(draw(st.sampled_from((-128, 0))), 128, k_rel).astype(np.int8)
     judged = draw(st.sampled_from((0, k, k + 1, -1, 2**31 - 1)))
-    versions = draw(st.dictionaries(st.sampled_from(("uni-con", "opr", "", "x" * 300)),
-                                    st.integers(-(2**63), 2**63 - 1), max_size=3))
+    versions = draw(
+        st.dictionaries(
+            st.sampled_from(("uni-con", "opr", "", "x" * 300)),
+            st.integers(-(2**63), 2**63 - 1),
+            max_size=3,
+        )
+    )
     offsets = lambda m: np.array([0, m], np.int32)  # noqa: E731
-    return [pa.array([1], pa.int64()), pa.array([2], pa.int64()),
-            pa.ListArray.from_arrays(offsets(k), pa.array(np.arange(k, dtype=np.int64))),
-            pa.ListArray.from_arrays(offsets(k_phi), _phi_array(phi.reshape(-1), PHI_DIM)),
-            pa.ListArray.from_arrays(offsets(k_rel), pa.array(relevance)),
-            pa.array([draw(st.sampled_from(("uni-con", "", "opr\x00")))], pa.string()),
-            pa.array([draw(st.integers(-(2**63), 2**63 - 1))], pa.int64()),
-            pa.array([list(versions.items())], pa.map_(pa.string(), pa.int64())),
-            pa.array([judged], pa.int32())]
+    return [
+        pa.array([1], pa.int64()),
+        pa.array([2], pa.int64()),
+        pa.ListArray.from_arrays(offsets(k), pa.array(np.arange(k, dtype=np.int64))),
+        pa.ListArray.from_arrays(offsets(k_phi), _phi_array(phi.reshape(-1), PHI_DIM)),
+        pa.ListArray.from_arrays(offsets(k_rel), pa.array(relevance)),
+        pa.array([draw(st.sampled_from(("uni-con", "", "opr\x00")))], pa.string()),
+        pa.array([draw(st.integers(-(2**63), 2**63 - 1))], pa.int64()),
+        pa.array([list(versions.items())], pa.map_(pa.string(), pa.int64())),
+        pa.array([judged], pa.int32()),
+    ]
 
 
 @st.composite
@@ -351,8 +414,9 @@ def test_fuzz_decode_query(value: bytes) -> None:
         assert k >= 1 and query.phi.shape == (k, PHI_DIM) and query.relevance.shape == (k,)
         assert np.isfinite(query.phi).all() and 0 <= query.judged <= k
         assert (query.relevance >= 0).all()
-        assert all(isinstance(n, str) and isinstance(v, int)
-                   for n, v in query.model_versions.items())
+        assert all(
+            isinstance(n, str) and isinstance(v, int) for n, v in query.model_versions.items()
+        )
 
 
 @FUZZ
@@ -369,20 +433,30 @@ def test_fuzz_decode_dead_letter(value: bytes) -> None:
 
 
 @FUZZ
-@given(value=st.one_of(mutated("codec"), st.binary(max_size=64), st.sampled_from(ALL_SEEDS),
-                       st.builds(lambda h: codec.MAGIC + len(h).to_bytes(4, "little") + h,
-                                 st.sampled_from([
-                                     b'[{"name":"a","dtype":"|O","shape":[1],"offset":0,'
-                                     b'"nbytes":8}]',
-                                     b'[{"name":"a","dtype":"<f8","shape":[-1],"offset":0,'
-                                     b'"nbytes":8}]',
-                                     b'[{"name":"a","dtype":"<f8","shape":[4611686018427387904,'
-                                     b'4],"offset":0,"nbytes":0}]',
-                                     b'[{"name":"a","dtype":",","shape":[1],"offset":0,'
-                                     b'"nbytes":8}]',  # found: np.dtype raised SyntaxError
-                                     b'[{"name":"a","dtype":"(4,)f8","shape":[1],"offset":0,'
-                                     b'"nbytes":32}]',
-                                     b'{"not":"a list"}', b"[1, 2]", b"\xff\xfe"]))))
+@given(
+    value=st.one_of(
+        mutated("codec"),
+        st.binary(max_size=64),
+        st.sampled_from(ALL_SEEDS),
+        st.builds(
+            lambda h: codec.MAGIC + len(h).to_bytes(4, "little") + h,
+            st.sampled_from(
+                [
+                    b'[{"name":"a","dtype":"|O","shape":[1],"offset":0,"nbytes":8}]',
+                    b'[{"name":"a","dtype":"<f8","shape":[-1],"offset":0,"nbytes":8}]',
+                    b'[{"name":"a","dtype":"<f8","shape":[4611686018427387904,'
+                    b'4],"offset":0,"nbytes":0}]',
+                    b'[{"name":"a","dtype":",","shape":[1],"offset":0,'
+                    b'"nbytes":8}]',  # found: np.dtype raised SyntaxError
+                    b'[{"name":"a","dtype":"(4,)f8","shape":[1],"offset":0,"nbytes":32}]',
+                    b'{"not":"a list"}',
+                    b"[1, 2]",
+                    b"\xff\xfe",
+                ]
+            ),
+        ),
+    )
+)
 def test_fuzz_codec_arrays(value: bytes) -> None:
     with case("codec"):
         try:
@@ -401,8 +475,11 @@ def test_a_field_name_that_is_not_utf8_is_bad_bytes(kind: str) -> None:
     CASES["regression"] += 1
     value = bytearray(SEEDS[kind][-1])
     value[value.find(b"query_id" if kind != "dead-letter" else b"reason")] = 0x80
-    decode = {"triplets": decode_triplets, "queries": decode_query,
-              "dead-letter": decode_dead_letter}[kind]
+    decode = {
+        "triplets": decode_triplets,
+        "queries": decode_query,
+        "dead-letter": decode_dead_letter,
+    }[kind]
     with pytest.raises(SchemaError) as info:
         decode(bytes(value))
     assert info.value.reason == "bad_bytes"
@@ -436,8 +513,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 @FUZZ
 @given(kind=st.sampled_from(("triplets", "queries")), data=st.data())
-def test_fuzz_recorded_logs(recorded: dict[str, bytes], kind: str, data: st.DataObject,
-                            tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_fuzz_recorded_logs(
+    recorded: dict[str, bytes],
+    kind: str,
+    data: st.DataObject,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     with case("recorded_logs"):
         original = bytearray(recorded[kind])
         for _ in range(data.draw(st.integers(1, 3))):
@@ -445,7 +526,7 @@ def test_fuzz_recorded_logs(recorded: dict[str, bytes], kind: str, data: st.Data
             if data.draw(st.booleans()):
                 original[at] ^= 1 << data.draw(st.integers(0, 7))
             else:
-                original[at:at + 8] = data.draw(st.sampled_from(_HUGE))
+                original[at : at + 8] = data.draw(st.sampled_from(_HUGE))
         directory = tmp_path_factory.mktemp("log", numbered=True)
         (directory / kind).mkdir()
         (directory / kind / "00000000.parquet").write_bytes(bytes(original))
@@ -470,8 +551,7 @@ def _dead_letters(transport: EmbeddedTransport, topic: str, start: int) -> list:
     consumer = transport.consumer(None)
     consumer.assign([(topic, 0)])
     consumer.seek(topic, 0, start)
-    letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=0,
-                                                                  max_records=10_000)]
+    letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=0, max_records=10_000)]
     consumer.close()
     return letters
 
@@ -494,8 +574,9 @@ def online(tmp_path_factory: pytest.TempPathFactory):
 
     settings = _settings(tmp_path_factory.mktemp("online"))
     transport = EmbeddedTransport()
-    worker = OnlineWorker(settings, WorkerOptions(scaler_rows=8), transport=transport,
-                          store=EmbeddedModelStore())
+    worker = OnlineWorker(
+        settings, WorkerOptions(scaler_rows=8), transport=transport, store=EmbeddedModelStore()
+    )
     worker.start()
     return worker, transport, _Feed(settings.triplets_topic)
 
@@ -543,9 +624,10 @@ def evaluator(tmp_path_factory: pytest.TempPathFactory):
     settings = _settings(tmp_path_factory.mktemp("evaluator"))
     transport, store = EmbeddedTransport(), EmbeddedModelStore()
     scaler = Standardizer().fit(np.random.default_rng(0).random((64, PHI_DIM)))
-    for name, model, kind in (("uni-con", UniCon(scaler=scaler), "linear"),
-                              ("opr", OnlineRanker(algo="opr", scaler=scaler,
-                                                   warm_start=np.ones(PHI_DIM)), "online")):
+    for name, model, kind in (
+        ("uni-con", UniCon(scaler=scaler), "linear"),
+        ("opr", OnlineRanker(algo="opr", scaler=scaler, warm_start=np.ones(PHI_DIM)), "online"),
+    ):
         meta, arrays = model.to_state()
         store.save(name, kind=kind, meta=meta, arrays=arrays, offsets={}, expected_version=0)
     worker = Evaluator(settings, EvaluatorOptions(window=20), transport=transport, store=store)
@@ -554,10 +636,16 @@ def evaluator(tmp_path_factory: pytest.TempPathFactory):
 
 
 @FUZZ
-@given(values=st.lists(st.one_of(hostile("queries"),
-                                 st.integers(0, 99).map(lambda s: valid_query(
-                                     s, 30, {"uni-con": 1, "opr": 1}))),
-                       min_size=1, max_size=4))
+@given(
+    values=st.lists(
+        st.one_of(
+            hostile("queries"),
+            st.integers(0, 99).map(lambda s: valid_query(s, 30, {"uni-con": 1, "opr": 1})),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_fuzz_evaluator(evaluator, values: list[bytes]) -> None:
     worker, transport, feed = evaluator
     with case("evaluator"):
@@ -587,8 +675,12 @@ def batch(tmp_path_factory: pytest.TempPathFactory):
     from workers.batch import BatchOptions, BatchWorker
 
     settings = _settings(tmp_path_factory.mktemp("batch"))
-    worker = BatchWorker(settings, BatchOptions(reservoir=500), transport=EmbeddedTransport(),
-                         store=EmbeddedModelStore())
+    worker = BatchWorker(
+        settings,
+        BatchOptions(reservoir=500),
+        transport=EmbeddedTransport(),
+        store=EmbeddedModelStore(),
+    )
     worker.start()
     return worker, _Feed(settings.triplets_topic)
 
@@ -604,8 +696,11 @@ def test_fuzz_batch_worker(batch, values: list[bytes]) -> None:
         worker.process(messages)
         outcomes = [expected_triplets(m.value) for m in messages]
         bad_messages = sum(reason is not None for reason, _ in outcomes)
-        good_rows = sum(len(decode_triplets(m.value)) for m, (reason, _) in
-                        zip(messages, outcomes, strict=True) if reason is None)
+        good_rows = sum(
+            len(decode_triplets(m.value))
+            for m, (reason, _) in zip(messages, outcomes, strict=True)
+            if reason is None
+        )
         assert worker.counters.skipped_messages - skipped == bad_messages
         assert worker.counters.rejected_rows - rejected == sum(len(r) for _, r in outcomes)
         assert worker.reservoir.n_seen - seen == good_rows

@@ -40,8 +40,9 @@ def test_model_show_json(stored_opr: TrackedModel, capsys: pytest.CaptureFixture
     assert stored_opr.n_updates > 0
 
 
-def test_model_show_table_and_missing(stored_opr: TrackedModel,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_show_table_and_missing(
+    stored_opr: TrackedModel, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["model", "show", "opr"]) == 0
     out = capsys.readouterr().out
     assert "weights_sha256" in out and weights_sha256(stored_opr.weights)[:16] in out

@@ -30,7 +30,7 @@ def test_fused_pass_is_bit_identical_to_separate_learn_many(shared_scaler: bool)
     if shared_scaler:
         scalers = [Standardizer().fit(np.vstack([phi1[:100], phi2[:100]]))] * 4
     else:
-        scalers = [Standardizer().fit(phi1[i * 50:(i + 2) * 50]) for i in range(3)] + [None]
+        scalers = [Standardizer().fit(phi1[i * 50 : (i + 2) * 50]) for i in range(3)] + [None]
     together, alone = _rankers(scalers, C=0.3, eta=0.05), _rankers(scalers, C=0.3, eta=0.05)
     for a, b in ((0, 300), (300, 301), (301, 900)):  # state carries across calls
         errors = learn_many_together(together, phi1[a:b], phi2[a:b], y[a:b])

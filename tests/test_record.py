@@ -75,12 +75,27 @@ def test_restart_after_a_crash_with_buffered_messages_has_no_gap_or_duplicate(tm
 
 
 def _recorder_process(settings: Settings, out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix)
-    command = [sys.executable, "-m", "rankstream", "record", "--out", str(out), "--topics",
-               "triplets", "--messages-per-file", "3", "--roll-seconds", "0.2", *extra]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    env = dict(
+        os.environ,
+        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
+        RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix,
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "rankstream",
+        "record",
+        "--out",
+        str(out),
+        "--topics",
+        "triplets",
+        "--messages-per-file",
+        "3",
+        "--roll-seconds",
+        "0.2",
+        *extra,
+    ]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_sigkill_mid_stream_then_restart_on_kafka(service_settings, tmp_path):

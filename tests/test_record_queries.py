@@ -18,11 +18,19 @@ T0 = 1_700_000_000_000
 
 def _query(seq: int) -> bytes:
     rng = np.random.default_rng(seq)
-    return encode_query(JudgedQuery(
-        seq=seq, query_id=100 + seq, candidate_ids=rng.integers(0, 10**6, 8),
-        phi=rng.random((8, PHI_DIM), dtype=np.float32),
-        relevance=rng.integers(0, 5, 8).astype(np.int8), served_by="champion",
-        served_version=1, model_versions={"opar1": 1}, judged=5))
+    return encode_query(
+        JudgedQuery(
+            seq=seq,
+            query_id=100 + seq,
+            candidate_ids=rng.integers(0, 10**6, 8),
+            phi=rng.random((8, PHI_DIM), dtype=np.float32),
+            relevance=rng.integers(0, 5, 8).astype(np.int8),
+            served_by="champion",
+            served_version=1,
+            model_versions={"opar1": 1},
+            judged=5,
+        )
+    )
 
 
 def _record(tmp_path):
@@ -44,8 +52,9 @@ def test_replay_merges_kinds_by_time_keeps_keys_and_paces(tmp_path):
     directory = _record(tmp_path)
     transport = EmbeddedTransport()
     sleeps: list[float] = []
-    counts = replay_log(transport, directory, {"triplets": "a.t", "queries": "a.q"},
-                        speed=2.0, sleep=sleeps.append)
+    counts = replay_log(
+        transport, directory, {"triplets": "a.t", "queries": "a.q"}, speed=2.0, sleep=sleeps.append
+    )
     assert counts.messages == {"triplets": 4, "queries": 3} and counts.rows == 403
     # The fake sleep never advances the clock: each wait is the message's due time,
     # so the last (600 ms after the first, at 2x) waits just under 0.3 s.
@@ -65,8 +74,11 @@ def test_bad_query_bytes_are_reported_with_file_and_row(tmp_path):
     table = pq.read_table(path)
     values = table.column("value").to_pylist()
     values[1] = values[1][:-30]  # a truncated Arrow message
-    table = table.set_column(table.schema.get_field_index("value"), table.schema.field("value"),
-                             pa.array(values, pa.binary()))
+    table = table.set_column(
+        table.schema.get_field_index("value"),
+        table.schema.field("value"),
+        pa.array(values, pa.binary()),
+    )
     pq.write_table(table, path)
     with pytest.raises(RecordingError, match="row 1: bad query bytes") as caught:
         list(iter_messages(directory, "queries"))

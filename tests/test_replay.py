@@ -36,10 +36,13 @@ def _nan_row_message(block, row: int) -> bytes:
     """A valid triplets message except one NaN feature: the worker drops that row."""
     phi1 = block.phi1.copy()
     phi1[row, 3] = np.nan
-    arrays = [pa.array(getattr(block, name)) for name in ("seq", "query_id", "p1_id", "p2_id",
-                                                          "rel1", "rel2")]
-    arrays += [pa.FixedSizeListArray.from_arrays(pa.array(p.ravel()), 36)
-               for p in (phi1, block.phi2)]
+    arrays = [
+        pa.array(getattr(block, name))
+        for name in ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2")
+    ]
+    arrays += [
+        pa.FixedSizeListArray.from_arrays(pa.array(p.ravel()), 36) for p in (phi1, block.phi2)
+    ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema_of("triplets"))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -67,8 +70,13 @@ def _produce(settings: Settings, values: list[tuple[bytes, bytes]]) -> None:
 
 
 def _learn_with_worker(settings: Settings, idle: float) -> dict[str, tuple[str, int]]:
-    options = WorkerOptions(scaler_rows=SCALER_ROWS, checkpoint_records=1000, exit_when_idle=idle,
-                            poll_ms=50, max_poll_records=3)
+    options = WorkerOptions(
+        scaler_rows=SCALER_ROWS,
+        checkpoint_records=1000,
+        exit_when_idle=idle,
+        poll_ms=50,
+        max_poll_records=3,
+    )
     transport = open_transport(settings)
     try:
         assert OnlineWorker(settings, options, transport=transport).run() == EXIT_OK
@@ -86,13 +94,21 @@ def _learn_with_worker(settings: Settings, idle: float) -> dict[str, tuple[str, 
 
 def _use(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
     """Point the CLI (Settings.from_env) at these settings."""
-    for var, value in (("KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
-                       ("REDIS_URL", settings.redis_url), ("TOPIC_PREFIX", settings.topic_prefix)):
+    for var, value in (
+        ("KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
+        ("REDIS_URL", settings.redis_url),
+        ("TOPIC_PREFIX", settings.topic_prefix),
+    ):
         monkeypatch.setenv(f"RANKSTREAM_{var}", value or "")
 
 
-def _round_trip(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                capsys: pytest.CaptureFixture[str], idle: float) -> None:
+def _round_trip(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    idle: float,
+) -> None:
     _produce(settings, _stream())
     original = _learn_with_worker(settings, idle)
     expected_rows = N_BLOCKS * BLOCK - 1  # the NaN row is dropped
@@ -100,8 +116,22 @@ def _round_trip(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     out = tmp_path / "log"
     _use(monkeypatch, settings)
-    assert main(["record", "--out", str(out), "--topics", "triplets", "--exit-when-idle",
-                 str(idle), "--messages-per-file", "5"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                "--out",
+                str(out),
+                "--topics",
+                "triplets",
+                "--exit-when-idle",
+                str(idle),
+                "--messages-per-file",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert len(log_paths(out, "triplets")) == 3  # 13 messages, 5 per file
 
     replayed = dataclasses.replace(settings, topic_prefix=f"r{uuid.uuid4().hex[:10]}")
@@ -110,11 +140,11 @@ def _round_trip(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert _learn_with_worker(replayed, idle) == original
 
     capsys.readouterr()
-    assert main(["replay", str(out), "--direct", "--scaler-rows", str(SCALER_ROWS),
-                 "--json"]) == 0
+    assert main(["replay", str(out), "--direct", "--scaler-rows", str(SCALER_ROWS), "--json"]) == 0
     direct = json.loads(capsys.readouterr().out)
-    assert {name: (m["weights_sha256"], m["triplets_seen"]) for name, m in direct.items()} \
-        == original
+    assert {
+        name: (m["weights_sha256"], m["triplets_seen"]) for name, m in direct.items()
+    } == original
     assert direct["opr"]["offsets"] == {settings.triplets_topic: {"0": 13}}
 
 
@@ -123,8 +153,9 @@ def test_direct_and_replayed_runs_match_the_original_embedded(tmp_path, monkeypa
     _round_trip(settings, tmp_path, monkeypatch, capsys, idle=0.3)
 
 
-def test_direct_and_replayed_runs_match_the_original_on_kafka(service_settings, tmp_path,
-                                                             monkeypatch, capsys):
+def test_direct_and_replayed_runs_match_the_original_on_kafka(
+    service_settings, tmp_path, monkeypatch, capsys
+):
     _round_trip(service_settings, tmp_path, monkeypatch, capsys, idle=3.0)
 
 
@@ -134,16 +165,31 @@ def _recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _produce(settings, [(b.key, b.encode()) for b in TripletGenerator(seed=2).blocks(3000, 250)])
     out = tmp_path / "log"
     _use(monkeypatch, settings)
-    assert main(["record", "--out", str(out), "--topics", "triplets", "--exit-when-idle", "0.2",
-                 "--messages-per-file", "4"]) == 0
+    assert (
+        main(
+            [
+                "record",
+                "--out",
+                str(out),
+                "--topics",
+                "triplets",
+                "--exit-when-idle",
+                "0.2",
+                "--messages-per-file",
+                "4",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def _rewrite(path: Path, change) -> None:
     """Rewrite a log file with `change(table) -> table`, keeping its footer metadata."""
     table = pq.read_table(path)
-    pq.write_table(change(table).replace_schema_metadata(table.schema.metadata), path,
-                   compression="none")
+    pq.write_table(
+        change(table).replace_schema_metadata(table.schema.metadata), path, compression="none"
+    )
 
 
 def test_truncated_file_is_reported_by_name_or_skipped(tmp_path, monkeypatch, capsys):
@@ -164,13 +210,18 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
     path = log_paths(out, "triplets")[2]
 
     def poison(table: pa.Table) -> pa.Table:
-        phi = np.frombuffer(table.column("phi1").combine_chunks().buffers()[1],
-                            np.float32).copy().reshape(-1, 36)
+        phi = (
+            np.frombuffer(table.column("phi1").combine_chunks().buffers()[1], np.float32)
+            .copy()
+            .reshape(-1, 36)
+        )
         phi[123, 5] = np.inf
-        column = pa.FixedSizeBinaryArray.from_buffers(pa.binary(144), len(phi),
-                                                      [None, pa.py_buffer(phi)])
-        return table.set_column(table.schema.get_field_index("phi1"),
-                                table.schema.field("phi1"), column)
+        column = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(144), len(phi), [None, pa.py_buffer(phi)]
+        )
+        return table.set_column(
+            table.schema.get_field_index("phi1"), table.schema.field("phi1"), column
+        )
 
     _rewrite(path, poison)
     with pytest.raises(RecordingError, match="row 123: phi holds NaN or Inf") as caught:
@@ -185,8 +236,9 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
     def tie(table: pa.Table) -> pa.Table:
         rel2 = table.column("rel2").to_numpy().copy()
         rel2[7] = table.column("rel1").to_numpy()[7]
-        return table.set_column(table.schema.get_field_index("rel2"),
-                                table.schema.field("rel2"), pa.array(rel2))
+        return table.set_column(
+            table.schema.get_field_index("rel2"), table.schema.field("rel2"), pa.array(rel2)
+        )
 
     _rewrite(path, tie)
     with pytest.raises(RecordingError, match=r"row 7: tied relevance"):

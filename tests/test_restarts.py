@@ -22,8 +22,14 @@ from workers.checkpoint import weights_sha256
 from workers.online import EXIT_FENCED, LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
 pytestmark = pytest.mark.timeout(400)
-OPTIONS = WorkerOptions(scaler_rows=500, checkpoint_records=1, checkpoint_seconds=1000.0,
-                        exit_when_idle=1.0, poll_ms=100, max_poll_records=1)
+OPTIONS = WorkerOptions(
+    scaler_rows=500,
+    checkpoint_records=1,
+    checkpoint_seconds=1000.0,
+    exit_when_idle=1.0,
+    poll_ms=100,
+    max_poll_records=1,
+)
 
 
 def _produce(settings: Settings, blocks: int, seed: int = 3) -> None:
@@ -42,13 +48,22 @@ def _consume_until(worker: OnlineWorker, records: int) -> None:
         worker.process(worker._consumer.poll(timeout_ms=200, max_records=1))  # type: ignore[union-attr]
 
 
-def test_kafka_and_redis_restarts_and_a_redis_crash_mid_stream(services,
-                                                               service_settings: Settings) -> None:
-    plan = ChaosPlan(triplets=120_000, kills=0, seed=2, counts={
-        "restart-kafka": 1, "restart-redis": 1, "crash-redis": 1, "lose-checkpoint": 1})
+def test_kafka_and_redis_restarts_and_a_redis_crash_mid_stream(
+    services, service_settings: Settings
+) -> None:
+    plan = ChaosPlan(
+        triplets=120_000,
+        kills=0,
+        seed=2,
+        counts={"restart-kafka": 1, "restart-redis": 1, "crash-redis": 1, "lose-checkpoint": 1},
+    )
     result = run_chaos(service_settings, plan, manager=services.manager)
-    assert result.events == {"restart-kafka": 1, "restart-redis": 1, "crash-redis": 1,
-                             "lose-checkpoint": 1}
+    assert result.events == {
+        "restart-kafka": 1,
+        "restart-redis": 1,
+        "crash-redis": 1,
+        "lose-checkpoint": 1,
+    }
     assert result.events_missed == 0
     assert result.exits.get(str(EXIT_FENCED), 0) >= 1  # the worker ahead of the lost checkpoint
     assert (result.lost, result.duplicated) == (0, 0)
@@ -56,11 +71,13 @@ def test_kafka_and_redis_restarts_and_a_redis_crash_mid_stream(services,
 
 
 def test_a_worker_ahead_of_a_lost_checkpoint_is_fenced_and_its_successor_recomputes(
-        service_settings: Settings) -> None:
+    service_settings: Settings,
+) -> None:
     """What an AOF that lost its last second looks like to a live worker."""
     _produce(service_settings, 8)
-    reference = dataclasses.replace(service_settings,
-                                    topic_prefix=service_settings.topic_prefix + "-ref")
+    reference = dataclasses.replace(
+        service_settings, topic_prefix=service_settings.topic_prefix + "-ref"
+    )
     _produce(reference, 8)
     assert OnlineWorker(reference, OPTIONS).run() == 0
     store = open_store(service_settings)
@@ -82,7 +99,8 @@ def test_a_worker_ahead_of_a_lost_checkpoint_is_fenced_and_its_successor_recompu
     assert worker.run() == EXIT_FENCED  # its next save names a version Redis lost
     after = {n: store.load(n) for n in LINEAR_ALGOS}
     assert {n: (m.version, m.meta["triplets_seen"]) for n, m in after.items()} == {
-        n: (m.version, 4000) for n, m in survived.items()}  # nothing saved on top
+        n: (m.version, 4000) for n, m in survived.items()
+    }  # nothing saved on top
 
     assert OnlineWorker(service_settings, OPTIONS).run() == 0  # reloads, re-seeks to 4
     ref_store = open_store(reference)
@@ -103,4 +121,5 @@ def test_a_clean_redis_restart_keeps_every_checkpoint(services, service_settings
         assert after[name].version == before[name].version
         assert after[name].offsets == before[name].offsets
         assert weights_sha256(after[name].arrays["weights"]) == weights_sha256(
-            before[name].arrays["weights"])
+            before[name].arrays["weights"]
+        )

@@ -37,9 +37,18 @@ def _settings() -> Settings:
 
 
 def _options(**overrides: object) -> WorkerOptions:
-    base = {"algos": ALGOS, "group": "g", "per_partition": True, "scaler_rows": 300,
-            "checkpoint_records": 400, "exit_when_idle": 0.3, "poll_ms": 20,
-            "max_poll_records": 2, "partitions": PARTITIONS, "mix_seconds": 3600.0}
+    base = {
+        "algos": ALGOS,
+        "group": "g",
+        "per_partition": True,
+        "scaler_rows": 300,
+        "checkpoint_records": 400,
+        "exit_when_idle": 0.3,
+        "poll_ms": 20,
+        "max_poll_records": 2,
+        "partitions": PARTITIONS,
+        "mix_seconds": 3600.0,
+    }
     base.update(overrides)
     return WorkerOptions(**base)  # type: ignore[arg-type]
 
@@ -49,8 +58,7 @@ def _produce(settings: Settings) -> None:
     transport = embedded_transport()
     transport.ensure_topics({settings.triplets_topic: PARTITIONS})
     producer = transport.producer()
-    blocks = list(TripletGenerator(seed=5).blocks(PARTITIONS * BLOCKS_PER_PARTITION * BLOCK,
-                                                  BLOCK))
+    blocks = list(TripletGenerator(seed=5).blocks(PARTITIONS * BLOCKS_PER_PARTITION * BLOCK, BLOCK))
     for i, block in enumerate(blocks):
         producer.send(settings.triplets_topic, block.encode(), partition=i % PARTITIONS)
 
@@ -62,9 +70,11 @@ def _partition_models(settings: Settings) -> dict[str, tuple[str, int, dict]]:
         for p in range(PARTITIONS):
             stored = store.load(partition_model_name(algo, p))
             assert stored is not None, (algo, p)
-            out[stored.name] = (weights_sha256(stored.arrays["weights"]),
-                                stored.meta["triplets_seen"],
-                                stored.offsets[settings.triplets_topic])
+            out[stored.name] = (
+                weights_sha256(stored.arrays["weights"]),
+                stored.meta["triplets_seen"],
+                stored.offsets[settings.triplets_topic],
+            )
     return out
 
 
@@ -128,10 +138,12 @@ def test_rebalances_keep_every_partition_model_exact_and_the_mix_is_its_formula(
     n = np.array([m.meta["triplets_seen"] for m in inputs], dtype=float)  # type: ignore[union-attr]
     raw = [m.arrays["weights"] / m.arrays["scaler.std"] for m in inputs]  # type: ignore[union-attr]
     formula = sum(nk / n.sum() * v for nk, v in zip(n, raw, strict=True))
-    np.testing.assert_allclose(mixed.arrays["weights"] / mixed.arrays["scaler.std"], formula,
-                               rtol=1e-12, atol=1e-15)
-    assert mixed.offsets == {settings.triplets_topic: {
-        p: BLOCKS_PER_PARTITION for p in range(PARTITIONS)}}
+    np.testing.assert_allclose(
+        mixed.arrays["weights"] / mixed.arrays["scaler.std"], formula, rtol=1e-12, atol=1e-15
+    )
+    assert mixed.offsets == {
+        settings.triplets_topic: {p: BLOCKS_PER_PARTITION for p in range(PARTITIONS)}
+    }
     assert mixed.meta["mixed_from"] == {m.name: m.version for m in inputs}  # type: ignore[union-attr]
 
 

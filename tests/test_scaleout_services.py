@@ -29,15 +29,27 @@ from workers.scaleout import partition_model_name
 
 PARTITIONS, BLOCK, BLOCKS_PER_QUARTER = 4, 1000, 12  # 4 quarters x 12,000 triplets
 ALGOS = ("opr", "opar1", "opar2", "ogdr")
-WORKER_ARGS = ("--group", "g", "--per-partition", "--partitions", str(PARTITIONS),
-               "--scaler-rows", "1500", "--checkpoint-records", "5000",
-               "--checkpoint-seconds", "1000", "--mix-seconds", "1")
+WORKER_ARGS = (
+    "--group",
+    "g",
+    "--per-partition",
+    "--partitions",
+    str(PARTITIONS),
+    "--scaler-rows",
+    "1500",
+    "--checkpoint-records",
+    "5000",
+    "--checkpoint-seconds",
+    "1000",
+    "--mix-seconds",
+    "1",
+)
 
 
 def _quarters() -> list[list[tuple[int, bytes]]]:
     blocks = TripletGenerator(seed=23).blocks(4 * BLOCKS_PER_QUARTER * BLOCK, BLOCK)
     sends = [(i % PARTITIONS, b.encode()) for i, b in enumerate(blocks)]
-    return [sends[q * BLOCKS_PER_QUARTER:(q + 1) * BLOCKS_PER_QUARTER] for q in range(4)]
+    return [sends[q * BLOCKS_PER_QUARTER : (q + 1) * BLOCKS_PER_QUARTER] for q in range(4)]
 
 
 def _produce(settings: Settings, sends: list[tuple[int, bytes]]) -> None:
@@ -52,9 +64,12 @@ def _produce(settings: Settings, sends: list[tuple[int, bytes]]) -> None:
 
 
 def _worker(settings: Settings, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               RANKSTREAM_REDIS_URL=settings.redis_url or "",
-               RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix)
+    env = dict(
+        os.environ,
+        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
+        RANKSTREAM_REDIS_URL=settings.redis_url or "",
+        RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix,
+    )
     env.pop("RANKSTREAM_METRICS_PORT", None)
     command = [sys.executable, "-m", "rankstream.cli", "worker", "online", *WORKER_ARGS, *extra]
     with log.open("ab") as stderr:
@@ -78,13 +93,17 @@ def _partition_models(store: ModelStore, topic: str) -> dict[str, tuple[str, int
         for p in range(PARTITIONS):
             stored = store.load(partition_model_name(algo, p))
             assert stored is not None, (algo, p)
-            out[stored.name] = (weights_sha256(stored.arrays["weights"]),
-                                stored.meta["triplets_seen"], stored.offsets[topic])
+            out[stored.name] = (
+                weights_sha256(stored.arrays["weights"]),
+                stored.meta["triplets_seen"],
+                stored.offsets[topic],
+            )
     return out
 
 
 def test_workers_join_and_die_and_every_partition_model_stays_exact(
-        service_settings: Settings, embedded_settings: Settings, tmp_path: Path) -> None:
+    service_settings: Settings, embedded_settings: Settings, tmp_path: Path
+) -> None:
     quarters = _quarters()
     settings, topic = service_settings, service_settings.triplets_topic
     store = open_store(settings)
@@ -92,8 +111,10 @@ def test_workers_join_and_die_and_every_partition_model_stays_exact(
     a, b = (_worker(settings, tmp_path / f"{n}.log") for n in "ab")
     c: subprocess.Popen[bytes] | None = None
     try:
-        _wait_for(lambda: _assigned(tmp_path / "a.log") and _assigned(tmp_path / "b.log"),
-                  "a and b to share the partitions")
+        _wait_for(
+            lambda: _assigned(tmp_path / "a.log") and _assigned(tmp_path / "b.log"),
+            "a and b to share the partitions",
+        )
         _produce(settings, quarters[1])
         a.send_signal(signal.SIGTERM)  # clean: final checkpoint, revocation, leave
         assert a.wait(timeout=60) == EXIT_OK
@@ -101,9 +122,14 @@ def test_workers_join_and_die_and_every_partition_model_stays_exact(
         _wait_for(lambda: _assigned(tmp_path / "c.log"), "c to join")
         _produce(settings, quarters[2])
         # b has checkpointed past the first half, and is mid-way through the third quarter
-        _wait_for(lambda: all((m := store.load(partition_model_name("opr", p))) is not None
-                              and m.meta["triplets_seen"] >= 6000 for p in range(PARTITIONS)),
-                  "checkpoints past the first half")
+        _wait_for(
+            lambda: all(
+                (m := store.load(partition_model_name("opr", p))) is not None
+                and m.meta["triplets_seen"] >= 6000
+                for p in range(PARTITIONS)
+            ),
+            "checkpoints past the first half",
+        )
         b.send_signal(signal.SIGKILL)
         assert b.wait(timeout=30) == -signal.SIGKILL
         _produce(settings, quarters[3])
@@ -118,10 +144,19 @@ def test_workers_join_and_die_and_every_partition_model_stays_exact(
 
     # The reference: one worker reads the same topic alone (own group, own store).
     reference = OnlineWorker(
-        settings, WorkerOptions(algos=ALGOS, group="reference", per_partition=True,
-                      partitions=PARTITIONS, scaler_rows=1500, checkpoint_records=10**6,
-                      exit_when_idle=3.0, poll_ms=100),
-        store=open_store(embedded_settings))
+        settings,
+        WorkerOptions(
+            algos=ALGOS,
+            group="reference",
+            per_partition=True,
+            partitions=PARTITIONS,
+            scaler_rows=1500,
+            checkpoint_records=10**6,
+            exit_when_idle=3.0,
+            poll_ms=100,
+        ),
+        store=open_store(embedded_settings),
+    )
     assert reference.run() == EXIT_OK
     expected = _partition_models(open_store(embedded_settings), topic)
     total = 4 * BLOCKS_PER_QUARTER * BLOCK
@@ -134,10 +169,13 @@ def test_workers_join_and_die_and_every_partition_model_stays_exact(
         assert mixed is not None and mixed.meta["triplets_seen"] == total
         assert mixed.meta["mixed_from"] == {m.name: m.version for m in inputs}  # type: ignore[union-attr]
         n = np.array([m.meta["triplets_seen"] for m in inputs], dtype=float)  # type: ignore[union-attr]
-        raw = sum(nk / n.sum() * m.arrays["weights"] / m.arrays["scaler.std"]  # type: ignore[union-attr]
-                  for nk, m in zip(n, inputs, strict=True))
-        np.testing.assert_allclose(mixed.arrays["weights"] / mixed.arrays["scaler.std"], raw,
-                                   rtol=1e-12, atol=1e-15)
+        raw = sum(
+            nk / n.sum() * m.arrays["weights"] / m.arrays["scaler.std"]  # type: ignore[union-attr]
+            for nk, m in zip(n, inputs, strict=True)
+        )
+        np.testing.assert_allclose(
+            mixed.arrays["weights"] / mixed.arrays["scaler.std"], raw, rtol=1e-12, atol=1e-15
+        )
 
 
 pytestmark = pytest.mark.timeout(300)

@@ -39,11 +39,27 @@ def _python_files() -> list[Path]:
 
 
 # --- nothing unpickles -------------------------------------------------------------------
-_BANNED_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve", "marshal",
-                   "jsonpickle"}
-_BANNED_CALLS = {("joblib", "load"), ("pandas", "read_pickle"), ("pd", "read_pickle"),
-                 ("marshal", "loads"), ("marshal", "load"), ("yaml", "unsafe_load"),
-                 ("yaml", "full_load"), ("torch", "load"), ("np", "fromfile")}
+_BANNED_MODULES = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "dill",
+    "cloudpickle",
+    "shelve",
+    "marshal",
+    "jsonpickle",
+}
+_BANNED_CALLS = {
+    ("joblib", "load"),
+    ("pandas", "read_pickle"),
+    ("pd", "read_pickle"),
+    ("marshal", "loads"),
+    ("marshal", "load"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "full_load"),
+    ("torch", "load"),
+    ("np", "fromfile"),
+}
 _SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader", "BaseLoader"}
 
 
@@ -62,8 +78,11 @@ def unsafe_deserialisation(source: str) -> list[str]:
     problems = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
-                node.module or ""]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
             for name in names:
                 if name.split(".")[0] in _BANNED_MODULES:
                     problems.append(f"{node.lineno}: import {name}")
@@ -112,13 +131,17 @@ json.loads("{}")
 
 
 def test_no_source_file_unpickles() -> None:
-    found = {str(p.relative_to(ROOT)): problems for p in _python_files()
-             if (problems := unsafe_deserialisation(p.read_text()))}
+    found = {
+        str(p.relative_to(ROOT)): problems
+        for p in _python_files()
+        if (problems := unsafe_deserialisation(p.read_text()))
+    }
     assert found == {}
 
 
-def test_every_np_load_at_run_time_refuses_pickles(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_np_load_at_run_time_refuses_pickles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Build then reload a small collection and its index with np.load instrumented."""
     from simulators.collection import Collection
     from simulators.retrieval import CandidateIndex
@@ -224,10 +247,31 @@ def protected_redis(tmp_path: Path) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path), "--requirepass", "default-test-pw",
-         "--user", "rankworker", "on", ">acl-test-pw", "~*", "&*", "+@all"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+            "--requirepass",
+            "default-test-pw",
+            "--user",
+            "rankworker",
+            "on",
+            ">acl-test-pw",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -258,7 +302,8 @@ def _redis_store(url: str, password: str | None, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.services
 def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
-        protected_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    protected_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import redis
 
     from stream.transport import CredentialsError
@@ -274,8 +319,9 @@ def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
 
     refused(f"redis://{protected_redis}/0", None)
     default_user = _redis_store(f"redis://{protected_redis}/0", "default-test-pw", monkeypatch)
-    version = default_user.save("m", kind="t", meta={}, arrays={"w": np.ones(3)}, offsets={},
-                                expected_version=0)
+    version = default_user.save(
+        "m", kind="t", meta={}, arrays={"w": np.ones(3)}, offsets={}, expected_version=0
+    )
     acl_user = _redis_store(f"redis://rankworker@{protected_redis}/0", "acl-test-pw", monkeypatch)
     assert acl_user.load("m").version == version  # type: ignore[union-attr]
     default_user.close()
@@ -285,7 +331,8 @@ def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
 
 @pytest.mark.services
 def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
-        protected_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    protected_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Neither redis-py's retry nor the workers' retry loop retries refused credentials."""
     import logging
     import threading
@@ -297,8 +344,11 @@ def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
 
     connects = []
     real_connect = redis.connection.AbstractConnection.connect
-    monkeypatch.setattr(redis.connection.AbstractConnection, "connect",
-                        lambda self, *a, **k: connects.append(1) or real_connect(self, *a, **k))
+    monkeypatch.setattr(
+        redis.connection.AbstractConnection,
+        "connect",
+        lambda self, *a, **k: connects.append(1) or real_connect(self, *a, **k),
+    )
     store = _redis_store(f"redis://{protected_redis}/0", "wrong-test-pw", monkeypatch)
     attempts = []
 
@@ -308,8 +358,13 @@ def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
 
     try:
         with pytest.raises(CredentialsError, match="redis refused the credentials") as info:
-            retry_until_stopped("load models", action, threading.Event(), transient_errors(),
-                                logging.getLogger("test"))
+            retry_until_stopped(
+                "load models",
+                action,
+                threading.Event(),
+                transient_errors(),
+                logging.getLogger("test"),
+            )
     finally:
         store.close()
     assert not isinstance(info.value, transient_errors())
@@ -334,8 +389,9 @@ def test_the_workers_retry_loop_raises_refused_credentials_at_once() -> None:
         raise kafka.errors.SaslAuthenticationFailedError("bad SCRAM password")
 
     with pytest.raises(CredentialsError, match="kafka refused the credentials"):
-        retry_until_stopped("poll", action, threading.Event(), transient_errors(),
-                            logging.getLogger("test"))
+        retry_until_stopped(
+            "poll", action, threading.Event(), transient_errors(), logging.getLogger("test")
+        )
     assert attempts == [1]
 
 
@@ -358,8 +414,11 @@ ALLOWED_PLACEHOLDERS = {
 
 
 def _deploy_files() -> list[Path]:
-    return sorted(p for p in (ROOT / "deploy").rglob("*") if p.is_file()
-                  and "target" not in p.parts and p.suffix not in (".jar", ".png"))
+    return sorted(
+        p
+        for p in (ROOT / "deploy").rglob("*")
+        if p.is_file() and "target" not in p.parts and p.suffix not in (".jar", ".png")
+    )
 
 
 def python_secrets(source: str) -> list[str]:
@@ -374,11 +433,18 @@ def python_secrets(source: str) -> list[str]:
         elif isinstance(node, ast.Call):
             pairs = [(k.arg or "", k.value) for k in node.keywords]
         elif isinstance(node, ast.Dict):
-            pairs = [(k.value, v) for k, v in zip(node.keys, node.values, strict=True)
-                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            pairs = [
+                (k.value, v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
         for name, value in pairs:
-            if (_SECRET_NAME.search(name) and isinstance(value, ast.Constant)
-                    and isinstance(value.value, str) and value.value.strip()):
+            if (
+                _SECRET_NAME.search(name)
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and value.value.strip()
+            ):
                 found.append(f"{getattr(node, 'lineno', '?')}: {name} = {value.value!r}")
     return found
 
@@ -402,12 +468,21 @@ def text_secrets(relative: str, text: str) -> list[str]:
 
 
 def test_the_secret_scanners_find_planted_secrets() -> None:
-    assert len(python_secrets('password = "hunter2"\nconnect(api_key="k-123")\n'
-                              'cfg = {"redis_password": "x"}\npassword: str | None = None\n'
-                              'token = ""\n')) == 3
-    planted = ("REDIS_PASSWORD=hunter2\nurl: redis://user:hunter2@host:6379\n"
-               "-----BEGIN RSA PRIVATE KEY-----\nGF_ADMIN_PASSWORD: ${GF_PW}\n"
-               "  - REDIS_PASSWORD=$${X}\n")
+    assert (
+        len(
+            python_secrets(
+                'password = "hunter2"\nconnect(api_key="k-123")\n'
+                'cfg = {"redis_password": "x"}\npassword: str | None = None\n'
+                'token = ""\n'
+            )
+        )
+        == 3
+    )
+    planted = (
+        "REDIS_PASSWORD=hunter2\nurl: redis://user:hunter2@host:6379\n"
+        "-----BEGIN RSA PRIVATE KEY-----\nGF_ADMIN_PASSWORD: ${GF_PW}\n"
+        "  - REDIS_PASSWORD=$${X}\n"
+    )
     assert len(text_secrets("deploy/x.yml", planted)) == 3
 
 
@@ -475,7 +550,9 @@ def test_containers_run_as_a_non_root_user() -> None:
 def test_compose_publishes_ports_on_loopback_only() -> None:
     """Kafka (plaintext) and the UIs are reachable from the host, never from the network."""
     compose = (ROOT / "deploy" / "docker-compose.yml").read_text()
-    published = re.findall(r"(?m)^\s*-\s*['\"]?([0-9.:]+:\d+)['\"]?\s*(#.*)?$",
-                           compose.split("ports:", 1)[1] if "ports:" in compose else "")
+    published = re.findall(
+        r"(?m)^\s*-\s*['\"]?([0-9.:]+:\d+)['\"]?\s*(#.*)?$",
+        compose.split("ports:", 1)[1] if "ports:" in compose else "",
+    )
     assert published, "no published ports found: the scan is broken"
     assert all(p.startswith("127.0.0.1:") for p, _ in published), published

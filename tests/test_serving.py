@@ -31,8 +31,14 @@ def _scaler() -> Standardizer:
 
 def _save_linear(store, name, model, kind="linear") -> int:
     meta, arrays = model.to_state()
-    return store.save(name, kind=kind, meta=meta, arrays=arrays, offsets={},
-                      expected_version=store.latest_versions().get(name, 0))
+    return store.save(
+        name,
+        kind=kind,
+        meta=meta,
+        arrays=arrays,
+        offsets={},
+        expected_version=store.latest_versions().get(name, 0),
+    )
 
 
 def test_linear_and_online_kinds_score_like_the_models_they_store() -> None:
@@ -54,8 +60,9 @@ def test_bad_kinds_states_and_phi_raise_clear_errors() -> None:
     store.save("reservoir", kind="reservoir", meta={}, arrays={}, offsets={}, expected_version=0)
     with pytest.raises(ValueError, match="no scorer"):
         scorer_for(store.load("reservoir"))
-    store.save("odd", kind="linear", meta={"kind": "mystery"}, arrays={}, offsets={},
-               expected_version=0)
+    store.save(
+        "odd", kind="linear", meta={"kind": "mystery"}, arrays={}, offsets={}, expected_version=0
+    )
     with pytest.raises(ValueError, match="mystery"):
         scorer_for(store.load("odd"))
     _save_linear(store, UNI_CON, UniCon(scaler=_scaler()))
@@ -104,8 +111,14 @@ def test_serving_model_follows_the_evaluator_record_and_counts_switches() -> Non
     served = serving.refresh()
     assert (served.name, served.version) == (UNI_CON, 1)
     assert served.model_versions == {UNI_CON: 1, "opar2": 1}  # only scorable models
-    store.save(EVALUATOR_RECORD, kind="scores", meta={"champion": "opar2"}, arrays={},
-               offsets={}, expected_version=0)
+    store.save(
+        EVALUATOR_RECORD,
+        kind="scores",
+        meta={"champion": "opar2"},
+        arrays={},
+        offsets={},
+        expected_version=0,
+    )
     served = serving.refresh()
     assert served.name == "opar2"
     np.testing.assert_array_equal(served.scorer.score(PHI), ranker.score(PHI))

@@ -48,10 +48,14 @@ def _read(settings, topic):
 def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings, world) -> None:
     produced = sample_value("rankstream_triplets_produced_total")
     simulation = _simulate(embedded_settings, world)
-    blocks = [(m.key, decode_triplets(m.value))
-              for m in _read(embedded_settings, embedded_settings.triplets_topic)]
-    queries = [(m.key, decode_query(m.value))
-               for m in _read(embedded_settings, embedded_settings.queries_topic)]
+    blocks = [
+        (m.key, decode_triplets(m.value))
+        for m in _read(embedded_settings, embedded_settings.triplets_topic)
+    ]
+    queries = [
+        (m.key, decode_query(m.value))
+        for m in _read(embedded_settings, embedded_settings.queries_topic)
+    ]
     n = sum(len(b) for _, b in blocks)
     assert n == simulation.triplets_produced >= OPTIONS.triplets
     assert n - max(len(b) for _, b in blocks) < OPTIONS.triplets  # stopped right after N
@@ -86,12 +90,13 @@ def test_same_seed_and_serving_models_give_identical_streams(tmp_path, world) ->
 
     streams = []
     for prefix in ("detA", "detB", "detC"):
-        settings = Settings(topic_prefix=f"{prefix}{tmp_path.name[-12:]}",
-                            data_dir=str(tmp_path))
+        settings = Settings(topic_prefix=f"{prefix}{tmp_path.name[-12:]}", data_dir=str(tmp_path))
         seed = OPTIONS.seed if prefix != "detC" else OPTIONS.seed + 1
         _simulate(settings, world, dataclasses.replace(OPTIONS, seed=seed))
-        streams.append([m.value for m in _read(settings, settings.triplets_topic)]
-                       + [m.value for m in _read(settings, settings.queries_topic)])
+        streams.append(
+            [m.value for m in _read(settings, settings.triplets_topic)]
+            + [m.value for m in _read(settings, settings.queries_topic)]
+        )
     assert streams[0] == streams[1]
     assert streams[0] != streams[2]
 
@@ -106,8 +111,9 @@ def test_a_named_serving_model_ranks_and_every_model_version_is_stamped(
     store.save("opr", kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=0)
     options = dataclasses.replace(OPTIONS, triplets=500, serving="opr")
     simulation = _simulate(embedded_settings, world, options)
-    queries = [decode_query(m.value)
-               for m in _read(embedded_settings, embedded_settings.queries_topic)]
+    queries = [
+        decode_query(m.value) for m in _read(embedded_settings, embedded_settings.queries_topic)
+    ]
     assert simulation.served_by == {"opr": len(queries)}
     for q in queries:
         assert q.served_by == "opr" and q.model_versions == {"opr": 1, UNI_CON: 1}

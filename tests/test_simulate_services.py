@@ -17,9 +17,11 @@ from workers.serving import EVALUATOR_RECORD, UNI_CON
 
 def _scrape(port: int) -> dict[tuple[str, str], float]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-    return {(s.name, s.labels.get("model", "")): s.value
-            for family in text_string_to_metric_families(body.decode())
-            for s in family.samples}
+    return {
+        (s.name, s.labels.get("model", "")): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
 
 
 def test_simulate_then_evaluate_through_kafka_and_redis(service_settings: Settings) -> None:
@@ -29,8 +31,9 @@ def test_simulate_then_evaluate_through_kafka_and_redis(service_settings: Settin
     assert summary["triplets"] >= 2000 and summary["served_by"] == {UNI_CON: summary["queries"]}
 
     port = start_metrics_server(Settings(metrics_port=0))
-    evaluator = Evaluator(service_settings,
-                          EvaluatorOptions(window=500, exit_when_idle=3.0, poll_ms=100))
+    evaluator = Evaluator(
+        service_settings, EvaluatorOptions(window=500, exit_when_idle=3.0, poll_ms=100)
+    )
     assert evaluator.run(until=lambda e: e.queries_evaluated >= summary["queries"]) == 0
     assert evaluator.queries_evaluated == summary["queries"] and evaluator.dead_letters == 0
     expected = evaluator.summary()["rolling_ndcg"][UNI_CON]
@@ -38,7 +41,8 @@ def test_simulate_then_evaluate_through_kafka_and_redis(service_settings: Settin
     scraped = _scrape(port)
     assert scraped[("rankstream_ndcg_at_50", UNI_CON)] == pytest.approx(expected)
     assert scraped[("rankstream_map", UNI_CON)] == pytest.approx(
-        evaluator.summary()["rolling_map"][UNI_CON])
+        evaluator.summary()["rolling_map"][UNI_CON]
+    )
     assert scraped[("rankstream_queries_evaluated_total", "")] >= summary["queries"]
 
     # the published record is in Redis and covers every judged query

@@ -12,14 +12,27 @@ import pytest
 
 from rankstream.soak import PROCESSES, Sample, SoakOptions, judge, rss_mib, run_soak
 
-OPTIONS = SoakOptions(seconds=100, warmup_seconds=10, rss_growth_mib=50,
-                      lag_bound_records=1000, drained_lag_records=10)
+OPTIONS = SoakOptions(
+    seconds=100,
+    warmup_seconds=10,
+    rss_growth_mib=50,
+    lag_bound_records=1000,
+    drained_lag_records=10,
+)
 
 
 def _samples(rss_slope: float, lag: float = 0.0) -> list[Sample]:
-    return [Sample(t=t, produced=100.0 * t, consumed=100.0 * t, evaluated=t, lag=lag,
-                   rss_mib=dict.fromkeys(PROCESSES, 200.0 + rss_slope * t))
-            for t in range(0, 101, 5)]
+    return [
+        Sample(
+            t=t,
+            produced=100.0 * t,
+            consumed=100.0 * t,
+            evaluated=t,
+            lag=lag,
+            rss_mib=dict.fromkeys(PROCESSES, 200.0 + rss_slope * t),
+        )
+        for t in range(0, 101, 5)
+    ]
 
 
 def test_flat_memory_and_small_lag_pass() -> None:
@@ -50,9 +63,17 @@ def test_rss_of_this_process_is_plausible() -> None:
 
 
 def test_short_soak_on_real_services(service_settings, tmp_path) -> None:
-    options = SoakOptions(seconds=20, rate=500, images=5000, sample_seconds=2,
-                          warmup_seconds=6, rss_growth_mib=256, lag_bound_records=20_000,
-                          drained_lag_records=1000, drain_seconds=30)
+    options = SoakOptions(
+        seconds=20,
+        rate=500,
+        images=5000,
+        sample_seconds=2,
+        warmup_seconds=6,
+        rss_growth_mib=256,
+        lag_bound_records=20_000,
+        drained_lag_records=1000,
+        drain_seconds=30,
+    )
     result = run_soak(replace(service_settings), options, tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (tmp_path / "soak.png").stat().st_size > 10_000

@@ -48,13 +48,18 @@ def _forget_latest_embedded(store: EmbeddedModelStore, name: str) -> None:
         store._latest[name] = latest - 1
 
 
-def _save(store: ModelStore, expected: tuple[int, str | None], write_id: str,
-          value: float) -> int:
+def _save(store: ModelStore, expected: tuple[int, str | None], write_id: str, value: float) -> int:
     version, expected_write_id = expected
-    return store.save("m", kind="online", meta={"value": value},
-                      arrays={"w": np.full(4, value)}, offsets={"t": {0: int(value)}},
-                      expected_version=version, expected_write_id=expected_write_id,
-                      write_id=write_id)
+    return store.save(
+        "m",
+        kind="online",
+        meta={"value": value},
+        arrays={"w": np.full(4, value)},
+        offsets={"t": {0: int(value)}},
+        expected_version=version,
+        expected_write_id=expected_write_id,
+        write_id=write_id,
+    )
 
 
 def test_a_writer_whose_version_was_lost_and_reused_is_refused(store_and_lose):
@@ -103,21 +108,35 @@ def test_every_version_keeps_the_id_it_was_written_with(store_and_lose):
     store, _ = store_and_lose
     generated = []
     for v in range(3):  # no write_id given: the store draws a fresh one per save
-        store.save("m", kind="online", meta={}, arrays={"w": np.zeros(2)}, offsets={},
-                   expected_version=v)
+        store.save(
+            "m", kind="online", meta={}, arrays={"w": np.zeros(2)}, offsets={}, expected_version=v
+        )
         generated.append(store.load("m").write_id)
     assert len(set(generated)) == 3
     assert [store.load_version("m", v).write_id for v in (1, 2, 3)] == generated
 
 
-@pytest.mark.parametrize("kwargs", [{"write_id": "short"}, {"write_id": "has space 123"},
-                                    {"expected_write_id": 12345678},
-                                    {"expected_write_id": ""}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"write_id": "short"},
+        {"write_id": "has space 123"},
+        {"expected_write_id": 12345678},
+        {"expected_write_id": ""},
+    ],
+)
 def test_malformed_write_ids_raise_value_errors_and_write_nothing(store_and_lose, kwargs):
     store, _ = store_and_lose
     with pytest.raises(ValueError, match="write_id"):
-        store.save("m", kind="online", meta={}, arrays={"w": np.zeros(2)}, offsets={},
-                   expected_version=0, **kwargs)
+        store.save(
+            "m",
+            kind="online",
+            meta={},
+            arrays={"w": np.zeros(2)},
+            offsets={},
+            expected_version=0,
+            **kwargs,
+        )
     assert store.load("m") is None
 
 
@@ -126,8 +145,14 @@ def _trained_model(store: ModelStore, seed: int) -> TrackedModel:
     rng = np.random.default_rng(seed)
     model = load_or_create(store, "opr", {}, scaler_rows=4)
     offset = model.next_offset("t", 0) or 0
-    model.learn("t", 0, offset, rng.standard_normal((8, 3)), rng.standard_normal((8, 3)),
-                rng.choice([-1.0, 1.0], size=8))
+    model.learn(
+        "t",
+        0,
+        offset,
+        rng.standard_normal((8, 3)),
+        rng.standard_normal((8, 3)),
+        rng.choice([-1.0, 1.0], size=8),
+    )
     return model
 
 
@@ -162,8 +187,15 @@ class _ReplyLostOnce:
 
 
 def _fenced(store, fence: Fence, value: float) -> int:
-    return fenced_save(store, "m", fence, kind="online", meta={"value": value},
-                       arrays={"w": np.full(4, value)}, offsets={"t": {0: int(value)}})
+    return fenced_save(
+        store,
+        "m",
+        fence,
+        kind="online",
+        meta={"value": value},
+        arrays={"w": np.full(4, value)},
+        offsets={"t": {0: int(value)}},
+    )
 
 
 def test_fenced_save_builds_on_its_own_save_that_raised_but_landed(store_and_lose):

@@ -33,10 +33,10 @@ def produce(settings: Settings, feedback: Feedback, junk_at: int | None = None) 
             for i, t in enumerate(feedback.triplets):
                 if i == junk_at:
                     producer.send(settings.triplets_topic, b"not arrow", key=b"junk")
-                value = encode_triplets(**{name: getattr(t, name) for name in
-                                           ("seq", *RESERVOIR_COLUMNS)})
-                producer.send(settings.triplets_topic, value,
-                              key=triplet_key(int(t.query_id[0])))
+                value = encode_triplets(
+                    **{name: getattr(t, name) for name in ("seq", *RESERVOIR_COLUMNS)}
+                )
+                producer.send(settings.triplets_topic, value, key=triplet_key(int(t.query_id[0])))
             producer.flush()
         finally:
             producer.close()  # a Kafka client left open keeps its IO thread running
@@ -61,8 +61,14 @@ def assert_same_reservoir(a: Reservoir, b: Reservoir) -> None:
 
 def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settings, feedback):
     produce(embedded_settings, feedback, junk_at=5)
-    options = BatchOptions(reservoir=1500, seed=4, models=("rankmkl",), max_poll_records=4,
-                           refit_records=10**9, refit_seconds=3600.0)
+    options = BatchOptions(
+        reservoir=1500,
+        seed=4,
+        models=("rankmkl",),
+        max_poll_records=4,
+        refit_records=10**9,
+        refit_seconds=3600.0,
+    )
     first = BatchWorker(embedded_settings, options)
     assert first.run(until=lambda w: w.counters.messages >= 8) == EXIT_OK  # clean stop persists
     assert first.counters.skipped_messages == 1
@@ -76,13 +82,15 @@ def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settin
     assert second.process(second.poll()) > 0  # ... then crashes: these are never persisted
     second.close()
 
-    third = BatchWorker(embedded_settings, BatchOptions(**{**options.__dict__,
-                                                           "exit_when_idle": 0.5}))
+    third = BatchWorker(
+        embedded_settings, BatchOptions(**{**options.__dict__, "exit_when_idle": 0.5})
+    )
     assert third.run() == EXIT_OK
     assert third.counters.skipped_messages == 0  # the junk was before its stored offsets
     stored = open_store(embedded_settings).load(RESERVOIR_NAME)
     assert stored.kind == "reservoir" and stored.offsets[embedded_settings.triplets_topic] == {
-        0: len(feedback.triplets) + 1}
+        0: len(feedback.triplets) + 1
+    }
     expected = reference_reservoir(feedback, 1500, seed=4)
     assert_same_reservoir(third.reservoir, expected)
     assert_same_reservoir(Reservoir.from_state(stored.meta, stored.arrays), expected)
@@ -91,15 +99,21 @@ def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settin
 def test_refit_publishes_scorable_models_with_metrics(embedded_settings, feedback):
     n = produce(embedded_settings, feedback)
     before = sample_value("rankstream_refit_seconds_count", {"model": "rankmkl"})
-    options = BatchOptions(reservoir=2000, refit_records=n // 2, refit_seconds=3600.0,
-                           exit_when_idle=0.5, rankmkl=RankMKLParams(max_pairs=300))
+    options = BatchOptions(
+        reservoir=2000,
+        refit_records=n // 2,
+        refit_seconds=3600.0,
+        exit_when_idle=0.5,
+        rankmkl=RankMKLParams(max_pairs=300),
+    )
     worker = BatchWorker(embedded_settings, options)
     assert worker.run() == EXIT_OK
     store = open_store(embedded_settings)
     versions = store.latest_versions()
     assert versions["cmds_dml"] == versions["rankmkl"] == worker.counters.refits >= 1
     assert sample_value("rankstream_refit_seconds_count", {"model": "rankmkl"}) == (
-        before + worker.counters.refits)
+        before + worker.counters.refits
+    )
     assert sample_value("rankstream_model_version", {"model": "cmds_dml"}) == versions["cmds_dml"]
     cache = ScorerCache(store)
     for name in ("cmds_dml", "rankmkl"):
@@ -114,8 +128,13 @@ def test_refit_publishes_scorable_models_with_metrics(embedded_settings, feedbac
 
 def test_a_stale_worker_is_fenced_and_stops(embedded_settings, feedback):
     produce(embedded_settings, feedback)
-    options = BatchOptions(reservoir=500, models=("rankmkl",), refit_seconds=3600.0,
-                           refit_records=10**9, max_poll_records=2)
+    options = BatchOptions(
+        reservoir=500,
+        models=("rankmkl",),
+        refit_seconds=3600.0,
+        refit_records=10**9,
+        max_poll_records=2,
+    )
     stale = BatchWorker(embedded_settings, options)
     stale.start()
     stale.process(stale.poll())

@@ -16,8 +16,14 @@ from workers.serving import ScorerCache
 def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings):
     feedback = simulated_feedback(n_queries=20, n_held_out=8)
     n = produce(service_settings, feedback)
-    options = BatchOptions(reservoir=1500, seed=9, max_poll_records=3, refit_records=n // 5,
-                           refit_seconds=3600.0, rankmkl=RankMKLParams(max_pairs=300))
+    options = BatchOptions(
+        reservoir=1500,
+        seed=9,
+        max_poll_records=3,
+        refit_records=n // 5,
+        refit_seconds=3600.0,
+        rankmkl=RankMKLParams(max_pairs=300),
+    )
 
     first = BatchWorker(service_settings, options)  # stopped cleanly part-way
     assert first.run(until=lambda w: w.counters.messages >= 6) == EXIT_OK
@@ -31,8 +37,9 @@ def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings
         pass
     second.close()
 
-    last = BatchWorker(service_settings, BatchOptions(**{**options.__dict__,
-                                                         "exit_when_idle": 2.0}))
+    last = BatchWorker(
+        service_settings, BatchOptions(**{**options.__dict__, "exit_when_idle": 2.0})
+    )
     assert last.run() == EXIT_OK
     expected = reference_reservoir(feedback, 1500, seed=9)
     assert_same_reservoir(last.reservoir, expected)

@@ -40,8 +40,13 @@ def _stream(seed: int = 7) -> list[bytes]:
 
 
 def _options(**overrides: object) -> WorkerOptions:
-    base = {"scaler_rows": 600, "checkpoint_records": 1000, "exit_when_idle": 0.3,
-            "poll_ms": 50, "max_poll_records": 3}
+    base = {
+        "scaler_rows": 600,
+        "checkpoint_records": 1000,
+        "exit_when_idle": 0.3,
+        "poll_ms": 50,
+        "max_poll_records": 3,
+    }
     base.update(overrides)
     return WorkerOptions(**base)  # type: ignore[arg-type]
 
@@ -130,7 +135,8 @@ def _unknown_version_message() -> bytes:
     columns = [pa.array([1], pa.int64())] * 4 + [pa.array([1], pa.int8()), pa.array([0], pa.int8())]
     phi = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(36, np.float32)), 36)
     schema = schema_of("triplets").with_metadata(
-        {b"rankstream.schema": b"triplets", b"rankstream.version": b"99"})
+        {b"rankstream.schema": b"triplets", b"rankstream.version": b"99"}
+    )
     batch = pa.RecordBatch.from_arrays([*columns, phi, phi], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
@@ -142,10 +148,13 @@ def _message_with_nan_rows(generator: TripletGenerator, n: int, bad: list[int]) 
     cols = generator.block(n)
     phi1 = np.array(cols.phi1)
     phi1[bad, 3] = np.nan
-    arrays = [pa.array(np.asarray(getattr(cols, f))) for f in
-              ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2")]
-    phis = [pa.FixedSizeListArray.from_arrays(pa.array(p.reshape(-1)), 36)
-            for p in (phi1, cols.phi2)]
+    arrays = [
+        pa.array(np.asarray(getattr(cols, f)))
+        for f in ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2")
+    ]
+    phis = [
+        pa.FixedSizeListArray.from_arrays(pa.array(p.reshape(-1)), 36) for p in (phi1, cols.phi2)
+    ]
     batch = pa.RecordBatch.from_arrays([*arrays, *phis], schema=schema_of("triplets"))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -157,8 +166,14 @@ def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
     settings = _settings()
     generator = TripletGenerator(seed=3)
     good = [generator.block(400).encode() for _ in range(3)]
-    values = [good[0], b"\x00not arrow at all", _unknown_version_message(),
-              _message_with_nan_rows(generator, 300, [4, 17]), good[1], good[2]]
+    values = [
+        good[0],
+        b"\x00not arrow at all",
+        _unknown_version_message(),
+        _message_with_nan_rows(generator, 300, [4, 17]),
+        good[1],
+        good[2],
+    ]
     _produce(settings, values)
     before = sample_value("rankstream_dead_letters_total", {"reason": "bad_bytes"})
     assert OnlineWorker(settings, _options(scaler_rows=300)).run() == EXIT_OK
@@ -168,7 +183,10 @@ def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
     consumer.assign([(settings.dead_letter_topic, 0)])
     letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=100)]
     assert [(d.reason, d.source_offset) for d in letters] == [
-        ("bad_bytes", 1), ("unknown_version", 2), ("non_finite", 3)]
+        ("bad_bytes", 1),
+        ("unknown_version", 2),
+        ("non_finite", 3),
+    ]
     assert letters[2].rows == [4, 17] and letters[0].original == values[1]
 
     for name, (_, seen) in _hashes(settings).items():
@@ -307,8 +325,7 @@ def test_step_processes_a_poll_and_checkpoints_when_due() -> None:
     assert worker.counters.records == N_BLOCKS * BLOCK
     assert worker.step(timeout_ms=0) == 0  # nothing left
     worker.close(final_checkpoint=True)
-    assert all(store.load(name).meta["triplets_seen"] == N_BLOCKS * BLOCK
-               for name in STEP_ALGOS)
+    assert all(store.load(name).meta["triplets_seen"] == N_BLOCKS * BLOCK for name in STEP_ALGOS)
 
 
 def test_close_is_idempotent_and_final_checkpoint_is_optional() -> None:
@@ -333,8 +350,7 @@ def test_learn_seconds_are_zero_before_and_positive_for_every_model_after_learni
     _produce(settings, _stream())
     worker = _stepping_worker(settings, max_poll_records=4)  # 1,000 rows: scalers fitted
     assert worker.learn_seconds == dict.fromkeys(STEP_ALGOS, 0.0)
-    before = {m: sample_value("rankstream_learn_seconds_total", {"model": m})
-              for m in STEP_ALGOS}
+    before = {m: sample_value("rankstream_learn_seconds_total", {"model": m}) for m in STEP_ALGOS}
     worker.step(timeout_ms=0)
     assert all(seconds > 0 for seconds in worker.learn_seconds.values()), worker.learn_seconds
     fitted = dict(worker.learn_seconds)

@@ -132,8 +132,14 @@ def test_summary_shape() -> None:
     stored = store.load("opr")
     assert stored is not None
     summary = summarize(stored)
-    assert set(summary) == {"name", "version", "n_updates", "triplets_seen", "offsets",
-                            "weights_sha256"}
+    assert set(summary) == {
+        "name",
+        "version",
+        "n_updates",
+        "triplets_seen",
+        "offsets",
+        "weights_sha256",
+    }
     assert summary["offsets"] == {T: {"3": 8}}
     assert summary["triplets_seen"] == 40 and summary["n_updates"] == model.n_updates > 0
     expected = weights_sha256(np.asarray(model.weights, dtype="<f8"))

@@ -25,8 +25,13 @@ from workers.checkpoint import weights_sha256
 from workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
 BLOCK, HALF_BLOCKS = 2000, 15  # 60,000 triplets in two halves of 30,000
-OPTIONS = WorkerOptions(scaler_rows=2000, checkpoint_records=7000, checkpoint_seconds=1000.0,
-                        exit_when_idle=1.5, poll_ms=100)
+OPTIONS = WorkerOptions(
+    scaler_rows=2000,
+    checkpoint_records=7000,
+    checkpoint_seconds=1000.0,
+    exit_when_idle=1.5,
+    poll_ms=100,
+)
 
 
 def _stream() -> list[bytes]:
@@ -55,13 +60,27 @@ def _final(settings: Settings) -> dict[str, tuple[str, int]]:
 
 
 def _worker_process(settings: Settings, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               RANKSTREAM_REDIS_URL=settings.redis_url or "",
-               RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix)
+    env = dict(
+        os.environ,
+        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
+        RANKSTREAM_REDIS_URL=settings.redis_url or "",
+        RANKSTREAM_TOPIC_PREFIX=settings.topic_prefix,
+    )
     env.pop("RANKSTREAM_METRICS_PORT", None)
-    command = [sys.executable, "-m", "rankstream.cli", "worker", "online",
-               "--scaler-rows", "2000", "--checkpoint-records", "7000",
-               "--checkpoint-seconds", "1000", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "rankstream.cli",
+        "worker",
+        "online",
+        "--scaler-rows",
+        "2000",
+        "--checkpoint-records",
+        "7000",
+        "--checkpoint-seconds",
+        "1000",
+        *extra,
+    ]
     with log.open("ab") as stderr:  # the JSON log, shown when an assertion fails
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
@@ -74,12 +93,14 @@ def _wait_for(condition, timeout: float = 120.0) -> None:  # type: ignore[no-unt
 
 
 def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
-        service_settings: Settings, embedded_settings: Settings, tmp_path: Path) -> None:
+    service_settings: Settings, embedded_settings: Settings, tmp_path: Path
+) -> None:
     values = _stream()
     total = len(values) * BLOCK
 
-    reference = dataclasses.replace(service_settings,
-                                    topic_prefix=service_settings.topic_prefix + "-ref")
+    reference = dataclasses.replace(
+        service_settings, topic_prefix=service_settings.topic_prefix + "-ref"
+    )
     _produce(reference, values)
     assert OnlineWorker(reference, OPTIONS).run() == EXIT_OK
     expected = _final(reference)
@@ -96,8 +117,12 @@ def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
     try:
         # Checkpoints every 7,000 triplets (4 blocks): the last one covers 24,000 of the
         # 30,000 produced, so the kill loses 6,000 learned-but-unsaved triplets.
-        _wait_for(lambda: all((m := store.load(n)) is not None
-                              and m.meta["triplets_seen"] >= 24_000 for n in LINEAR_ALGOS))
+        _wait_for(
+            lambda: all(
+                (m := store.load(n)) is not None and m.meta["triplets_seen"] >= 24_000
+                for n in LINEAR_ALGOS
+            )
+        )
         time.sleep(0.5)
     finally:
         victim.send_signal(signal.SIGKILL)
@@ -112,14 +137,19 @@ def test_sigkill_and_restart_is_bit_identical_and_matches_embedded(
 
 
 def test_stale_worker_cannot_overwrite_a_newer_checkpoint_in_redis(
-        service_settings: Settings) -> None:
+    service_settings: Settings,
+) -> None:
     values = _stream()[:6]
     _produce(service_settings, values[:3])
     options = dataclasses.replace(OPTIONS, scaler_rows=500)
     stale = OnlineWorker(service_settings, options)
     stale.start()
-    _wait_for(lambda: stale.process(stale._consumer.poll(timeout_ms=200))  # type: ignore[union-attr]
-              or stale.counters.records >= 3 * BLOCK)
+    _wait_for(
+        lambda: (
+            stale.process(stale._consumer.poll(timeout_ms=200))  # type: ignore[union-attr]
+            or stale.counters.records >= 3 * BLOCK
+        )
+    )
     assert stale.checkpoint()
     _produce(service_settings, values[3:5])
     newer = OnlineWorker(service_settings, options)

@@ -102,8 +102,11 @@ class BatchOptions:
     def __post_init__(self) -> None:
         if self.reservoir < 1:
             raise ValueError(f"reservoir must be >= 1, got {self.reservoir}")
-        if not self.models or set(self.models) - set(BATCH_KINDS) \
-                or len(set(self.models)) != len(self.models):
+        if (
+            not self.models
+            or set(self.models) - set(BATCH_KINDS)
+            or len(set(self.models)) != len(self.models)
+        ):
             raise ValueError(f"models must be distinct names from {BATCH_KINDS}, got {self.models}")
         if self.refit_records < 1 or not self.refit_seconds > 0 or not self.persist_seconds > 0:
             raise ValueError("refit_records must be >= 1; refit_seconds and persist_seconds > 0")
@@ -135,8 +138,14 @@ class BatchCounters:
 class BatchWorker:
     """Reservoir + periodic refits + fenced publishing (see the module docstring)."""
 
-    def __init__(self, settings: Settings, options: BatchOptions, *,
-                 transport: Transport | None = None, store: ModelStore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        options: BatchOptions,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+    ) -> None:
         self.settings = settings
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
@@ -171,8 +180,9 @@ class BatchWorker:
     def start(self) -> None:
         """Create the topic, load the reservoir with its offsets, and seek there."""
         topic = self.settings.triplets_topic
-        self._retry("ensure topics",
-                    lambda: self.transport.ensure_topics({topic: self.options.partitions}))
+        self._retry(
+            "ensure topics", lambda: self.transport.ensure_topics({topic: self.options.partitions})
+        )
         self._retry("load reservoir", self._load)
         self._consumer = self.transport.consumer(None)
         partitions = self.transport.partitions_for(topic)
@@ -183,8 +193,13 @@ class BatchWorker:
                 self._consumer.seek_to_beginning(topic, partition)
             else:
                 self._consumer.seek(topic, partition, next_offset)
-            log_event(log, "seek", topic=topic, partition=partition,
-                      offset="beginning" if next_offset is None else next_offset)
+            log_event(
+                log,
+                "seek",
+                topic=topic,
+                partition=partition,
+                offset="beginning" if next_offset is None else next_offset,
+            )
 
     @property
     def reservoir_version(self) -> int:
@@ -199,8 +214,9 @@ class BatchWorker:
         stored = self.store.load(RESERVOIR_NAME)
         if stored is not None:
             if stored.kind != RESERVOIR_KIND:
-                raise ValueError(f"model {RESERVOIR_NAME!r} has kind {stored.kind!r}, "
-                                 f"not {RESERVOIR_KIND!r}")
+                raise ValueError(
+                    f"model {RESERVOIR_NAME!r} has kind {stored.kind!r}, not {RESERVOIR_KIND!r}"
+                )
             self.reservoir = Reservoir.from_state(stored.meta, stored.arrays)
             self.offsets = {t: dict(parts) for t, parts in stored.offsets.items()}
             self.fences[RESERVOIR_NAME] = Fence.of(stored)
@@ -208,9 +224,15 @@ class BatchWorker:
             self.fences[name] = Fence.of(self.store.load(name))
         for name, version in self.model_versions.items():
             metrics.MODEL_VERSION.labels(model=name).set(version)
-        log_event(log, "reservoir loaded", version=self.reservoir_version,
-                  n_seen=self.reservoir.n_seen, size=self.reservoir.size,
-                  capacity=self.reservoir.capacity, models=self.model_versions)
+        log_event(
+            log,
+            "reservoir loaded",
+            version=self.reservoir_version,
+            n_seen=self.reservoir.n_seen,
+            size=self.reservoir.size,
+            capacity=self.reservoir.capacity,
+            models=self.model_versions,
+        )
 
     def run(self, until: Callable[[BatchWorker], bool] | None = None) -> int:
         """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced."""
@@ -231,9 +253,14 @@ class BatchWorker:
                 self._final_persist()
         finally:
             self.close()
-        log_event(log, "worker stopped", records=self.counters.records,
-                  n_seen=self.reservoir.n_seen, refits=self.counters.refits,
-                  fenced=self.fenced)
+        log_event(
+            log,
+            "worker stopped",
+            records=self.counters.records,
+            n_seen=self.reservoir.n_seen,
+            refits=self.counters.refits,
+            fenced=self.fenced,
+        )
         return EXIT_FENCED if self.fenced else EXIT_OK
 
     def step(self) -> int:
@@ -266,9 +293,15 @@ class BatchWorker:
     def poll(self) -> list[Message]:
         """Messages from the consumer; [] (after a back-off) when the broker is away."""
         assert self._consumer is not None, "call start() first"
-        return poll_or_back_off(self._consumer, self.options.poll_ms,
-                                self.options.max_poll_records, self._transient,
-                                self._poll_backoff, self._stop, log)
+        return poll_or_back_off(
+            self._consumer,
+            self.options.poll_ms,
+            self.options.max_poll_records,
+            self._transient,
+            self._poll_backoff,
+            self._stop,
+            log,
+        )
 
     def covers(self, topic: str, partition: int, offset: int) -> bool:
         next_offset = self.offsets.get(topic, {}).get(partition)
@@ -285,14 +318,27 @@ class BatchWorker:
                 block = decode_triplets(message.value)
             except SchemaError as exc:
                 self.counters.skipped_messages += 1
-                log_event(log, "undecodable message skipped", level=logging.WARNING,
-                          reason=exc.reason, topic=message.topic,
-                          partition=message.partition, offset=message.offset)
+                log_event(
+                    log,
+                    "undecodable message skipped",
+                    level=logging.WARNING,
+                    reason=exc.reason,
+                    topic=message.topic,
+                    partition=message.partition,
+                    offset=message.offset,
+                )
             else:
                 self.counters.rejected_rows += len(block.rejects)
                 if len(block):
-                    self.reservoir.add_many(block.query_id, block.p1_id, block.p2_id,
-                                            block.rel1, block.rel2, block.phi1, block.phi2)
+                    self.reservoir.add_many(
+                        block.query_id,
+                        block.p1_id,
+                        block.p2_id,
+                        block.rel1,
+                        block.rel2,
+                        block.phi1,
+                        block.phi2,
+                    )
                 offered += len(block)
             self.offsets.setdefault(message.topic, {})[message.partition] = message.offset + 1
             self.dirty = True
@@ -302,8 +348,11 @@ class BatchWorker:
 
     # --- persisting -----------------------------------------------------------------
     def _persist_due(self) -> bool:
-        return (self.dirty and self._persist_backoff.ready()
-                and time.monotonic() - self._last_persist >= self.options.persist_seconds)
+        return (
+            self.dirty
+            and self._persist_backoff.ready()
+            and time.monotonic() - self._last_persist >= self.options.persist_seconds
+        )
 
     def persist(self) -> bool:
         """Save the reservoir with its offsets (fenced); False if not saved."""
@@ -312,41 +361,67 @@ class BatchWorker:
             return True
         meta, arrays = self.reservoir.to_state()
         started = time.perf_counter()
-        version = self._save(RESERVOIR_NAME, RESERVOIR_KIND, meta, arrays,
-                             self.options.keep_reservoir_versions)
+        version = self._save(
+            RESERVOIR_NAME, RESERVOIR_KIND, meta, arrays, self.options.keep_reservoir_versions
+        )
         if version is None:
             self._persist_backoff.failed()
             return False
         self._persist_backoff.succeeded()
         self.dirty = False
         self.counters.persists += 1
-        log_event(log, "reservoir persisted", version=version, n_seen=self.reservoir.n_seen,
-                  size=self.reservoir.size, seconds=round(time.perf_counter() - started, 4))
+        log_event(
+            log,
+            "reservoir persisted",
+            version=version,
+            n_seen=self.reservoir.n_seen,
+            size=self.reservoir.size,
+            seconds=round(time.perf_counter() - started, 4),
+        )
         return True
 
     def _final_persist(self) -> None:
         final_save("persist", self.persist, lambda: self.fenced, self._persist_backoff, log)
 
-    def _save(self, name: str, kind: str, meta: dict[str, Any],
-              arrays: Mapping[str, np.ndarray],
-              keep_versions: int | None = None) -> int | None:
+    def _save(
+        self,
+        name: str,
+        kind: str,
+        meta: dict[str, Any],
+        arrays: Mapping[str, np.ndarray],
+        keep_versions: int | None = None,
+    ) -> int | None:
         """Fenced save with the current offsets; None on a transient error or when fenced."""
         meta = {**meta, "writer": self.writer, "saved_ms": time.time_ns() // 1_000_000}
         try:
-            version = fenced_save(self.store, name, self.fences.setdefault(name, Fence()),
-                                  kind=kind, meta=meta, arrays=arrays, offsets=self.offsets,
-                                  keep_versions=keep_versions)
+            version = fenced_save(
+                self.store,
+                name,
+                self.fences.setdefault(name, Fence()),
+                kind=kind,
+                meta=meta,
+                arrays=arrays,
+                offsets=self.offsets,
+                keep_versions=keep_versions,
+            )
             metrics.mark_checkpoint(name)
             return version
         except FencingError as exc:
             self.fenced = True
             metrics.FENCING_ERRORS.labels(model=name).inc()
-            log_event(log, "fenced: a newer writer owns the model; stopping",
-                      level=logging.ERROR, model=name, expected=exc.expected, actual=exc.actual)
+            log_event(
+                log,
+                "fenced: a newer writer owns the model; stopping",
+                level=logging.ERROR,
+                model=name,
+                expected=exc.expected,
+                actual=exc.actual,
+            )
         except self._transient as exc:
             metrics.CHECKPOINT_FAILURES.inc()
-            log_event(log, "save failed; will retry", level=logging.WARNING, model=name,
-                      error=repr(exc))
+            log_event(
+                log, "save failed; will retry", level=logging.WARNING, model=name, error=repr(exc)
+            )
         return None
 
     # --- refitting ------------------------------------------------------------------
@@ -355,8 +430,10 @@ class BatchWorker:
             return False
         if self.reservoir.n_seen == self._refitted_at_n_seen or not self._persist_backoff.ready():
             return False
-        return (self.counters.since_refit >= self.options.refit_records
-                or time.monotonic() - self._last_refit >= self.options.refit_seconds)
+        return (
+            self.counters.since_refit >= self.options.refit_records
+            or time.monotonic() - self._last_refit >= self.options.refit_seconds
+        )
 
     def refit(self) -> dict[str, int]:
         """Persist the reservoir, fit every model on it and publish; {model: new version}.
@@ -387,9 +464,11 @@ class BatchWorker:
                 continue
             seconds = time.perf_counter() - started
             metrics.REFIT_SECONDS.labels(model=name).observe(seconds)
-            meta.update(reservoir_n_seen=self.reservoir.n_seen,
-                        reservoir_version=self.reservoir_version,
-                        refit_seconds=round(seconds, 4))
+            meta.update(
+                reservoir_n_seen=self.reservoir.n_seen,
+                reservoir_version=self.reservoir_version,
+                refit_seconds=round(seconds, 4),
+            )
             version = self._save(name, name, meta, arrays)
             if version is None:
                 if self.fenced:
@@ -397,8 +476,14 @@ class BatchWorker:
                 continue
             metrics.MODEL_VERSION.labels(model=name).set(version)
             published[name] = version
-            log_event(log, "model published", model=name, version=version,
-                      refit_seconds=round(seconds, 3), n_triplets=len(sample),
-                      n_seen=self.reservoir.n_seen)
+            log_event(
+                log,
+                "model published",
+                model=name,
+                version=version,
+                refit_seconds=round(seconds, 3),
+                n_triplets=len(sample),
+                n_seen=self.reservoir.n_seen,
+            )
         self.counters.refits += 1
         return published

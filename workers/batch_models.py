@@ -93,16 +93,21 @@ class RankedPoints:
 def ranked_points(sample: TripletSample) -> RankedPoints:
     """Deduplicate phi rows by (query, image) and orient every triplet as (better, worse)."""
     n = len(sample)
-    keys = np.concatenate([np.column_stack([sample.query_id, sample.p1_id]),
-                           np.column_stack([sample.query_id, sample.p2_id])]).astype(np.int64)
+    keys = np.concatenate(
+        [
+            np.column_stack([sample.query_id, sample.p1_id]),
+            np.column_stack([sample.query_id, sample.p2_id]),
+        ]
+    ).astype(np.int64)
     phi = np.concatenate([sample.phi1, sample.phi2]).astype(np.float64)
     labels = np.concatenate([sample.rel1, sample.rel2]).astype(np.float64)
     unique_keys, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     left, right = inverse[:n], inverse[n:]
     first_better = np.asarray(sample.rel1) > np.asarray(sample.rel2)
-    pairs = np.column_stack([np.where(first_better, left, right),
-                             np.where(first_better, right, left)]).astype(np.int64)
+    pairs = np.column_stack(
+        [np.where(first_better, left, right), np.where(first_better, right, left)]
+    ).astype(np.int64)
     return RankedPoints(phi[first], labels[first], unique_keys, pairs)
 
 
@@ -113,7 +118,7 @@ def _prefixed(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarra
 
 def _unprefixed(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     start = f"{prefix}."
-    return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
+    return {k[len(start) :]: v for k, v in arrays.items() if k.startswith(start)}
 
 
 def _check_kind(meta: dict[str, Any], kind: str) -> None:
@@ -153,13 +158,20 @@ class CMDSDMLScorer:
     handful of grades would leave most of a top 50 tied.
     """
 
-    def __init__(self, scaler: Standardizer, components: np.ndarray, reference: np.ndarray,
-                 labels: np.ndarray, n_neighbors: int) -> None:
+    def __init__(
+        self,
+        scaler: Standardizer,
+        components: np.ndarray,
+        reference: np.ndarray,
+        labels: np.ndarray,
+        n_neighbors: int,
+    ) -> None:
         from scipy.spatial import cKDTree
 
         if reference.shape[0] < 1 or reference.shape[1] != components.shape[0]:
-            raise ValueError(f"reference points {reference.shape} do not match "
-                             f"{components.shape[0]} components")
+            raise ValueError(
+                f"reference points {reference.shape} do not match {components.shape[0]} components"
+            )
         self.scaler, self.components = scaler, components
         self.reference, self.labels = reference, labels
         self.n_neighbors = int(min(n_neighbors, reference.shape[0]))
@@ -188,27 +200,35 @@ class CMDSDMLScorer:
         # kNN only needs differences, so the centring's offset is irrelevant here.
         components = dml.components_
         if components.shape[1] != PHI_DIM:
-            raise ValueError(f"cmds_dml components have {components.shape[1]} columns, "
-                             f"expected {PHI_DIM}")
+            raise ValueError(
+                f"cmds_dml components have {components.shape[1]} columns, expected {PHI_DIM}"
+            )
         reference = np.asarray(arrays["reference"], dtype=np.float64)
         labels = np.asarray(arrays["labels"], dtype=np.float64)
         if reference.ndim != 2 or labels.shape != (reference.shape[0],):
-            raise ValueError(f"cmds_dml reference {reference.shape} and labels "
-                             f"{labels.shape} disagree")
+            raise ValueError(
+                f"cmds_dml reference {reference.shape} and labels {labels.shape} disagree"
+            )
         return cls(scaler, components, reference, labels, int(meta["n_neighbors"]))
 
 
-def fit_cmds_dml(sample: TripletSample, params: CMDSDMLParams = CMDSDMLParams()
-                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def fit_cmds_dml(
+    sample: TripletSample, params: CMDSDMLParams = CMDSDMLParams()
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on the sample's distinct points; state = scaler + DML + embedded reference set."""
     from ranking.dml import CMDSDML
 
     points = ranked_points(sample)
     scaler = Standardizer().fit(points.phi)
     Z = scaler.transform(points.phi)
-    dml = CMDSDML(n_components=params.n_components, n_neighbors=params.n_neighbors,
-                  mu=params.mu, max_iter=params.max_iter, tol=params.tol,
-                  adaptive_gamma=params.adaptive_gamma).fit(Z, points.labels)
+    dml = CMDSDML(
+        n_components=params.n_components,
+        n_neighbors=params.n_neighbors,
+        mu=params.mu,
+        max_iter=params.max_iter,
+        tol=params.tol,
+        adaptive_gamma=params.adaptive_gamma,
+    ).fit(Z, points.labels)
     dml_meta, dml_arrays = dml.to_state()
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {
@@ -270,8 +290,9 @@ class RankMKLScorer:
         scaler = Standardizer.from_state(meta["scaler"], _unprefixed("scaler", arrays))
         model = RankMKL.from_state(meta["mkl"], _unprefixed("mkl", arrays))
         if len(model.kinds_) != N_DESCRIPTORS:
-            raise ValueError(f"rankmkl state has {len(model.kinds_)} kernels, "
-                             f"expected {N_DESCRIPTORS}")
+            raise ValueError(
+                f"rankmkl state has {len(model.kinds_)} kernels, expected {N_DESCRIPTORS}"
+            )
         shift = arrays.get("shift")
         return cls(scaler, model, None if shift is None else np.asarray(shift, np.float64))
 
@@ -285,8 +306,9 @@ def sample_pairs(pairs: np.ndarray, max_pairs: int, seed: int) -> np.ndarray:
     return pairs
 
 
-def fit_rankmkl(sample: TripletSample, params: RankMKLParams = RankMKLParams()
-                ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def fit_rankmkl(
+    sample: TripletSample, params: RankMKLParams = RankMKLParams()
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on (a bounded sample of) the reservoir's pairs; state = scaler + RankMKL (+ shift)."""
     from ranking.mkl import RankMKL
 

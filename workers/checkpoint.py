@@ -101,8 +101,16 @@ class TrackedModel:
         return self.dirty and self.ranker is not None
 
     # --- learning -------------------------------------------------------------------
-    def learn(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
-              phi2: np.ndarray, y: np.ndarray, x: np.ndarray | None = None) -> int:
+    def learn(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        phi1: np.ndarray,
+        phi2: np.ndarray,
+        y: np.ndarray,
+        x: np.ndarray | None = None,
+    ) -> int:
         """Apply one message's rows; returns how many weight updates that caused.
 
         `x` is accepted for older callers and ignored: x = phi1 - phi2 is formed inside
@@ -142,14 +150,28 @@ class TrackedModel:
                 self._advance(h.topic, h.partition, h.offset)  # rejected by the ranker
         return updates
 
-    def _hold(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
-              phi2: np.ndarray, y: np.ndarray) -> int:
+    def _hold(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        phi1: np.ndarray,
+        phi2: np.ndarray,
+        y: np.ndarray,
+    ) -> int:
         self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
         self._held_rows += len(y)
         return self._fit_scaler_when_ready()
 
-    def _apply(self, topic: str, partition: int, offset: int, phi1: np.ndarray,
-               phi2: np.ndarray, y: np.ndarray) -> int:
+    def _apply(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        phi1: np.ndarray,
+        phi2: np.ndarray,
+        y: np.ndarray,
+    ) -> int:
         result = learn_together([self], topic, partition, offset, phi1, phi2, y)[0]
         if isinstance(result, ValueError):
             raise result
@@ -187,8 +209,15 @@ class TrackedModel:
         )
 
 
-def learn_together(models: list[TrackedModel], topic: str, partition: int, offset: int,
-                   phi1: np.ndarray, phi2: np.ndarray, y: np.ndarray) -> list[int | ValueError]:
+def learn_together(
+    models: list[TrackedModel],
+    topic: str,
+    partition: int,
+    offset: int,
+    phi1: np.ndarray,
+    phi2: np.ndarray,
+    y: np.ndarray,
+) -> list[int | ValueError]:
     """One message to several models: per model, its weight updates or the ValueError it
     raised (that model and its offsets unchanged; the others learn regardless).
 
@@ -200,8 +229,11 @@ def learn_together(models: list[TrackedModel], topic: str, partition: int, offse
     ready = [m for m in models if m.ranker is not None]
     if ready:
         before = [m.n_updates for m in ready]
-        errors = (learn_many_together([m.ranker for m in ready], phi1, phi2, y) if len(y)
-                  else [None] * len(ready))
+        errors = (
+            learn_many_together([m.ranker for m in ready], phi1, phi2, y)
+            if len(y)
+            else [None] * len(ready)
+        )
         for model, updates_before, error in zip(ready, before, errors, strict=True):
             if error is None:
                 model._advance(topic, partition, offset)
@@ -214,8 +246,13 @@ def learn_together(models: list[TrackedModel], topic: str, partition: int, offse
     return [results[id(m)] for m in models]
 
 
-def load_or_create(store: ModelStore, name: str, params: dict[str, float],
-                   scaler_rows: int, algo: str | None = None) -> TrackedModel:
+def load_or_create(
+    store: ModelStore,
+    name: str,
+    params: dict[str, float],
+    scaler_rows: int,
+    algo: str | None = None,
+) -> TrackedModel:
     """The stored model with its offsets, or a fresh one that starts at the beginning.
 
     The model name is its algorithm (`opr`, `opar1`, ...) unless `algo` says otherwise
@@ -224,8 +261,9 @@ def load_or_create(store: ModelStore, name: str, params: dict[str, float],
     """
     stored = store.load(name)
     if stored is None:
-        return TrackedModel(name=name, algo=algo or name, params=dict(params),
-                            scaler_rows=scaler_rows)
+        return TrackedModel(
+            name=name, algo=algo or name, params=dict(params), scaler_rows=scaler_rows
+        )
     return TrackedModel.from_stored(stored)
 
 
@@ -239,8 +277,15 @@ def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
     meta, arrays = model.to_state()
     meta["writer"] = writer
     meta["checkpoint_ms"] = time.time_ns() // 1_000_000
-    version = fenced_save(store, model.name, model.fence, kind=MODEL_KIND, meta=meta,
-                          arrays=arrays, offsets=model.offsets)
+    version = fenced_save(
+        store,
+        model.name,
+        model.fence,
+        kind=MODEL_KIND,
+        meta=meta,
+        arrays=arrays,
+        offsets=model.offsets,
+    )
     model.dirty = False
     from workers import metrics  # here: direct replay imports this module, never saves
 
@@ -264,7 +309,9 @@ def summarize(stored: StoredModel) -> dict[str, Any]:
         "version": stored.version,
         "n_updates": int(stored.meta.get("n_updates", 0)),
         "triplets_seen": int(stored.meta.get("triplets_seen", 0)),
-        "offsets": {topic: {str(p): int(o) for p, o in sorted(parts.items())}
-                    for topic, parts in stored.offsets.items()},
+        "offsets": {
+            topic: {str(p): int(o) for p, o in sorted(parts.items())}
+            for topic, parts in stored.offsets.items()
+        },
         "weights_sha256": None if weights is None else weights_sha256(weights),
     }

@@ -25,22 +25,43 @@ def dead_letter_key(message: Message) -> bytes:
     return f"{message.topic}:{message.partition}:{message.offset}".encode()
 
 
-def send_dead_letter(producer: Producer | None, topic: str, message: Message, reason: str,
-                     detail: str, *, transient: tuple[type[BaseException], ...],
-                     logger: logging.Logger, rows: list[int] | None = None) -> None:
+def send_dead_letter(
+    producer: Producer | None,
+    topic: str,
+    message: Message,
+    reason: str,
+    detail: str,
+    *,
+    transient: tuple[type[BaseException], ...],
+    logger: logging.Logger,
+    rows: list[int] | None = None,
+) -> None:
     """Count, log and (when there is a producer) send one dead letter to `topic`.
 
     `rows` names the rejected rows of a block whose other rows were used. Errors in
     `transient` are logged, not raised: the worker carries on past the message.
     """
     metrics.DEAD_LETTERS.labels(reason=metrics.bounded_reason(reason)).inc()
-    log_event(logger, "dead letter", level=logging.WARNING, reason=reason, detail=detail[:200],
-              topic=message.topic, partition=message.partition, offset=message.offset)
+    log_event(
+        logger,
+        "dead letter",
+        level=logging.WARNING,
+        reason=reason,
+        detail=detail[:200],
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+    )
     if producer is None:
         return
     value = dead_letter(message.value, reason, detail, message, rows)
     try:
         producer.send(topic, value, key=dead_letter_key(message))
     except transient as exc:
-        log_event(logger, "dead-letter send failed", level=logging.ERROR, error=repr(exc),
-                  offset=message.offset)
+        log_event(
+            logger,
+            "dead-letter send failed",
+            level=logging.ERROR,
+            error=repr(exc),
+            offset=message.offset,
+        )

@@ -105,8 +105,10 @@ class RollingScores:
         self.ap.setdefault(model, deque(maxlen=self.window)).append(ap)
 
     def means(self) -> tuple[dict[str, float], dict[str, float]]:
-        return ({m: float(np.mean(v)) for m, v in sorted(self.ndcg.items())},
-                {m: float(np.mean(v)) for m, v in sorted(self.ap.items())})
+        return (
+            {m: float(np.mean(v)) for m, v in sorted(self.ndcg.items())},
+            {m: float(np.mean(v)) for m, v in sorted(self.ap.items())},
+        )
 
     def counts(self) -> dict[str, int]:
         return {m: len(v) for m, v in sorted(self.ndcg.items())}
@@ -123,22 +125,28 @@ class RollingScores:
             kind, _, model = key.partition(".")
             target = {"ndcg": rolling.ndcg, "ap": rolling.ap}.get(kind)
             if target is not None and model:
-                target[model] = deque(np.asarray(values, dtype=np.float64).tolist(),
-                                      maxlen=window)
+                target[model] = deque(np.asarray(values, dtype=np.float64).tolist(), maxlen=window)
         return rolling
 
 
 class Evaluator:
     """Consume judged queries, score every stamped model, publish rolling scores (module doc)."""
 
-    def __init__(self, settings: Settings, options: EvaluatorOptions | None = None, *,
-                 transport: Transport | None = None, store: ModelStore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        options: EvaluatorOptions | None = None,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+    ) -> None:
         self.settings = settings
         self.options = options or EvaluatorOptions()
         self.transport = transport if transport is not None else open_transport(settings)
         self.store = store if store is not None else open_store(settings)
         self._owned = ([self.transport] if transport is None else []) + (
-            [self.store] if store is None else [])
+            [self.store] if store is None else []
+        )
         self.cache = ScorerCache(self.store, self.options.cache_size)
         self.rolling = RollingScores(self.options.window)
         self.history: deque[QueryScores] = deque(maxlen=self.options.history)
@@ -176,8 +184,14 @@ class Evaluator:
                 scores = scorer.score(query.phi)
             except ValueError as exc:
                 skipped[model] = NO_SCORER if self.cache.scorable(model) is False else SCORE_ERROR
-                log_event(log, "model not scored", level=logging.WARNING, model=model,
-                          version=version, error=str(exc)[:200])
+                log_event(
+                    log,
+                    "model not scored",
+                    level=logging.WARNING,
+                    model=model,
+                    version=version,
+                    error=str(exc)[:200],
+                )
                 continue
             ndcg[model] = ndcg_at_k(scores, query.relevance, NDCG_K)
             ap[model] = average_precision(scores, query.relevance)
@@ -185,8 +199,9 @@ class Evaluator:
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
             metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
-        result = QueryScores(query.seq, query.query_id, query.served_by, query.served_version,
-                             ndcg, ap, skipped)
+        result = QueryScores(
+            query.seq, query.query_id, query.served_by, query.served_version, ndcg, ap, skipped
+        )
         self.history.append(result)
         self.queries_evaluated += 1
         self._unpublished += 1
@@ -206,9 +221,15 @@ class Evaluator:
         choice = self.options.policy.choose(self.champion, ndcg, self.rolling.counts())
         if choice == self.champion:
             return
-        log_event(log, "champion switched", previous=self.champion, champion=choice,
-                  previous_ndcg=ndcg.get(self.champion), ndcg=ndcg.get(choice),
-                  queries=self.queries_evaluated)
+        log_event(
+            log,
+            "champion switched",
+            previous=self.champion,
+            champion=choice,
+            previous_ndcg=ndcg.get(self.champion),
+            ndcg=ndcg.get(choice),
+            queries=self.queries_evaluated,
+        )
         metrics.CHAMPION_SWITCHES.inc()
         self.champion = choice
         self._publish_soon()
@@ -219,9 +240,15 @@ class Evaluator:
     def summary(self) -> dict:
         """Rolling NDCG@50/MAP per model, counts and the champion (for reports and --json)."""
         ndcg, ap = self.rolling.means()
-        return {"queries_evaluated": self.queries_evaluated, "champion": self.champion,
-                "window": self.options.window, "rolling_ndcg": ndcg, "rolling_map": ap,
-                "counts": self.rolling.counts(), "dead_letters": self.dead_letters}
+        return {
+            "queries_evaluated": self.queries_evaluated,
+            "champion": self.champion,
+            "window": self.options.window,
+            "rolling_ndcg": ndcg,
+            "rolling_map": ap,
+            "counts": self.rolling.counts(),
+            "dead_letters": self.dead_letters,
+        }
 
     # --- the scores record ----------------------------------------------------------------
     def restore(self) -> None:
@@ -230,8 +257,9 @@ class Evaluator:
         if record is None:
             return
         if record.kind != SCORES_KIND:
-            raise ValueError(f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, "
-                             f"not {SCORES_KIND!r}")
+            raise ValueError(
+                f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, not {SCORES_KIND!r}"
+            )
         self._record_fence = Fence.of(record)
         self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
         self.champion = str(record.meta.get("champion", self.champion))
@@ -245,18 +273,34 @@ class Evaluator:
         meta = {**self.summary(), "rolling_ndcg": ndcg, "rolling_map": ap}
         meta.pop("dead_letters")
         try:
-            fenced_save(self.store, EVALUATOR_RECORD, self._record_fence, kind=SCORES_KIND,
-                        meta=meta, arrays=self.rolling.to_arrays(),
-                        offsets={self.settings.queries_topic: self.offsets})
+            fenced_save(
+                self.store,
+                EVALUATOR_RECORD,
+                self._record_fence,
+                kind=SCORES_KIND,
+                meta=meta,
+                arrays=self.rolling.to_arrays(),
+                offsets={self.settings.queries_topic: self.offsets},
+            )
         except FencingError as exc:
             self.fenced = True
-            log_event(log, "fenced: another evaluator publishes scores; stopping",
-                      level=logging.ERROR, expected=exc.expected, actual=exc.actual)
+            log_event(
+                log,
+                "fenced: another evaluator publishes scores; stopping",
+                level=logging.ERROR,
+                expected=exc.expected,
+                actual=exc.actual,
+            )
             return False
         except self._transient as exc:
             delay = self._publish_backoff.failed()
-            log_event(log, "publish failed; will retry", level=logging.WARNING,
-                      error=repr(exc), retry_in_s=delay)
+            log_event(
+                log,
+                "publish failed; will retry",
+                level=logging.WARNING,
+                error=repr(exc),
+                retry_in_s=delay,
+            )
             return False
         self._publish_backoff.succeeded()
         self._unpublished = 0
@@ -265,8 +309,9 @@ class Evaluator:
 
     def _maybe_publish(self) -> None:
         due = self._unpublished >= self.options.publish_every or (
-            self._unpublished and time.monotonic() - self._last_publish
-            >= self.options.publish_seconds)
+            self._unpublished
+            and time.monotonic() - self._last_publish >= self.options.publish_seconds
+        )
         if due and self._publish_backoff.ready():
             self.publish()
 
@@ -274,8 +319,10 @@ class Evaluator:
     def start(self) -> None:
         """Create topics, restore the published record, and seek past what it covers."""
         topic = self.settings.queries_topic
-        self._retry("ensure topics", lambda: self.transport.ensure_topics(
-            {topic: 1, self.settings.dead_letter_topic: 1}))
+        self._retry(
+            "ensure topics",
+            lambda: self.transport.ensure_topics({topic: 1, self.settings.dead_letter_topic: 1}),
+        )
         self._retry("restore scores", self.restore)
         self._producer = self.transport.producer()
         self._consumer = self.transport.consumer()
@@ -286,9 +333,14 @@ class Evaluator:
                 self._consumer.seek(topic, p, self.offsets[p])
             else:
                 self._consumer.seek_to_beginning(topic, p)
-        log_event(log, "evaluator started", topic=topic, champion=self.champion,
-                  window=self.options.window, resumed_from={str(p): o for p, o in
-                                                            self.offsets.items()})
+        log_event(
+            log,
+            "evaluator started",
+            topic=topic,
+            champion=self.champion,
+            window=self.options.window,
+            resumed_from={str(p): o for p, o in self.offsets.items()},
+        )
 
     def process(self, messages: Sequence[Message]) -> int:
         """Decode and evaluate each message; bad ones go to the dead-letter topic.
@@ -318,8 +370,15 @@ class Evaluator:
 
     def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
         self.dead_letters += 1
-        send_dead_letter(self._producer, self.settings.dead_letter_topic, message, reason,
-                         detail, transient=self._transient, logger=log)
+        send_dead_letter(
+            self._producer,
+            self.settings.dead_letter_topic,
+            message,
+            reason,
+            detail,
+            transient=self._transient,
+            logger=log,
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -371,8 +430,15 @@ class Evaluator:
         [] after a back-off when the broker is away."""
         assert self._consumer is not None, "call start() first"
         wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        return poll_or_back_off(self._consumer, wait, self.options.max_poll_records,
-                                self._transient, self._poll_backoff, self._stop, log)
+        return poll_or_back_off(
+            self._consumer,
+            wait,
+            self.options.max_poll_records,
+            self._transient,
+            self._poll_backoff,
+            self._stop,
+            log,
+        )
 
     def _retry(self, what: str, action: Callable[[], None]) -> None:
         retry_until_stopped(what, action, self._stop, self._transient, log)
@@ -387,4 +453,3 @@ class Evaluator:
                     log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
         self._consumer = self._producer = None
         self._owned = []
-

@@ -133,9 +133,15 @@ class _Counters:
 class OnlineWorker:
     """Consume triplets, update every named model, checkpoint with offsets (see module doc)."""
 
-    def __init__(self, settings: Settings, options: WorkerOptions, *,
-                 transport: Transport | None = None, store: ModelStore | None = None,
-                 on_block: BlockObserver | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        options: WorkerOptions,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+        on_block: BlockObserver | None = None,
+    ) -> None:
         self.settings = settings
         self.options = options
         self.transport = transport if transport is not None else open_transport(settings)
@@ -146,7 +152,8 @@ class OnlineWorker:
         self.counters = _Counters()
         # CPU seconds each model spent learning in this process (see `_learn_timed`)
         self.learn_seconds: dict[str, float] = (
-            {} if options.per_partition else dict.fromkeys(options.algos, 0.0))
+            {} if options.per_partition else dict.fromkeys(options.algos, 0.0)
+        )
         self.fenced = False
         self._on_block = on_block
         self._stop = threading.Event()
@@ -160,7 +167,9 @@ class OnlineWorker:
         self._last_lag = 0.0
         self._partitioned: PartitionModels | None = (
             PartitionModels(self, options.mix_seconds, self._retry_until_stopped)
-            if options.per_partition else None)
+            if options.per_partition
+            else None
+        )
 
     # --- lifecycle ------------------------------------------------------------------
     def stop(self) -> None:
@@ -196,8 +205,13 @@ class OnlineWorker:
             clean = True
         finally:
             self.close(final_checkpoint=clean)
-        log_event(log, "worker stopped", records=self.counters.records,
-                  checkpoints=self.counters.checkpoints, fenced=self.fenced)
+        log_event(
+            log,
+            "worker stopped",
+            records=self.counters.records,
+            checkpoints=self.counters.checkpoints,
+            fenced=self.fenced,
+        )
         return EXIT_FENCED if self.fenced else EXIT_OK
 
     def _awaiting_partitions(self) -> bool:
@@ -248,21 +262,31 @@ class OnlineWorker:
         """Create topics, load every model with its offsets, and seek the consumer there."""
         opts = self.options
         topic = self.settings.triplets_topic
-        self._retry_until_stopped("ensure topics", lambda: self.transport.ensure_topics(
-            {topic: opts.partitions, self.settings.dead_letter_topic: 1}))
+        self._retry_until_stopped(
+            "ensure topics",
+            lambda: self.transport.ensure_topics(
+                {topic: opts.partitions, self.settings.dead_letter_topic: 1}
+            ),
+        )
 
         def load_all() -> None:
             params = {"C": opts.C, "eta": opts.eta}
-            self.models = [load_or_create(self.store, name, params, opts.scaler_rows)
-                           for name in opts.algos]
+            self.models = [
+                load_or_create(self.store, name, params, opts.scaler_rows) for name in opts.algos
+            ]
 
         if self._partitioned is None:  # else each partition's models load on assignment
             self._retry_until_stopped("load models", load_all)
         for model in self.models:
             metrics.MODEL_VERSION.labels(model=model.name).set(model.version)
-            log_event(log, "model loaded", model=model.name, version=model.version,
-                      triplets_seen=model.triplets_seen,
-                      offsets={str(p): o for p, o in model.offsets.get(topic, {}).items()})
+            log_event(
+                log,
+                "model loaded",
+                model=model.name,
+                version=model.version,
+                triplets_seen=model.triplets_seen,
+                offsets={str(p): o for p, o in model.offsets.get(topic, {}).items()},
+            )
         self._retry_until_stopped("connect", self._connect)
 
     def _connect(self) -> None:
@@ -278,8 +302,11 @@ class OnlineWorker:
             consumer.assign(partitions)
             self._seek_to_models(partitions)
         elif self._partitioned is not None:
-            consumer.subscribe([topic], on_assign=self._partitioned.on_assign,
-                               on_revoke=self._partitioned.on_revoke)
+            consumer.subscribe(
+                [topic],
+                on_assign=self._partitioned.on_assign,
+                on_revoke=self._partitioned.on_revoke,
+            )
         else:
             consumer.subscribe([topic], on_assign=self._seek_to_models)
 
@@ -313,16 +340,26 @@ class OnlineWorker:
         `poll_ms`); [] after a back-off when the broker is away."""
         assert self._consumer is not None, "call start() first"
         wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        messages = poll_or_back_off(self._consumer, wait, self.options.max_poll_records,
-                                    self._transient, self._poll_backoff, self._stop, log)
+        messages = poll_or_back_off(
+            self._consumer,
+            wait,
+            self.options.max_poll_records,
+            self._transient,
+            self._poll_backoff,
+            self._stop,
+            log,
+        )
         self.counters.polled += len(messages)
         return messages
 
     def process(self, messages: Sequence[Message]) -> None:
         """Decode each message once and apply it to every model that has not covered it."""
         for message in messages:
-            targets = [m for m in self._models_for(message.partition)
-                       if not m.covers(message.topic, message.partition, message.offset)]
+            targets = [
+                m
+                for m in self._models_for(message.partition)
+                if not m.covers(message.topic, message.partition, message.offset)
+            ]
             if not targets:
                 continue  # replayed after a crash; every model already has it
             self.counters.messages += 1
@@ -356,8 +393,9 @@ class OnlineWorker:
         if refused:
             self._dead_letter(message, NON_FINITE, "; ".join(refused))
 
-    def _learn_timed(self, targets: list[TrackedModel], message: Message,
-                     block: TripletBlock) -> list[int | ValueError]:
+    def _learn_timed(
+        self, targets: list[TrackedModel], message: Message, block: TripletBlock
+    ) -> list[int | ValueError]:
         """`learn_together` per group of models that share work, charging each its time.
 
         Time is CPU time of this thread (`time.thread_time`): what learning costs,
@@ -372,14 +410,14 @@ class OnlineWorker:
         """
         shared = [m for m in targets if m.ranker is not None and m.algo != "arow"]
         shared_ids = {id(m) for m in shared}
-        groups = ([shared] if shared else []) + [[m] for m in targets
-                                                 if id(m) not in shared_ids]
+        groups = ([shared] if shared else []) + [[m] for m in targets if id(m) not in shared_ids]
         y = block.y()
         results: dict[int, int | ValueError] = {}
         for group in groups:
             started = time.thread_time()
-            found = learn_together(group, message.topic, message.partition, message.offset,
-                                   block.phi1, block.phi2, y)
+            found = learn_together(
+                group, message.topic, message.partition, message.offset, block.phi1, block.phi2, y
+            )
             share = (time.thread_time() - started) / len(group)
             for model, result in zip(group, found, strict=True):
                 results[id(model)] = result
@@ -390,24 +428,37 @@ class OnlineWorker:
     def _dead_letter_rows(self, message: Message, rejects: list[tuple[int, str]]) -> None:
         reasons = Counter(reason for _, reason in rejects)
         detail = f"{len(rejects)} rejected rows: " + ", ".join(
-            f"{count} {reason}" for reason, count in reasons.most_common())
-        self._dead_letter(message, reasons.most_common(1)[0][0], detail,
-                          rows=[row for row, _ in rejects])
+            f"{count} {reason}" for reason, count in reasons.most_common()
+        )
+        self._dead_letter(
+            message, reasons.most_common(1)[0][0], detail, rows=[row for row, _ in rejects]
+        )
 
-    def _dead_letter(self, message: Message, reason: str, detail: str,
-                     rows: list[int] | None = None) -> None:
+    def _dead_letter(
+        self, message: Message, reason: str, detail: str, rows: list[int] | None = None
+    ) -> None:
         """Send the original bytes, reason and source offset to the dead-letter topic."""
         if message.offset < self._dead_letter_from.get(message.partition, 0):
             return  # a previous worker already dead-lettered it (covered by a checkpoint)
         assert self._producer is not None
-        send_dead_letter(self._producer, self.settings.dead_letter_topic, message, reason,
-                         detail, transient=self._transient, logger=log, rows=rows)
+        send_dead_letter(
+            self._producer,
+            self.settings.dead_letter_topic,
+            message,
+            reason,
+            detail,
+            transient=self._transient,
+            logger=log,
+            rows=rows,
+        )
         self.counters.dead_letters += 1
 
     # --- checkpoints ----------------------------------------------------------------
     def _maybe_checkpoint(self) -> None:
-        due = (self.counters.since_checkpoint >= self.options.checkpoint_records
-               or time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds)
+        due = (
+            self.counters.since_checkpoint >= self.options.checkpoint_records
+            or time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds
+        )
         if due and self._checkpoint_backoff.ready():
             self.checkpoint()
 
@@ -426,26 +477,42 @@ class OnlineWorker:
         except FencingError as exc:
             self.fenced = True
             metrics.FENCING_ERRORS.labels(model=exc.name).inc()
-            log_event(log, "fenced: a newer writer owns the model; stopping", level=logging.ERROR,
-                      model=exc.name, expected=exc.expected, actual=exc.actual)
+            log_event(
+                log,
+                "fenced: a newer writer owns the model; stopping",
+                level=logging.ERROR,
+                model=exc.name,
+                expected=exc.expected,
+                actual=exc.actual,
+            )
             return False
         except self._transient as exc:
             metrics.CHECKPOINT_FAILURES.inc()
             delay = self._checkpoint_backoff.failed()
-            log_event(log, "checkpoint failed; will retry", level=logging.WARNING, error=repr(exc),
-                      retry_in_s=delay)
+            log_event(
+                log,
+                "checkpoint failed; will retry",
+                level=logging.WARNING,
+                error=repr(exc),
+                retry_in_s=delay,
+            )
             return False
         self._checkpoint_backoff.succeeded()
         metrics.CHECKPOINT_SECONDS.observe(time.perf_counter() - started)
         self.counters.checkpoints += 1
         self.counters.since_checkpoint = 0
-        log_event(log, "checkpoint", models={m.name: m.version for m in dirty},
-                  seconds=round(time.perf_counter() - started, 4))
+        log_event(
+            log,
+            "checkpoint",
+            models={m.name: m.version for m in dirty},
+            seconds=round(time.perf_counter() - started, 4),
+        )
         return True
 
     def _final_checkpoint(self) -> None:
-        final_save("checkpoint", self.checkpoint, lambda: self.fenced,
-                   self._checkpoint_backoff, log)
+        final_save(
+            "checkpoint", self.checkpoint, lambda: self.fenced, self._checkpoint_backoff, log
+        )
 
     # --- lag --------------------------------------------------------------------------
     def _maybe_report_lag(self) -> None:
@@ -465,4 +532,3 @@ class OnlineWorker:
                 metrics.CONSUMER_LAG_RECORDS.labels(topic=t, partition=str(partition)).set(records)
         except self._transient as exc:
             log_event(log, "lag refresh failed", level=logging.WARNING, error=repr(exc))
-

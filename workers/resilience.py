@@ -54,14 +54,24 @@ def transient_errors() -> tuple[type[BaseException], ...]:
 
     from stream.transport import TransportError
 
-    return (TransportError, ConnectionError, TimeoutError, OSError,
-            kafka.errors.KafkaError, redis.exceptions.ConnectionError,
-            redis.exceptions.TimeoutError)
+    return (
+        TransportError,
+        ConnectionError,
+        TimeoutError,
+        OSError,
+        kafka.errors.KafkaError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+    )
 
 
-def retry_until_stopped(what: str, action: Callable[[], None], stop: threading.Event,
-                        transient: tuple[type[BaseException], ...],
-                        logger: logging.Logger) -> None:
+def retry_until_stopped(
+    what: str,
+    action: Callable[[], None],
+    stop: threading.Event,
+    transient: tuple[type[BaseException], ...],
+    logger: logging.Logger,
+) -> None:
     """Run `action` until it succeeds, backing off on transient errors.
 
     Once `stop` is set a transient error is re-raised instead of retried, so a worker
@@ -83,34 +93,57 @@ def retry_until_stopped(what: str, action: Callable[[], None], stop: threading.E
             if stop.is_set():
                 raise
             delay = backoff.failed()
-            log_event(logger, f"{what} failed; retrying", level=logging.WARNING,
-                      error=repr(exc), retry_in_s=delay)
+            log_event(
+                logger,
+                f"{what} failed; retrying",
+                level=logging.WARNING,
+                error=repr(exc),
+                retry_in_s=delay,
+            )
             stop.wait(delay)
 
 
-def poll_or_back_off(consumer: Consumer, timeout_ms: int, max_records: int,
-                     transient: tuple[type[BaseException], ...], backoff: Backoff,
-                     stop: threading.Event, logger: logging.Logger) -> list[Message]:
+def poll_or_back_off(
+    consumer: Consumer,
+    timeout_ms: int,
+    max_records: int,
+    transient: tuple[type[BaseException], ...],
+    backoff: Backoff,
+    stop: threading.Event,
+    logger: logging.Logger,
+) -> list[Message]:
     """One consumer poll; [] after a back-off (cut short by `stop`) when the broker is away."""
     try:
         messages = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
     except transient as exc:
         delay = backoff.failed()
-        log_event(logger, "poll failed; retrying", level=logging.WARNING, error=repr(exc),
-                  retry_in_s=delay)
+        log_event(
+            logger,
+            "poll failed; retrying",
+            level=logging.WARNING,
+            error=repr(exc),
+            retry_in_s=delay,
+        )
         stop.wait(delay)
         return []
     backoff.succeeded()
     return messages
 
 
-def final_save(what: str, save: Callable[[], bool], fenced: Callable[[], bool],
-               backoff: Backoff, logger: logging.Logger, attempts: int = 5) -> None:
+def final_save(
+    what: str,
+    save: Callable[[], bool],
+    fenced: Callable[[], bool],
+    backoff: Backoff,
+    logger: logging.Logger,
+    attempts: int = 5,
+) -> None:
     """A worker's last save on the way out: a few tries, then give up (the stored state
     stays valid, so a restart resumes from the previous save)."""
     for _ in range(attempts):
         if save() or fenced():
             return
         time.sleep(backoff.delay)
-    log_event(logger, f"final {what} failed; a restart resumes from the previous one",
-              level=logging.ERROR)
+    log_event(
+        logger, f"final {what} failed; a restart resumes from the previous one", level=logging.ERROR
+    )

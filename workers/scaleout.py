@@ -111,11 +111,14 @@ def mix_rankers(rankers: Sequence[OnlineRanker]) -> OnlineRanker:
     scaler = Standardizer()
     scaler.mean_, scaler.std_ = mean, std
     first = rankers[0]
-    mixed = OnlineRanker(algo=first.algo, **first.params, scaler=scaler,
-                         warm_start=std * (share @ raw))
+    mixed = OnlineRanker(
+        algo=first.algo, **first.params, scaler=scaler, warm_start=std * (share @ raw)
+    )
     if first.algo == "arow":
-        raw_sigma = sum(a * r.sigma / np.outer(s, s)  # type: ignore[operator]
-                        for a, r, s in zip(share, rankers, stds, strict=True))
+        raw_sigma = sum(
+            a * r.sigma / np.outer(s, s)  # type: ignore[operator]
+            for a, r, s in zip(share, rankers, stds, strict=True)
+        )
         mixed._sigma = raw_sigma * np.outer(std, std)
     mixed.n_seen = int(seen.sum())
     mixed.n_updates = int(sum(r.n_updates for r in rankers))
@@ -124,8 +127,9 @@ def mix_rankers(rankers: Sequence[OnlineRanker]) -> OnlineRanker:
     return mixed
 
 
-def publish_mix(store: ModelStore, topic: str, algo: str, partitions: Sequence[int],
-                writer: str) -> int | None:
+def publish_mix(
+    store: ModelStore, topic: str, algo: str, partitions: Sequence[int], writer: str
+) -> int | None:
     """Mix the stored `{algo}.p{k}` and save `{algo}`; its new version, or None if skipped.
 
     Skipped when no partition model is stored yet, when the stored mix already has
@@ -145,16 +149,31 @@ def publish_mix(store: ModelStore, topic: str, algo: str, partitions: Sequence[i
         return None
     ranker = mix_rankers([OnlineRanker.from_state(m.meta, m.arrays) for m in inputs])
     meta, arrays = ranker.to_state()
-    meta.update(triplets_seen=int(ranker.n_seen), mixed_from=mixed_from, writer=writer,
-                checkpoint_ms=time.time_ns() // 1_000_000,
-                scaler_rows=int(inputs[0].meta.get("scaler_rows", 0)))
+    meta.update(
+        triplets_seen=int(ranker.n_seen),
+        mixed_from=mixed_from,
+        writer=writer,
+        checkpoint_ms=time.time_ns() // 1_000_000,
+        scaler_rows=int(inputs[0].meta.get("scaler_rows", 0)),
+    )
     offsets = {topic: {p: o for m in inputs for p, o in m.offsets.get(topic, {}).items()}}
     try:
-        return store.save(algo, kind=MODEL_KIND, meta=meta, arrays=arrays, offsets=offsets,
-                          expected_version=0 if current is None else current.version)
+        return store.save(
+            algo,
+            kind=MODEL_KIND,
+            meta=meta,
+            arrays=arrays,
+            offsets=offsets,
+            expected_version=0 if current is None else current.version,
+        )
     except FencingError as exc:
-        log_event(log, "mix skipped: another mixer published first", model=algo,
-                  expected=exc.expected, actual=exc.actual)
+        log_event(
+            log,
+            "mix skipped: another mixer published first",
+            model=algo,
+            expected=exc.expected,
+            actual=exc.actual,
+        )
         return None
 
 
@@ -168,8 +187,12 @@ class PartitionModels:
     decides which models those are and which of them see a partition's messages.
     """
 
-    def __init__(self, worker: OnlineWorker, mix_seconds: float,
-                 retry: Callable[[str, Callable[[], None]], None]) -> None:
+    def __init__(
+        self,
+        worker: OnlineWorker,
+        mix_seconds: float,
+        retry: Callable[[str, Callable[[], None]], None],
+    ) -> None:
         self.worker = worker
         self.mix_seconds = mix_seconds
         self._retry = retry
@@ -207,13 +230,23 @@ class PartitionModels:
 
             def load(partition: int = partition) -> None:
                 self._by_partition[partition] = [
-                    load_or_create(self.worker.store, partition_model_name(algo, partition),
-                                   params, opts.scaler_rows, algo=algo)
-                    for algo in opts.algos]
+                    load_or_create(
+                        self.worker.store,
+                        partition_model_name(algo, partition),
+                        params,
+                        opts.scaler_rows,
+                        algo=algo,
+                    )
+                    for algo in opts.algos
+                ]
 
             self._retry(f"load partition {partition} models", load)
-            log_event(log, "partition assigned", partition=partition,
-                      models={m.name: m.version for m in self._by_partition[partition]})
+            log_event(
+                log,
+                "partition assigned",
+                partition=partition,
+                models={m.name: m.version for m in self._by_partition[partition]},
+            )
         self._sync()
         self.worker._seek_to_models(partitions)
 
@@ -233,8 +266,9 @@ class PartitionModels:
     def tick(self) -> None:
         """Called once per poll: re-raise a failed assignment, publish the mix when due."""
         if self._failure is not None:
-            raise RuntimeError(f"loading assigned partitions failed: {self._failure!r}") \
-                from self._failure
+            raise RuntimeError(
+                f"loading assigned partitions failed: {self._failure!r}"
+            ) from self._failure
         self.maybe_mix()
 
     def maybe_mix(self, force: bool = False) -> None:
@@ -249,17 +283,16 @@ class PartitionModels:
         topic = worker.settings.triplets_topic
         try:
             partitions = worker.transport.partitions_for(topic)
-            versions = {algo: publish_mix(worker.store, topic, algo, partitions, worker.writer)
-                        for algo in worker.options.algos}
+            versions = {
+                algo: publish_mix(worker.store, topic, algo, partitions, worker.writer)
+                for algo in worker.options.algos
+            }
         except worker._transient as exc:
-            log_event(log, "mix failed; next round retries", level=logging.WARNING,
-                      error=repr(exc))
+            log_event(log, "mix failed; next round retries", level=logging.WARNING, error=repr(exc))
             return
         published = {a: v for a, v in versions.items() if v is not None}
         if published:
             log_event(log, "mix published", versions=published)
 
     def _sync(self) -> None:
-        self.worker.models = [m for p in sorted(self._by_partition)
-                              for m in self._by_partition[p]]
-
+        self.worker.models = [m for p in sorted(self._by_partition) for m in self._by_partition[p]]

@@ -244,8 +244,9 @@ class ServingModel:
             scorer = self.cache.get(name, version)
             if scorer is None:  # trimmed between the two reads: serve what we have
                 if self.current is not None:
-                    return Served(self.current.name, self.current.version,
-                                  self.current.scorer, versions)
+                    return Served(
+                        self.current.name, self.current.version, self.current.scorer, versions
+                    )
                 raise LookupError(f"model {name!r} v{version} vanished from the store")
             self._switch(name, version, scorer)
         assert self.current is not None
@@ -272,6 +273,12 @@ class ServingModel:
         metrics.SERVING_MODEL_INFO.labels(model=name).set(1)
         metrics.SERVING_SWITCHES.inc()
         self.switches += 1
-        log_event(log, "serving model switched", level=logging.INFO,
-                  previous=None if previous is None else previous.name, model=name,
-                  version=version, mode=self.serving)
+        log_event(
+            log,
+            "serving model switched",
+            level=logging.INFO,
+            previous=None if previous is None else previous.name,
+            model=name,
+            version=version,
+            mode=self.serving,
+        )

@@ -118,7 +118,20 @@ def _line_coefficients(theta, direction, s, d, gram, cross, y_sq, V, mu, LG, LV,
 
 @njit(cache=True, fastmath=_FASTMATH)
 def cmds_steepest_descent(
-    theta0, s, d, gram, cross, y_sq, V, mu, gamma, rho, sigma, max_backtracks, max_iter, tol,
+    theta0,
+    s,
+    d,
+    gram,
+    cross,
+    y_sq,
+    V,
+    mu,
+    gamma,
+    rho,
+    sigma,
+    max_backtracks,
+    max_iter,
+    tol,
     adaptive_gamma,
 ):
     """Algorithm 2's S4-S6 on theta = [vec(L), c]; the iterates of `armijo.steepest_descent`.

@@ -20,7 +20,9 @@ def parse_choices(text: str, choices: Iterable[str], option: str) -> tuple[str, 
     items = comma_list(text)
     unknown = [item for item in items if item not in allowed]
     if not items or unknown:
-        print(f"unknown {option} {', '.join(unknown) or '(none)'}; choose from "
-              f"{', '.join(allowed)}", file=sys.stderr)
+        print(
+            f"unknown {option} {', '.join(unknown) or '(none)'}; choose from {', '.join(allowed)}",
+            file=sys.stderr,
+        )
         return None
     return items

@@ -19,10 +19,18 @@ def real_services_settings(command: str, err: Console) -> Settings | None:
     from rankstream.config import Settings
 
     settings = Settings.from_env()
-    missing = [name for name, value in (("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
-                                        ("RANKSTREAM_REDIS_URL", settings.redis_url)) if not value]
+    missing = [
+        name
+        for name, value in (
+            ("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
+            ("RANKSTREAM_REDIS_URL", settings.redis_url),
+        )
+        if not value
+    ]
     if missing:
-        err.print(f"{command} runs through real Kafka and Redis: set {' and '.join(missing)} "
-                  "(e.g. eval \"$(rankstream services up --env)\")")
+        err.print(
+            f"{command} runs through real Kafka and Redis: set {' and '.join(missing)} "
+            '(e.g. eval "$(rankstream services up --env)")'
+        )
         return None
     return settings

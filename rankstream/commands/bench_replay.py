@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def write_log(directory, n_triplets: int, block_size: int, seed: int,
-              on_rows=lambda n: None) -> int:
+def write_log(
+    directory, n_triplets: int, block_size: int, seed: int, on_rows=lambda n: None
+) -> int:
     """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
     from stream.generator import TripletGenerator
     from stream.recording import RecordingWriter
@@ -48,8 +49,17 @@ def write_log(directory, n_triplets: int, block_size: int, seed: int,
 
 
 def replay_command(directory) -> list[str]:
-    return [sys.executable, "-m", "rankstream", "replay", str(directory), "--direct",
-            "--algo", ALGOS, "--json"]
+    return [
+        sys.executable,
+        "-m",
+        "rankstream",
+        "replay",
+        str(directory),
+        "--direct",
+        "--algo",
+        ALGOS,
+        "--json",
+    ]
 
 
 def timed_replay(directory, n_triplets: int) -> tuple[float, float]:
@@ -88,10 +98,14 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="rankstream-bench-replay-") as tmp:
         directory = Path(tmp)
         with Progress(console=err, transient=True) as progress:
-            task = progress.add_task(f"recording {args.triplets:,} triplets",
-                                     total=args.triplets)
-            log_bytes = write_log(directory, args.triplets, args.block_size, args.seed,
-                                  lambda n: progress.advance(task, n))
+            task = progress.add_task(f"recording {args.triplets:,} triplets", total=args.triplets)
+            log_bytes = write_log(
+                directory,
+                args.triplets,
+                args.block_size,
+                args.seed,
+                lambda n: progress.advance(task, n),
+            )
         with err.status("warm-up run (numba cache, page cache)"):
             warmup, _ = timed_replay(directory, args.triplets)
         runs, cpu_runs = [], []
@@ -103,10 +117,16 @@ def run(args: argparse.Namespace) -> int:
                 cpu_runs.append(cpu)
                 progress.advance(task)
     seconds = statistics.median(runs)
-    report = {"triplets": args.triplets, "seconds": seconds,
-              "triplets_per_s": args.triplets / seconds, "warmup_seconds": warmup,
-              "runs": runs, "cpu_seconds": statistics.median(cpu_runs), "cpu_runs": cpu_runs,
-              "log_bytes": log_bytes}
+    report = {
+        "triplets": args.triplets,
+        "seconds": seconds,
+        "triplets_per_s": args.triplets / seconds,
+        "warmup_seconds": warmup,
+        "runs": runs,
+        "cpu_seconds": statistics.median(cpu_runs),
+        "cpu_runs": cpu_runs,
+        "log_bytes": log_bytes,
+    }
     if args.json:
         print(json.dumps(report))
         return 0

@@ -7,14 +7,33 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--triplets", type=int, default=2_000_000, metavar="N",
-                        help="triplets pre-produced per run (default 2,000,000)")
-    parser.add_argument("--workers", default="1,2,4", metavar="K,K,...",
-                        help="worker process counts to time (default 1,2,4)")
-    parser.add_argument("--partitions", type=int, default=4, metavar="P",
-                        help="partitions of the run's triplets topic (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, metavar="R",
-                        help="timed runs per worker count; the median is reported (default 3)")
+    parser.add_argument(
+        "--triplets",
+        type=int,
+        default=2_000_000,
+        metavar="N",
+        help="triplets pre-produced per run (default 2,000,000)",
+    )
+    parser.add_argument(
+        "--workers",
+        default="1,2,4",
+        metavar="K,K,...",
+        help="worker process counts to time (default 1,2,4)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        metavar="P",
+        help="partitions of the run's triplets topic (default 4)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        metavar="R",
+        help="timed runs per worker count; the median is reported (default 3)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -55,20 +74,27 @@ def run(args: argparse.Namespace) -> int:
             label = f"{workers} worker(s), run {repeat + 1}/{args.repeats}"
             try:
                 with err.status(f"{label}: starting") as status:
-                    result = run_once(settings, args.triplets, workers,
-                                      partitions=args.partitions, seed=repeat,
-                                      progress=lambda text, s=status, lb=label: s.update(
-                                          f"{lb}: {text}"))
+                    result = run_once(
+                        settings,
+                        args.triplets,
+                        workers,
+                        partitions=args.partitions,
+                        seed=repeat,
+                        progress=lambda text, s=status, lb=label: s.update(f"{lb}: {text}"),
+                    )
             except RuntimeError as exc:  # a worker or producer failed; the run cleaned up
                 err.print(f"{label} failed: {exc}")
                 return 1
             runs.append(result)
-            err.print(f"{label}: {result.triplets_per_s:,.0f} triplets/s "
-                      f"({result.seconds:.2f} s, lost {result.lost}, "
-                      f"duplicated {result.duplicated})")
+            err.print(
+                f"{label}: {result.triplets_per_s:,.0f} triplets/s "
+                f"({result.seconds:.2f} s, lost {result.lost}, "
+                f"duplicated {result.duplicated})"
+            )
         summary = summarize_runs(runs)
-        results[str(workers)] = {key: summary[key]
-                                 for key in ("seconds", "triplets_per_s", "lost", "duplicated")}
+        results[str(workers)] = {
+            key: summary[key] for key in ("seconds", "triplets_per_s", "lost", "duplicated")
+        }
     report = {"triplets": args.triplets, "partitions": args.partitions, "results": results}
     if args.json:
         print(json.dumps(report))

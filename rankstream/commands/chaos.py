@@ -22,26 +22,70 @@ _FAULT_OPTIONS = {  # option -> fault kind (rankstream.chaos.EVENT_KINDS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kills", type=int, default=10, metavar="K",
-                        help="SIGKILLs of the worker at seeded points (default 10)")
-    parser.add_argument("--triplets", type=int, default=3_000_000, metavar="N",
-                        help="triplets produced (default 3,000,000)")
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=10,
+        metavar="K",
+        help="SIGKILLs of the worker at seeded points (default 10)",
+    )
+    parser.add_argument(
+        "--triplets",
+        type=int,
+        default=3_000_000,
+        metavar="N",
+        help="triplets produced (default 3,000,000)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
-    parser.add_argument("--restart-kafka", type=int, default=0, metavar="R",
-                        help="clean broker restarts mid-stream (needs --services-root)")
-    parser.add_argument("--restart-redis", type=int, default=0, metavar="R",
-                        help="clean Redis restarts mid-stream (needs --services-root)")
-    parser.add_argument("--crash-redis", type=int, default=0, metavar="R",
-                        help="SIGKILLs of redis-server, restarted from its AOF")
-    parser.add_argument("--lose-checkpoints", type=int, default=0, metavar="R",
-                        help="roll every model back one version in Redis (lost AOF tail)")
-    parser.add_argument("--zombies", type=int, default=0, metavar="Z",
-                        help="freeze the worker, let a successor take over, wake it")
-    parser.add_argument("--checkpoint-records", type=int, default=None, metavar="N",
-                        help="worker checkpoint interval (default: ~4 checkpoints per fault)")
-    parser.add_argument("--services-root", type=Path, default=None, metavar="DIR",
-                        help="root of `rankstream services` "
-                             "(default: $RANKSTREAM_DATA_DIR/services)")
+    parser.add_argument(
+        "--restart-kafka",
+        type=int,
+        default=0,
+        metavar="R",
+        help="clean broker restarts mid-stream (needs --services-root)",
+    )
+    parser.add_argument(
+        "--restart-redis",
+        type=int,
+        default=0,
+        metavar="R",
+        help="clean Redis restarts mid-stream (needs --services-root)",
+    )
+    parser.add_argument(
+        "--crash-redis",
+        type=int,
+        default=0,
+        metavar="R",
+        help="SIGKILLs of redis-server, restarted from its AOF",
+    )
+    parser.add_argument(
+        "--lose-checkpoints",
+        type=int,
+        default=0,
+        metavar="R",
+        help="roll every model back one version in Redis (lost AOF tail)",
+    )
+    parser.add_argument(
+        "--zombies",
+        type=int,
+        default=0,
+        metavar="Z",
+        help="freeze the worker, let a successor take over, wake it",
+    )
+    parser.add_argument(
+        "--checkpoint-records",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker checkpoint interval (default: ~4 checkpoints per fault)",
+    )
+    parser.add_argument(
+        "--services-root",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="root of `rankstream services` (default: $RANKSTREAM_DATA_DIR/services)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -55,11 +99,19 @@ def run(args: argparse.Namespace) -> int:
     settings = real_services_settings("chaos", err)
     if settings is None:
         return 2
-    counts = {kind: getattr(args, option) for option, kind in _FAULT_OPTIONS.items()
-              if getattr(args, option)}
+    counts = {
+        kind: getattr(args, option)
+        for option, kind in _FAULT_OPTIONS.items()
+        if getattr(args, option)
+    }
     try:
-        plan = ChaosPlan(triplets=args.triplets, kills=args.kills, counts=counts, seed=args.seed,
-                         checkpoint_records=args.checkpoint_records)
+        plan = ChaosPlan(
+            triplets=args.triplets,
+            kills=args.kills,
+            counts=counts,
+            seed=args.seed,
+            checkpoint_records=args.checkpoint_records,
+        )
     except ValueError as exc:
         err.print(f"bad option: {exc}")
         return 2
@@ -71,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         with err.status("chaos: starting") as status:
-            result = run_chaos(settings, plan, manager=manager,
-                               say=lambda text: status.update(f"chaos: {text}"))
+            result = run_chaos(
+                settings, plan, manager=manager, say=lambda text: status.update(f"chaos: {text}")
+            )
     except ChaosError as exc:
         err.print(f"chaos failed: {exc}")
         return 1
@@ -97,7 +150,9 @@ def _manager_for(root: Path | None, settings: object) -> tuple[object, str | Non
         return manager, f"service restarts need the services' root (--services-root): {exc}"
     configured = (settings.kafka_bootstrap, settings.redis_url)  # type: ignore[attr-defined]
     if (endpoints.kafka_bootstrap, endpoints.redis_url) != configured:
-        return manager, (f"the services under {manager.root} listen on "
-                         f"{endpoints.kafka_bootstrap} and {endpoints.redis_url}, not on the "
-                         f"configured {configured[0]} and {configured[1]}")
+        return manager, (
+            f"the services under {manager.root} listen on "
+            f"{endpoints.kafka_bootstrap} and {endpoints.redis_url}, not on the "
+            f"configured {configured[0]} and {configured[1]}"
+        )
     return manager, None

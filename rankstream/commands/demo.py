@@ -13,17 +13,41 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="report", metavar="DIR",
-                        help="directory for report.json and the plots (default ./report)")
-    parser.add_argument("--queries", type=int, default=2000, metavar="Q",
-                        help="judged queries to serve (default 2000, as in the paper)")
-    parser.add_argument("--triplets", type=int, default=None, metavar="N",
-                        help="also stop once at least N triplets were produced")
-    parser.add_argument("--images", type=int, default=None, metavar="M",
-                        help="collection size (default: the paper's 1007157)")
+    parser.add_argument(
+        "--out",
+        default="report",
+        metavar="DIR",
+        help="directory for report.json and the plots (default ./report)",
+    )
+    parser.add_argument(
+        "--queries",
+        type=int,
+        default=2000,
+        metavar="Q",
+        help="judged queries to serve (default 2000, as in the paper)",
+    )
+    parser.add_argument(
+        "--triplets",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also stop once at least N triplets were produced",
+    )
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=None,
+        metavar="M",
+        help="collection size (default: the paper's 1007157)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
-    parser.add_argument("--refit-every", type=int, default=None, metavar="K",
-                        help="queries between batch refits (default 500)")
+    parser.add_argument(
+        "--refit-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="queries between batch refits (default 500)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {"images": args.images, "refit_every": args.refit_every}
     try:
-        options = DemoOptions(queries=args.queries, triplets=args.triplets, seed=args.seed,
-                              **{k: v for k, v in overrides.items() if v is not None})
+        options = DemoOptions(
+            queries=args.queries,
+            triplets=args.triplets,
+            seed=args.seed,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
         return 2
@@ -44,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
     report = result.report()
     report["plots"] = {
         "ndcg_at_50": str(plot_ndcg(result.ndcg, out / "ndcg_at_50.png")),
-        "learning_time": str(plot_learning_time(result.learning_seconds,
-                                                out / "learning_time.png")),
+        "learning_time": str(
+            plot_learning_time(result.learning_seconds, out / "learning_time.png")
+        ),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = {
@@ -61,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
     print_method_table(
         f"rankstream demo: {report['queries']} queries, {report['triplets']:,} triplets, "
         f"{report['images']:,} images, {report['seconds']} s",
-        rows, formats={"vs Uni-Con": "+.4f", "learning s": ".3f"})
-    print(f"champion {report['champion']} ({report['champion_switches']} switches), "
-          f"{report['refits']} batch refits; wrote {out / 'report.json'} and plots",
-          file=sys.stderr)
+        rows,
+        formats={"vs Uni-Con": "+.4f", "learning s": ".3f"},
+    )
+    print(
+        f"champion {report['champion']} ({report['champion_switches']} switches), "
+        f"{report['refits']} batch refits; wrote {out / 'report.json'} and plots",
+        file=sys.stderr,
+    )
     return 0

@@ -21,8 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="cMDS-DML embedding dimension (default: max(3, labels - 1), see Algorithm 1)",
     )
-    parser.add_argument("--pca", type=int, default=None,
-                        help="PCA dimension (default: PubFig 150 as in the paper, digits 40)")
+    parser.add_argument(
+        "--pca",
+        type=int,
+        default=None,
+        help="PCA dimension (default: PubFig 150 as in the paper, digits 40)",
+    )
     parser.add_argument("--validation-splits", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")

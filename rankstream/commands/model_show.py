@@ -9,8 +9,9 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="model name (e.g. opr, opar1, cmds_dml)")
-    parser.add_argument("--version", type=int, default=None,
-                        help="a specific stored version (default: the latest)")
+    parser.add_argument(
+        "--version", type=int, default=None, help="a specific stored version (default: the latest)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -21,8 +22,11 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store(Settings.from_env())
     try:
-        stored = (store.load(args.name) if args.version is None
-                  else store.load_version(args.name, args.version))
+        stored = (
+            store.load(args.name)
+            if args.version is None
+            else store.load_version(args.name, args.version)
+        )
     finally:
         store.close()
     if stored is None:

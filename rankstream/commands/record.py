@@ -15,14 +15,32 @@ KIND_TOPICS = {"triplets": "triplets_topic", "queries": "queries_topic"}  # -> S
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="recording directory")
-    parser.add_argument("--topics", default="triplets,queries",
-                        help="streams to record: triplets,queries (default both)")
-    parser.add_argument("--exit-when-idle", type=float, default=None, metavar="S",
-                        help="commit and exit when no message arrived for S seconds")
-    parser.add_argument("--messages-per-file", type=int, default=500, metavar="N",
-                        help="roll to a new file after N messages (default 500)")
-    parser.add_argument("--roll-seconds", type=float, default=10.0, metavar="T",
-                        help="commit buffered messages at least every T seconds (default 10)")
+    parser.add_argument(
+        "--topics",
+        default="triplets,queries",
+        help="streams to record: triplets,queries (default both)",
+    )
+    parser.add_argument(
+        "--exit-when-idle",
+        type=float,
+        default=None,
+        metavar="S",
+        help="commit and exit when no message arrived for S seconds",
+    )
+    parser.add_argument(
+        "--messages-per-file",
+        type=int,
+        default=500,
+        metavar="N",
+        help="roll to a new file after N messages (default 500)",
+    )
+    parser.add_argument(
+        "--roll-seconds",
+        type=float,
+        default=10.0,
+        metavar="T",
+        help="commit buffered messages at least every T seconds (default 10)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON summary at exit")
 
 
@@ -40,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     if kinds is None:
         return 2
     try:
-        options = RecorderOptions(messages_per_file=args.messages_per_file,
-                                  roll_seconds=args.roll_seconds,
-                                  exit_when_idle=args.exit_when_idle)
+        options = RecorderOptions(
+            messages_per_file=args.messages_per_file,
+            roll_seconds=args.roll_seconds,
+            exit_when_idle=args.exit_when_idle,
+        )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
         return 2
@@ -53,14 +73,18 @@ def run(args: argparse.Namespace) -> int:
     transport = open_transport(settings)
 
     def committed(path, counts) -> None:
-        log_event(log, "file committed", path=str(path), messages=counts.messages,
-                  rows=counts.rows)
+        log_event(log, "file committed", path=str(path), messages=counts.messages, rows=counts.rows)
 
     recorder = Recorder(transport, args.out, topics, options, on_commit=committed)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: recorder.stop())
-    log_event(log, "recording", out=args.out, topics=topics,
-              resume_from={t: w.positions for t, w in recorder.writers.items()})
+    log_event(
+        log,
+        "recording",
+        out=args.out,
+        topics=topics,
+        resume_from={t: w.positions for t, w in recorder.writers.items()},
+    )
     try:
         counts = recorder.run()
     finally:

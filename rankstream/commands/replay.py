@@ -23,22 +23,43 @@ DEFAULT_ALGOS = "opr,opar1,opar2,ogdr"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="a directory written by `record`")
     pace = parser.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=float, default=None, metavar="F",
-                      help="replay F times faster than recorded (default: recorded pace)")
-    pace.add_argument("--as-fast-as-possible", action="store_true",
-                      help="send without waiting between messages")
-    pace.add_argument("--direct", action="store_true",
-                      help="train from the files instead of sending them")
-    parser.add_argument("--topics", default="triplets,queries",
-                        help="streams to send back: triplets,queries (default both)")
-    parser.add_argument("--algo", default=DEFAULT_ALGOS,
-                        help="--direct: comma-separated models (opr,opar1,opar2,ogdr,arow)")
+    pace.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        metavar="F",
+        help="replay F times faster than recorded (default: recorded pace)",
+    )
+    pace.add_argument(
+        "--as-fast-as-possible", action="store_true", help="send without waiting between messages"
+    )
+    pace.add_argument(
+        "--direct", action="store_true", help="train from the files instead of sending them"
+    )
+    parser.add_argument(
+        "--topics",
+        default="triplets,queries",
+        help="streams to send back: triplets,queries (default both)",
+    )
+    parser.add_argument(
+        "--algo",
+        default=DEFAULT_ALGOS,
+        help="--direct: comma-separated models (opr,opar1,opar2,ogdr,arow)",
+    )
     parser.add_argument("--C", type=float, default=0.1, help="--direct: OPAR-I/II C")
     parser.add_argument("--eta", type=float, default=0.01, help="--direct: OGDR step size")
-    parser.add_argument("--scaler-rows", type=int, default=2000, metavar="N",
-                        help="--direct: triplets that fit each model's scaler (as the worker)")
-    parser.add_argument("--skip-bad", action="store_true",
-                        help="skip and count damaged files/rows instead of stopping")
+    parser.add_argument(
+        "--scaler-rows",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="--direct: triplets that fit each model's scaler (as the worker)",
+    )
+    parser.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip and count damaged files/rows instead of stopping",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -65,8 +86,13 @@ def _run_direct(args: argparse.Namespace) -> int:
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
     try:
-        options = DirectOptions(algos=algos, C=args.C, eta=args.eta,
-                                scaler_rows=args.scaler_rows, skip_bad=args.skip_bad)
+        options = DirectOptions(
+            algos=algos,
+            C=args.C,
+            eta=args.eta,
+            scaler_rows=args.scaler_rows,
+            skip_bad=args.skip_bad,
+        )
         with _Progress("training from the log", _log_rows(args.directory)) as advance:
             result = train_from_log(args.directory, options, on_rows=advance)
     except RecordingError as exc:
@@ -78,8 +104,9 @@ def _run_direct(args: argparse.Namespace) -> int:
     summaries = result.summaries()
     counts = result.counts
     if counts.bad_rows or counts.bad_files:
-        print(f"skipped {counts.bad_rows} bad rows and {counts.bad_files} bad files",
-              file=sys.stderr)
+        print(
+            f"skipped {counts.bad_rows} bad rows and {counts.bad_files} bad files", file=sys.stderr
+        )
     if args.json:
         print(json.dumps(summaries))
         return 0
@@ -102,12 +129,17 @@ def _run_into_transport(args: argparse.Namespace) -> int:
     topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
     transport = open_transport(settings)
     try:
-        with _Progress(f"replaying into {', '.join(topics.values())}",
-                       _log_rows(args.directory)) as advance:
-            counts = replay_log(transport, args.directory, topics, speed=speed,
-                                skip_bad=args.skip_bad,
-                                on_message=lambda m: advance(m.rows if m.kind == "triplets"
-                                                             else 0))
+        with _Progress(
+            f"replaying into {', '.join(topics.values())}", _log_rows(args.directory)
+        ) as advance:
+            counts = replay_log(
+                transport,
+                args.directory,
+                topics,
+                speed=speed,
+                skip_bad=args.skip_bad,
+                on_message=lambda m: advance(m.rows if m.kind == "triplets" else 0),
+            )
     except RecordingError as exc:
         print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
         return 1
@@ -116,14 +148,21 @@ def _run_into_transport(args: argparse.Namespace) -> int:
         return 2
     finally:
         transport.close()
-    report = {"messages": counts.messages, "triplets": counts.rows,
-              "seconds": counts.seconds, "bad_rows": counts.read.bad_rows,
-              "bad_files": counts.read.bad_files}
+    report = {
+        "messages": counts.messages,
+        "triplets": counts.rows,
+        "seconds": counts.seconds,
+        "bad_rows": counts.read.bad_rows,
+        "bad_files": counts.read.bad_files,
+    }
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"sent {counts.messages} messages ({counts.rows:,} triplets) to "
-              f"{', '.join(topics.values())} in {counts.seconds:.2f}s", file=sys.stderr)
+        print(
+            f"sent {counts.messages} messages ({counts.rows:,} triplets) to "
+            f"{', '.join(topics.values())} in {counts.seconds:.2f}s",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -171,6 +210,7 @@ def _print_table(summaries: dict, title: str) -> None:
     for column in ("model", "triplets_seen", "n_updates", "weights_sha256"):
         table.add_column(column)
     for name, s in summaries.items():
-        table.add_row(name, f"{s['triplets_seen']:,}", f"{s['n_updates']:,}",
-                      str(s["weights_sha256"])[:16])
+        table.add_row(
+            name, f"{s['triplets_seen']:,}", f"{s['n_updates']:,}", str(s["weights_sha256"])[:16]
+        )
     Console().print(table)

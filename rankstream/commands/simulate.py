@@ -8,23 +8,51 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--triplets", type=int, default=100_000, metavar="N",
-                        help="stop after at least N triplets (default 100000)")
+    parser.add_argument(
+        "--triplets",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="stop after at least N triplets (default 100000)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
-    parser.add_argument("--images", type=int, default=None, metavar="M",
-                        help="collection size (default: the paper's 1,007,157)")
-    parser.add_argument("--collection-seed", type=int, default=0,
-                        help="seed of the synthetic collection (cached per size and seed)")
-    parser.add_argument("--rate", type=float, default=None, metavar="R",
-                        help="limit to R triplets/s (token bucket; default unlimited)")
-    parser.add_argument("--serving", default="champion", metavar="champion|NAME",
-                        help="rank with the evaluator's champion (default) or a named model")
-    parser.add_argument("--candidates", type=int, default=300, metavar="K",
-                        help="candidates retrieved per query (default 300)")
-    parser.add_argument("--partitions", type=int, default=1,
-                        help="partitions of the topics if they must be created")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON summary on stdout")
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=None,
+        metavar="M",
+        help="collection size (default: the paper's 1,007,157)",
+    )
+    parser.add_argument(
+        "--collection-seed",
+        type=int,
+        default=0,
+        help="seed of the synthetic collection (cached per size and seed)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="limit to R triplets/s (token bucket; default unlimited)",
+    )
+    parser.add_argument(
+        "--serving",
+        default="champion",
+        metavar="champion|NAME",
+        help="rank with the evaluator's champion (default) or a named model",
+    )
+    parser.add_argument(
+        "--candidates",
+        type=int,
+        default=300,
+        metavar="K",
+        help="candidates retrieved per query (default 300)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="partitions of the topics if they must be created"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,10 +68,14 @@ def run(args: argparse.Namespace) -> int:
     configure_logging()
     try:
         options = SimulateOptions(
-            triplets=args.triplets, seed=args.seed,
+            triplets=args.triplets,
+            seed=args.seed,
             images=args.images if args.images is not None else PAPER_N_IMAGES,
-            collection_seed=args.collection_seed, rate=args.rate, serving=args.serving,
-            candidates=args.candidates, partitions=args.partitions,
+            collection_seed=args.collection_seed,
+            rate=args.rate,
+            serving=args.serving,
+            candidates=args.candidates,
+            partitions=args.partitions,
         )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
@@ -55,14 +87,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
         return 2
-    columns = (TextColumn("simulate [dim]{task.fields[model]}"), BarColumn(),
-               MofNCompleteColumn())
+    columns = (TextColumn("simulate [dim]{task.fields[model]}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
         task = bar.add_task("simulate", total=options.triplets, model="")
 
         def advance(result: StepResult) -> None:
-            bar.update(task, advance=result.triplets,
-                       model=f"{result.served.name} v{result.served.version}")
+            bar.update(
+                task,
+                advance=result.triplets,
+                model=f"{result.served.name} v{result.served.version}",
+            )
 
         try:
             summary = simulation.run(on_step=advance)
@@ -72,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"produced {summary['triplets']} triplets from {summary['queries']} queries "
-              f"in {summary['seconds']} s; served by {summary['served_by']}", file=sys.stderr)
+        print(
+            f"produced {summary['triplets']} triplets from {summary['queries']} queries "
+            f"in {summary['seconds']} s; served by {summary['served_by']}",
+            file=sys.stderr,
+        )
     return 0

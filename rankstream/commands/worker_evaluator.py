@@ -8,16 +8,36 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--window", type=int, default=200, metavar="W",
-                        help="rolling means over each model's last W judged queries (default 200)")
-    parser.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
-                        help="publish and exit when no query arrived for this long")
-    parser.add_argument("--min-queries", type=int, default=20, metavar="N",
-                        help="queries a model needs in its window to become champion")
-    parser.add_argument("--margin", type=float, default=0.005,
-                        help="NDCG@50 a challenger must gain over the champion (default 0.005)")
-    parser.add_argument("--json", action="store_true",
-                        help="on exit, print one JSON summary on stdout")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=200,
+        metavar="W",
+        help="rolling means over each model's last W judged queries (default 200)",
+    )
+    parser.add_argument(
+        "--exit-when-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="publish and exit when no query arrived for this long",
+    )
+    parser.add_argument(
+        "--min-queries",
+        type=int,
+        default=20,
+        metavar="N",
+        help="queries a model needs in its window to become champion",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.005,
+        help="NDCG@50 a challenger must gain over the champion (default 0.005)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="on exit, print one JSON summary on stdout"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,16 +50,22 @@ def run(args: argparse.Namespace) -> int:
     configure_logging()
     try:
         options = EvaluatorOptions(
-            window=args.window, exit_when_idle=args.exit_when_idle,
-            policy=ChampionPolicy(margin=args.margin, min_queries=args.min_queries))
+            window=args.window,
+            exit_when_idle=args.exit_when_idle,
+            policy=ChampionPolicy(margin=args.margin, min_queries=args.min_queries),
+        )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
         return 2
     settings = Settings.from_env()
     port = start_metrics_server(settings)
-    log_event(get_logger("rankstream.worker.evaluator"), "starting",
-              kafka=settings.kafka_bootstrap or "embedded",
-              redis="configured" if settings.redis_url else "embedded", metrics_port=port)
+    log_event(
+        get_logger("rankstream.worker.evaluator"),
+        "starting",
+        kafka=settings.kafka_bootstrap or "embedded",
+        redis="configured" if settings.redis_url else "embedded",
+        metrics_port=port,
+    )
     evaluator = Evaluator(settings, options)
     evaluator.install_signal_handlers()
     code = evaluator.run()
