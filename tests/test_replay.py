@@ -102,6 +102,14 @@ def _use(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
         monkeypatch.setenv(f"RANKSTREAM_{var}", value or "")
 
 
+def _record(out: Path, *, idle: float, messages_per_file: int) -> int:
+    """`rankstream record` of the triplets topic into `out`, until idle."""
+    return main(
+        ["record", "--out", str(out), "--topics", "triplets", "--exit-when-idle", str(idle),
+         "--messages-per-file", str(messages_per_file)]
+    )  # fmt: skip
+
+
 def _round_trip(
     settings: Settings,
     tmp_path: Path,
@@ -116,22 +124,7 @@ def _round_trip(
 
     out = tmp_path / "log"
     _use(monkeypatch, settings)
-    assert (
-        main(
-            [
-                "record",
-                "--out",
-                str(out),
-                "--topics",
-                "triplets",
-                "--exit-when-idle",
-                str(idle),
-                "--messages-per-file",
-                "5",
-            ]
-        )
-        == 0
-    )
+    assert _record(out, idle=idle, messages_per_file=5) == 0
     assert len(log_paths(out, "triplets")) == 3  # 13 messages, 5 per file
 
     replayed = dataclasses.replace(settings, topic_prefix=f"r{uuid.uuid4().hex[:10]}")
@@ -165,22 +158,7 @@ def _recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _produce(settings, [(b.key, b.encode()) for b in TripletGenerator(seed=2).blocks(3000, 250)])
     out = tmp_path / "log"
     _use(monkeypatch, settings)
-    assert (
-        main(
-            [
-                "record",
-                "--out",
-                str(out),
-                "--topics",
-                "triplets",
-                "--exit-when-idle",
-                "0.2",
-                "--messages-per-file",
-                "4",
-            ]
-        )
-        == 0
-    )
+    assert _record(out, idle=0.2, messages_per_file=4) == 0
     return out
 
 
