@@ -141,6 +141,23 @@ def test_ldmlr_iterates_stay_psd_and_h_matches_definition():
     assert np.all(np.isfinite(model.components_))
 
 
+def test_ldmlr_staged_fit_equals_separate_fits():
+    """Each stage of one run is the model `fit` gives with that T_max (the eval's shortcut)."""
+    X, r = ordinal_data(n_per_label=6, d=5)
+    stages = [0, 3, 10, 25]
+    staged = [
+        (model.n_iter_, model.components_.copy(), model.objective_)
+        for model in LDMLR(n_neighbors=3, mu=2.0, learning_rate=1.5).staged_fit(X, r, stages)
+    ]
+    assert [n for n, _, _ in staged] == stages
+    for stage, (_, components, objective) in zip(stages, staged, strict=True):
+        alone = LDMLR(n_neighbors=3, mu=2.0, learning_rate=1.5, max_iter=stage).fit(X, r)
+        assert np.array_equal(alone.components_, components)
+        assert alone.objective_ == objective
+    with pytest.raises(ValueError, match="stages"):
+        next(LDMLR().staged_fit(X, r, []))
+
+
 def test_project_psd_is_the_nearest_psd_matrix():
     M = np.diag([3.0, -2.0, 0.5])
     np.testing.assert_allclose(project_psd(M), np.diag([3.0, 0.0, 0.5]))

@@ -58,10 +58,40 @@ def test_cli_json_shape(capsys):
     assert {"dataset", "n_train", "K", "s", "repeats"} <= set(report)
     assert report["dataset"] == "digits" and report["K"] == 3 and report["n_train"] == 30
     assert report["s"] == 4  # max(3, m - 1) for digits' 5 ink quintiles
-    for method in ("cmds_dml", "ldmlr", "euclidean_knn"):
+    for method in ("cmds_dml", "ldmlr", "ldmlr_paper_t_max", "euclidean_knn"):
         row = report[method]
         assert {"mae", "std", "seconds"} <= set(row)
         assert 0.0 <= row["mae"] <= 4.0 and row["seconds"] >= 0.0
+    assert report["ldmlr_paper_t_max"]["params"]["max_iter"] == 50
+    paired = report["paired_cmds_minus_ldmlr"]
+    assert paired["splits"] == 1 and 0 <= paired["cmds_dml_wins"] <= 1
+
+
+def test_staged_validation_scores_every_t_max_as_separate_fits_would():
+    """LDMLR's T_max grid is read off one staged run per split; the MAEs must be those of
+    one fit per T_max, and `_best` must respect a fixed key (the paper's T_max row)."""
+    from rankstream.evals.dml import DmlEvalConfig, _best, _factories, _validation_maes
+    from simulators.ordinal import load_ordinal
+
+    data = load_ordinal("digits")
+    rng = np.random.default_rng(3)
+    splits = [per_label_split(data.r, 6, rng) for _ in range(2)]
+    factory = _factories(DmlEvalConfig(pca_components=8), 3, 4)["ldmlr"]
+    grid = {"mu": (1.0,), "learning_rate": (1.9,), "max_iter": (40, 5, 15)}
+    staged = _validation_maes(factory, grid, 3, data.X, data.r, splits, staged="max_iter")
+    separate = _validation_maes(factory, grid, 3, data.X, data.r, splits)
+    key = lambda row: row[0]["max_iter"]  # noqa: E731
+    assert sorted(staged, key=key) == sorted(separate, key=key)
+    assert _best(staged, max_iter=5)["max_iter"] == 5
+    assert _best(staged) == min(staged, key=lambda row: row[1])[0]
+
+
+def test_validation_uses_ten_splits_by_default():
+    """Three splits chose settings whose test MAE moved by +-0.05 (PubFig K=5), more than
+    the gap between the learners; ten is the default."""
+    from rankstream.evals.dml import DmlEvalConfig
+
+    assert DmlEvalConfig().validation_splits == 10
 
 
 def test_pca_dimension_defaults_per_data_set_and_obeys_an_explicit_choice():

@@ -30,6 +30,8 @@ stable learning_rate.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import numpy as np
 
 from ranking.dml.base import OrdinalMetricLearner
@@ -139,7 +141,23 @@ class LDMLR(OrdinalMetricLearner):
 
     def fit(self, X: object, y: object) -> LDMLR:
         """Learn the PSD metric A from points X (n, d) and ordinal labels y (n,)."""
+        for _ in self.staged_fit(X, y, [int(self.max_iter)]):
+            pass
+        return self
+
+    def staged_fit(self, X: object, y: object, stages: Iterable[int]) -> Iterator[LDMLR]:
+        """Fit once and yield this model as fitted after each T_max in `stages`, in order.
+
+        The iterates of T_max = t are a prefix of those of any longer run, so validating
+        T_max over a grid costs one run to the largest value instead of one run per value.
+        Each yielded state equals `fit` with max_iter = t (self is updated in place; copy
+        what you keep). A run that hits a non-finite h stops there, and the remaining
+        stages get that last finite iterate, as `fit` would.
+        """
         self._check_params()
+        stages = sorted({int(t) for t in stages})
+        if not stages or stages[0] < 0:
+            raise ValueError(f"stages must be iteration counts >= 0, got {stages!r}")
         Z, r = self._fit_preprocessed(X, y)
         pairs = target_neighbor_pairs(Z, r, int(self.n_neighbors))
         objective = LDMLRObjective(
@@ -148,19 +166,21 @@ class LDMLR(OrdinalMetricLearner):
         step = self.learning_rate / objective.curvature()
         A = np.eye(Z.shape[1])
         value = objective.value(A)
-        iterations = 0
-        for _ in range(int(self.max_iter)):
-            candidate = project_psd(A - step * objective.gradient(A))
-            candidate_value = objective.value(candidate)
-            if not (np.isfinite(candidate_value) and np.all(np.isfinite(candidate))):
-                break
-            A, value = candidate, candidate_value
-            iterations += 1
-        self.metric_ = A
-        self.n_iter_ = iterations
-        self.objective_ = value
-        self._set_components(self._square_root(A))
-        return self
+        iterations, diverged = 0, False
+        for stage in stages:
+            while iterations < stage and not diverged:
+                candidate = project_psd(A - step * objective.gradient(A))
+                candidate_value = objective.value(candidate)
+                diverged = not (np.isfinite(candidate_value) and np.all(np.isfinite(candidate)))
+                if diverged:
+                    break
+                A, value = candidate, candidate_value
+                iterations += 1
+            self.metric_ = A
+            self.n_iter_ = iterations
+            self.objective_ = value
+            self._set_components(self._square_root(A))
+            yield self
 
     def _square_root(self, A: np.ndarray) -> np.ndarray:
         """Rows sqrt(lambda) u^T for the largest eigenvalues: G^T G = A (or its top-s part)."""
