@@ -162,6 +162,45 @@ def plot_learning_time(
     return _save(fig, plt, path)
 
 
+def plot_ordinal_metrics(
+    by_k: list[Mapping],
+    methods: Mapping[str, str],
+    embedded: np.ndarray,
+    labels: np.ndarray,
+    path: str | Path,
+    title: str,
+) -> Path:
+    """The DML eval at a glance: MAE per K and method (mean and std over the splits), and
+    held-out points in cMDS-DML's learned space (first two axes, coloured by label; the
+    paper's Fig. 6 draws the same for training points)."""
+    embedded = np.asarray(embedded, dtype=np.float64)
+    if embedded.ndim != 2 or embedded.shape[0] != np.size(labels):
+        raise ValueError(f"embedded {embedded.shape} does not match {np.size(labels)} labels")
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    ks = np.array([row["K"] for row in by_k], dtype=np.float64)
+    width = 0.8 / max(len(methods), 1)
+    for i, (method, label) in enumerate(methods.items()):
+        offset = (i - (len(methods) - 1) / 2) * width
+        means = [row[method]["mae"] for row in by_k]
+        stds = [row[method]["std"] for row in by_k]
+        left.bar(ks + offset, means, width, yerr=stds, capsize=3, label=label)
+    left.set_xticks(ks)
+    left.set_xlabel("target neighbours K")
+    left.set_ylabel("kNN MAE (lower is better)")
+    left.set_title(title)
+    left.grid(True, axis="y", alpha=0.3)
+    left.legend(fontsize=9)
+    y = embedded[:, 1] if embedded.shape[1] > 1 else np.zeros(embedded.shape[0])
+    points = right.scatter(embedded[:, 0], y, c=labels, cmap="viridis", s=12, alpha=0.8)
+    fig.colorbar(points, ax=right, label="ordinal label")
+    right.set_xlabel("cMDS-DML axis 1")
+    right.set_ylabel("cMDS-DML axis 2")
+    right.set_title(f"held-out points in the learned space (K={int(ks[0])})")
+    right.grid(True, alpha=0.3)
+    return _save(fig, plt, path)
+
+
 def _save(fig, plt, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

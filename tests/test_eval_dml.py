@@ -33,7 +33,7 @@ def test_unknown_dataset_raises():
         load_ordinal("mnist")
 
 
-def test_cli_json_shape(capsys):
+def test_cli_json_shape(capsys, tmp_path):
     code = main(
         [
             "eval",
@@ -50,6 +50,8 @@ def test_cli_json_shape(capsys):
             "10",
             "--validation-splits",
             "1",
+            "--plot",
+            str(tmp_path / "dml.png"),
             "--json",
         ]
     )
@@ -57,6 +59,7 @@ def test_cli_json_shape(capsys):
     report = json.loads(capsys.readouterr().out)
     assert {"dataset", "n_train", "K", "s", "repeats"} <= set(report)
     assert report["dataset"] == "digits" and report["K"] == 3 and report["n_train"] == 30
+    assert report["plot"] == str(tmp_path / "dml.png") and (tmp_path / "dml.png").stat().st_size
     assert report["s"] == 4  # max(3, m - 1) for digits' 5 ink quintiles
     for method in ("cmds_dml", "ldmlr", "ldmlr_paper_t_max", "euclidean_knn"):
         row = report[method]

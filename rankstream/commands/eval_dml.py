@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--validation-splits", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plot",
+        default=None,
+        help="figure path (default report/dml_<dataset>.png): MAE per K, cMDS-DML embedding",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -83,11 +88,16 @@ def run(args: argparse.Namespace) -> int:
     )
     with Progress(transient=True, console=_stderr_console()) as progress:
         task = progress.add_task("eval dml", total=config.repeats * len(config.ks))
-        report = run_dml_eval(config, progress=lambda: progress.advance(task))
+        report = run_dml_eval(
+            config,
+            progress=lambda: progress.advance(task),
+            plot_path=args.plot or f"report/dml_{args.dataset}.png",
+        )
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
     else:
         _print_table(report)
+    _stderr_console().print(f"wrote {report['plot']}")
     return 0
 
 

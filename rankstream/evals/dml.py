@@ -31,6 +31,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,8 +222,22 @@ def _paired(differences: np.ndarray) -> dict[str, float]:
     }
 
 
-def run_dml_eval(config: DmlEvalConfig, progress=None) -> dict[str, Any]:
-    """The JSON report: the first K at the top level, every K under `by_K`."""
+METHOD_LABELS = {
+    "cmds_dml": "cMDS-DML",
+    "ldmlr": "LDMLR (T_max validated)",
+    "ldmlr_paper_t_max": f"LDMLR (paper's T_max = {PAPER_T_MAX})",
+    "euclidean_knn": "Euclidean kNN",
+}
+
+
+def run_dml_eval(
+    config: DmlEvalConfig, progress=None, plot_path: str | Path | None = None
+) -> dict[str, Any]:
+    """The JSON report: the first K at the top level, every K under `by_K`.
+
+    With `plot_path`, also draws `rankstream.plots.plot_ordinal_metrics` there: MAE per K
+    and one fresh split's held-out points embedded by cMDS-DML at the first K's settings.
+    """
     from threadpoolctl import threadpool_limits
 
     from simulators.ordinal import load_ordinal
@@ -250,4 +265,22 @@ def run_dml_eval(config: DmlEvalConfig, progress=None) -> dict[str, Any]:
     }
     if len(by_k) > 1:
         report["by_K"] = by_k
+    if plot_path is not None:
+        report["plot"] = str(_plot(config, data, s, by_k, plot_path))
     return report
+
+
+def _plot(config: DmlEvalConfig, data, s: int, by_k: list[dict], path: str | Path) -> Path:
+    from rankstream.plots import plot_ordinal_metrics
+    from simulators.ordinal import per_label_split
+
+    k = by_k[0]["K"]
+    train, test = per_label_split(
+        data.r, config.n_train, np.random.default_rng([config.seed, k, 3])
+    )
+    model = _factories(config, k, s)["cmds_dml"](**by_k[0]["cmds_dml"]["params"])
+    model.fit(data.X[train], data.r[train])
+    title = f"{data.description}\n{config.n_train} per label, {config.repeats} splits"
+    return plot_ordinal_metrics(
+        by_k, METHOD_LABELS, model.transform(data.X[test]), data.r[test], path, title
+    )
