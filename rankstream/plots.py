@@ -190,7 +190,9 @@ def plot_ordinal_metrics(
     left.set_ylabel("kNN MAE (lower is better)")
     left.set_title(title)
     left.grid(True, axis="y", alpha=0.3)
-    left.legend(fontsize=9)
+    top = max(row[m]["mae"] + row[m]["std"] for row in by_k for m in methods)
+    left.set_ylim(0.0, 1.4 * top)  # headroom for the legend above the bars
+    left.legend(fontsize=9, ncol=2, loc="upper center")
     y = embedded[:, 1] if embedded.shape[1] > 1 else np.zeros(embedded.shape[0])
     points = right.scatter(embedded[:, 0], y, c=labels, cmap="viridis", s=12, alpha=0.8)
     fig.colorbar(points, ax=right, label="ordinal label")
