@@ -33,6 +33,10 @@ def test_unknown_dataset_raises():
         load_ordinal("mnist")
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def test_cli_json_shape(capsys, tmp_path):
     code = main(
         [
@@ -56,7 +60,7 @@ def test_cli_json_shape(capsys, tmp_path):
         ]
     )
     assert code == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out, parse_constant=_reject_constant)
     assert {"dataset", "n_train", "K", "s", "repeats"} <= set(report)
     assert report["dataset"] == "digits" and report["K"] == 3 and report["n_train"] == 30
     assert report["plot"] == str(tmp_path / "dml.png") and (tmp_path / "dml.png").stat().st_size
@@ -68,6 +72,7 @@ def test_cli_json_shape(capsys, tmp_path):
     assert report["ldmlr_paper_t_max"]["params"]["max_iter"] == 50
     paired = report["paired_cmds_minus_ldmlr"]
     assert paired["splits"] == 1 and 0 <= paired["cmds_dml_wins"] <= 1
+    assert paired["sem"] is None  # strict JSON: no NaN for a single split
 
 
 def test_staged_validation_scores_every_t_max_as_separate_fits_would():

@@ -65,7 +65,8 @@ def _print_table(report: dict) -> None:
         paired = result["paired_cmds_minus_ldmlr"]
         Console().print(
             f"cMDS-DML - LDMLR on the same splits: {paired['mean']:+.4f} "
-            f"± {paired['sem']:.4f} (s.e.), cMDS-DML lower on {paired['cmds_dml_wins']} "
+            f"± {paired['sem'] or float('nan'):.4f} (s.e.), cMDS-DML lower on "
+            f"{paired['cmds_dml_wins']} "
             f"of {paired['splits']}"
         )
 

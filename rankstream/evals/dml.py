@@ -211,12 +211,13 @@ def evaluate_k(
     return result
 
 
-def _paired(differences: np.ndarray) -> dict[str, float]:
-    """Mean, standard error and win count of per-split MAE differences (same splits)."""
+def _paired(differences: np.ndarray) -> dict[str, float | int | None]:
+    """Mean, standard error (None for one split: strict JSON has no NaN) and win count of
+    per-split MAE differences on the same splits."""
     n = differences.size
     return {
         "mean": float(differences.mean()),
-        "sem": float(differences.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
+        "sem": float(differences.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
         "cmds_dml_wins": int(np.sum(differences < 0)),
         "splits": int(n),
     }
