@@ -122,22 +122,22 @@ def _factories(config: DmlEvalConfig, k: int, s: int) -> dict[str, Callable[...,
 
 def _score(transformer: object | None, k: int, X, r, train, test) -> tuple[float, float]:
     """(MAE, seconds to fit the metric) of kNN regression after `transformer` on one split."""
-    from ranking.dml import OrdinalKNNRegressor
-    from ranking.metrics import mae
+    from sklearn.base import clone
 
     start = time.perf_counter()
-    model = OrdinalKNNRegressor(n_neighbors=k, transformer=transformer).fit(X[train], r[train])
+    fitted = None if transformer is None else clone(transformer).fit(X[train], r[train])
     seconds = time.perf_counter() - start
-    return mae(r[test], model.predict(X[test])), seconds
+    return _fitted_mae(fitted, k, X, r, train, test), seconds
 
 
-def _fitted_mae(transformer: Any, k: int, X, r, train, test) -> float:
-    """MAE of kNN regression in the space of an already fitted `transformer`."""
+def _fitted_mae(transformer: Any | None, k: int, X, r, train, test) -> float:
+    """MAE of kNN regression in the space of an already fitted `transformer` (None: X)."""
     from ranking.dml import OrdinalKNNRegressor
     from ranking.metrics import mae
 
-    model = OrdinalKNNRegressor(n_neighbors=k).fit(transformer.transform(X[train]), r[train])
-    return mae(r[test], model.predict(transformer.transform(X[test])))
+    embed = (lambda points: points) if transformer is None else transformer.transform
+    model = OrdinalKNNRegressor(n_neighbors=k).fit(embed(X[train]), r[train])
+    return mae(r[test], model.predict(embed(X[test])))
 
 
 def _validation_maes(factory, grid, k, X, r, splits, staged: str | None = None):
