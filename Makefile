@@ -39,7 +39,7 @@ bench: $(STAMP)
 
 # 10 minutes of the real pipeline at a sustained rate; RSS and lag must stay bounded.
 soak: $(STAMP)
-	$(BIN)/python -m rankstream.soak --out report/soak
+	$(BIN)/python -m rankstream.harness.soak --out report/soak
 
 # The full hostile-input run (>= 100,000 cases); `make test` runs a short form.
 fuzz: $(STAMP)

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ranking.metrics import average_precision
-from ranking.scaling import Standardizer, linear_scores
-from ranking.validation import (
+from rankstream.ranking.metrics import average_precision
+from rankstream.ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.validation import (
     as_float_matrix,
     as_float_vector,
     as_pair_labels,

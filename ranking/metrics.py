@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ranking.validation import as_float_vector, as_relevance
+from rankstream.ranking.validation import as_float_vector, as_relevance
 
 
 def ranked_order(scores: object) -> np.ndarray:

@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ranking.scaling import Standardizer, linear_scores
-from ranking.validation import as_float_matrix, as_float_vector, check_positive
+from rankstream.ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.validation import as_float_matrix, as_float_vector, check_positive
 
 # Kernel status codes: which check stopped the loop at `bad_row`.
 _OK, _NONFINITE, _BAD_LABEL = 0, 1, 2

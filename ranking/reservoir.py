@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ranking.validation import first_nonfinite_row
+from rankstream.ranking.validation import first_nonfinite_row
 
 
 class Reservoir:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ranking.validation import as_float_matrix
+from rankstream.ranking.validation import as_float_matrix
 
 
 class Standardizer:

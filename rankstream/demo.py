@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.config import Settings
-from simulators.collection import Collection
-from simulators.retrieval import CandidateIndex
+from rankstream.simulators.collection import Collection
+from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.stream.settings import Settings
 
 DEFAULT_IMAGES = 1_007_157  # the paper's ImageCLEFFlickr scale; Uni-Con sits near 0.80 here
 ONLINE_MODELS = ("opr", "opar1", "opar2", "ogdr", "arow")
@@ -185,7 +185,7 @@ def _drain(step: Callable[[], int]) -> None:
 def compile_learners(algos: tuple[str, ...]) -> None:
     """Run the online learners' compiled kernels once, on throwaway models and rows,
     together as the worker runs them (the fused linear pass, AROW on its own)."""
-    from workers.checkpoint import TrackedModel, learn_together
+    from rankstream.workers.checkpoint import TrackedModel, learn_together
 
     rng = np.random.default_rng(0)
     phi = rng.random((4, 36), dtype=np.float32)
@@ -206,13 +206,13 @@ class DemoPipeline:
         collection: Collection | None = None,
         index: CandidateIndex | None = None,
     ) -> None:
-        from rankstream.simulate import SimulateOptions, Simulation
-        from stream.embedded import EmbeddedTransport
-        from stream.embedded_store import EmbeddedModelStore
-        from workers.batch import BatchOptions, BatchWorker
-        from workers.batch_models import CMDSDMLParams, RankMKLParams
-        from workers.evaluator import Evaluator, EvaluatorOptions
-        from workers.online import OnlineWorker, WorkerOptions
+        from rankstream.stream.embedded import EmbeddedTransport
+        from rankstream.stream.embedded_store import EmbeddedModelStore
+        from rankstream.workers.batch import BatchOptions, BatchWorker
+        from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+        from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+        from rankstream.workers.online import OnlineWorker, WorkerOptions
+        from rankstream.workers.simulator import SimulateOptions, Simulation
 
         # no services, whatever the environment says: the demo is the embedded pipeline
         self.settings = dataclasses.replace(
@@ -363,8 +363,8 @@ def run_demo(
     progress: bool = True,
 ) -> DemoResult:
     """Build or load the collection, run the pipeline for the options' queries, collect."""
-    from rankstream.simulate import SimulateOptions, load_collection
-    from workers.logging import configure_logging
+    from rankstream.workers.logging import configure_logging
+    from rankstream.workers.simulator import SimulateOptions, load_collection
 
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()

@@ -24,6 +24,7 @@ synthetic ImageCLEF/Flickr-like collection through `load_synthetic_testbed`):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -224,7 +225,7 @@ def build_cbir_testbed(
 ) -> CBIRTestBed:
     """The test bed of a labelled collection: phi from its descriptor matrices
     (`simulators.similarity.PhiMap`), every other image a candidate, binary relevance."""
-    from simulators.similarity import PhiMap
+    from rankstream.simulators.similarity import PhiMap
 
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size < 2 * N_FOLDS:
@@ -257,22 +258,24 @@ def load_synthetic_testbed(
     n_images: int = SYNTHETIC_IMAGES,
     candidates: int = SYNTHETIC_CANDIDATES,
     collection_seed: int = 0,
-    cache_dir: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> CBIRTestBed:
     """The synthetic collection (`simulators.collection`) as a graded-relevance test bed.
 
     The collection and its candidate index are built once per `collection_seed` and
-    cached (`load_or_build`, under `cache_dir` or the configured data dir), like the
+    cached (`load_or_build`, under `cache_dir`, which it needs), like the
     digits images the collection is fixed data and `seed` drives the folds and the
     pair sampling. Query images are the ground-truth images (never distractors), as
     in the feedback stream; each query's candidates are the `candidates` images the
     simulated search engine retrieves (`FeedbackSimulator.retrieve`), with their phi
     and graded relevance (2 same topic, 1 same super-topic, 0 otherwise).
     """
-    from simulators.collection import Collection
-    from simulators.feedback import FeedbackSimulator
-    from simulators.retrieval import CandidateIndex
+    from rankstream.simulators.collection import Collection
+    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.simulators.retrieval import CandidateIndex
 
+    if cache_dir is None:
+        raise ValueError("the synthetic test bed needs a cache_dir for its collection")
     collection = Collection.load_or_build(
         cache_dir, progress=False, n_images=n_images, seed=collection_seed
     )

@@ -150,7 +150,7 @@ class Collection:
     @property
     def feature_names(self) -> tuple[str, ...]:
         """The 36 phi columns, descriptor-major: "descriptor:measure"."""
-        from simulators.similarity import SIMILARITIES
+        from rankstream.simulators.similarity import SIMILARITIES
 
         return tuple(f"{d.name}:{m}" for d in DESCRIPTORS for m in SIMILARITIES)
 
@@ -179,7 +179,7 @@ class Collection:
         The measures are `simulators.similarity.SIMILARITIES` (all descriptors here are
         non-negative, so chi-square needs no shift).
         """
-        from simulators.similarity import SIMILARITIES
+        from rankstream.simulators.similarity import SIMILARITIES
 
         q = self.features[self._check_id(query_id)]
         cands = self.features[self._check_ids(candidate_ids)]
@@ -242,17 +242,10 @@ class Collection:
 
     @classmethod
     def load_or_build(
-        cls, cache_dir: str | os.PathLike | None = None, progress: bool = True, **params
+        cls, cache_dir: str | os.PathLike, progress: bool = True, **params
     ) -> Collection:
-        """The cached collection for these parameters, building and caching it on a miss.
-
-        `cache_dir` defaults to `Settings.from_env().data_dir / "collections"`.
-        """
+        """The cached collection for these parameters under `cache_dir`, built on a miss."""
         p = make_params(**params)
-        if cache_dir is None:
-            from rankstream.config import Settings
-
-            cache_dir = Path(Settings.from_env().data_dir) / "collections"
         directory = Path(cache_dir) / f"collection-{p.cache_key()}"
         if (directory / "params.json").exists():
             return cls.load(directory)

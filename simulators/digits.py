@@ -13,12 +13,13 @@ respond to them. Descriptors are computed once per process and cached.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
 
-from simulators.cbir_testbed import DEFAULT_TRAIN_ROWS, CBIRTestBed, build_cbir_testbed
-from simulators.descriptors import describe
+from rankstream.simulators.cbir_testbed import DEFAULT_TRAIN_ROWS, CBIRTestBed, build_cbir_testbed
+from rankstream.simulators.descriptors import describe
 
 DIGITS_IMAGE_SIZE = 16
 
@@ -50,8 +51,13 @@ def load_digits_testbed(
     train_rows: int = DEFAULT_TRAIN_ROWS,
     max_val_queries: int | None = None,
     max_test_queries: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> CBIRTestBed:
-    """The digits CBIR test bed (1,797 images, 36-d phi), deterministic from `seed`."""
+    """The digits CBIR test bed (1,797 images, 36-d phi), deterministic from `seed`.
+
+    `cache_dir` is part of every test-bed loader's signature; digits needs none (its
+    descriptors take about a second and are kept in memory).
+    """
     descriptors, labels = digit_descriptors()
     return build_cbir_testbed(
         "digits", descriptors, labels, seed, train_rows, max_val_queries, max_test_queries

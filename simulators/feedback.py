@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ranking.metrics import ndcg_at_k, ranked_order
-from simulators.collection import Collection, progress_bar
-from simulators.retrieval import CandidateIndex
+from rankstream.ranking.metrics import ndcg_at_k, ranked_order
+from rankstream.simulators.collection import Collection, progress_bar
+from rankstream.simulators.retrieval import CandidateIndex
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 NDCG_K = 50
@@ -233,9 +233,9 @@ def run_online_experiment(
     on the same queries. Features are standardized with a scaler fitted on
     `calibration_phi`. Returns {"unicon": (n_queries,), algo: (n_queries,), ...}.
     """
-    from ranking.baselines import UniCon
-    from ranking.online import OnlineRanker
-    from ranking.scaling import Standardizer
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.scaling import Standardizer
 
     sim = FeedbackSimulator(collection, seed=seed, index=index)
     scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))

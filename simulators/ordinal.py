@@ -61,7 +61,7 @@ def dense_ranks(values: np.ndarray) -> np.ndarray:
 def pubfig_attribute(
     attribute: str = DEFAULT_ATTRIBUTE, root: Path | str | None = None
 ) -> OrdinalDataset:
-    from simulators.pubfig import load_pubfig
+    from rankstream.simulators.pubfig import load_pubfig
 
     data = load_pubfig(root)
     index = data.attribute_index(attribute)

@@ -56,7 +56,7 @@ def load_face(path: Path | str, size: int) -> np.ndarray:
 
 def describe_face(image: np.ndarray, params: FaceFeatureParams) -> dict[str, np.ndarray]:
     """LBP histogram, HOG and Gabor energies of one grayscale face."""
-    from simulators.descriptors import gabor_energies, hog_descriptor, lbp_histogram
+    from rankstream.simulators.descriptors import gabor_energies, hog_descriptor, lbp_histogram
 
     return {
         "lbp": lbp_histogram(image, params.lbp_points, params.lbp_radius, params.lbp_grid),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulators.collection import Collection, descriptor_slices, progress_bar
+from rankstream.simulators.collection import Collection, descriptor_slices, progress_bar
 
 INDEX_VERSION = 1
 _ASSIGN_CHUNK = 65_536
@@ -155,15 +155,11 @@ class CandidateIndex:
     def load_or_build(
         cls,
         collection: Collection,
-        cache_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike,
         seed: int = 0,
         progress: bool = True,
     ) -> CandidateIndex:
         """The cached index of this collection (same cache root as the collection)."""
-        if cache_dir is None:
-            from rankstream.config import Settings
-
-            cache_dir = Path(Settings.from_env().data_dir) / "collections"
         key = f"index-{collection.params.cache_key()}-v{INDEX_VERSION}-s{seed}"
         directory = Path(cache_dir) / key
         if (directory / "meta.json").exists():

@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from stream.transport import Message, RebalanceCallback, TopicPartition
+from rankstream.stream.transport import Message, RebalanceCallback, TopicPartition
 
 _DEFAULT_AUTO_PARTITIONS = 1
 

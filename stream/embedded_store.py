@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from stream.store import (
+from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
     StoredModel,

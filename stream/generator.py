@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stream.schema import PHI_DIM, encode_triplets, triplet_key
+from rankstream.stream.schema import PHI_DIM, encode_triplets, triplet_key
 
 GRADES = 5
 

@@ -37,8 +37,8 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from stream.schema import MAX_MESSAGE_BYTES
-from stream.transport import (
+from rankstream.stream.schema import MAX_MESSAGE_BYTES
+from rankstream.stream.transport import (
     Message,
     RebalanceCallback,
     TransportError,
@@ -47,7 +47,7 @@ from stream.transport import (
 )
 
 if TYPE_CHECKING:
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
 log = logging.getLogger(__name__)
 

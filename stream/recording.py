@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stream.schema import (
+from rankstream.stream.schema import (
     PHI_DIM,
     TRIPLETS_FIELDS,
     SchemaError,
@@ -57,7 +57,7 @@ from stream.schema import (
     decode_triplets,
     encode_triplets,
 )
-from stream.transport import Message, Transport
+from rankstream.stream.transport import Message, Transport
 
 KINDS = ("triplets", "queries")
 FORMAT_VERSION = 1

@@ -40,7 +40,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from stream.store import (
+from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
     StoredModel,
@@ -53,10 +53,10 @@ from stream.store import (
     encode_model,
     finite_or_none,
 )
-from stream.transport import credential_errors, credentials_refused
+from rankstream.stream.transport import credential_errors, credentials_refused
 
 if TYPE_CHECKING:
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from stream.transport import Message
+from rankstream.stream.transport import Message
 
 PHI_DIM = 36
 SCHEMA_VERSION = 1

@@ -27,14 +27,11 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from stream.codec import decode_arrays, encode_arrays
-
-if TYPE_CHECKING:
-    from rankstream.config import Settings
+from rankstream.stream.codec import decode_arrays, encode_arrays
 
 DEFAULT_KEEP_VERSIONS = 50
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
@@ -350,14 +347,3 @@ def finite_or_none(value: float | None) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"timeout must be a finite number >= 0, got {value}")
     return float(value)
-
-
-def open_store(settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> ModelStore:
-    """Redis when `settings.redis_url` is set, else the process-wide embedded store."""
-    if settings.redis_url:
-        from stream.redis_store import RedisModelStore
-
-        return RedisModelStore(settings, keep_versions=keep_versions)
-    from stream.embedded_store import embedded_store
-
-    return embedded_store(settings.topic_prefix, keep_versions=keep_versions)

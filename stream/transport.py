@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from rankstream.config import Settings
+from typing import Protocol
 
 TopicPartition = tuple[str, int]
 RebalanceCallback = Callable[[list[TopicPartition]], None]
@@ -121,14 +118,3 @@ class Transport(Protocol):
     def end_offsets(self, topic: str) -> dict[int, int]: ...
 
     def close(self) -> None: ...
-
-
-def open_transport(settings: Settings) -> Transport:
-    """Kafka when `settings.kafka_bootstrap` is set, else the process-wide embedded log."""
-    if settings.kafka_bootstrap:
-        from stream.kafka_transport import KafkaTransport
-
-        return KafkaTransport(settings)
-    from stream.embedded import embedded_transport
-
-    return embedded_transport()

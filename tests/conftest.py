@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 # -- markers ------------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ class RunningServices:
     kafka_bootstrap: str
     redis_url: str
     prometheus_url: str
-    manager: object  # rankstream.services.ServiceManager (imported lazily)
+    manager: object  # rankstream.harness.services.ServiceManager (imported lazily)
 
     @property
     def root(self) -> Path:
@@ -56,7 +56,7 @@ def _in_ci() -> bool:
 @pytest.fixture(scope="session")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServices]:
     """Kafka + Redis + Prometheus for the whole session, under a temporary root."""
-    from rankstream.services import ServiceError, ServiceManager
+    from rankstream.harness.services import ServiceError, ServiceManager
 
     manager = ServiceManager(tmp_path_factory.mktemp("services"))
     try:

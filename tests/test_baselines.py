@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from ranking.baselines import BestFea, RankSVM, UniCon
-from ranking.metrics import pairwise_accuracy
-from ranking.scaling import Standardizer
+from rankstream.ranking.baselines import BestFea, RankSVM, UniCon
+from rankstream.ranking.metrics import pairwise_accuracy
+from rankstream.ranking.scaling import Standardizer
 
 
 def restore(model):

@@ -7,12 +7,17 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ranking.baselines import UniCon
-from simulators.collection import build_collection
-from simulators.feedback import FeedbackSimulator, RetrievedQuery, TripletRecords, served_ndcg
-from stream.embedded_store import EmbeddedModelStore
-from stream.generator import TripletGenerator
-from workers.batch_models import (
+from rankstream.ranking.baselines import UniCon
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.feedback import (
+    FeedbackSimulator,
+    RetrievedQuery,
+    TripletRecords,
+    served_ndcg,
+)
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.generator import TripletGenerator
+from rankstream.workers.batch_models import (
     RESERVOIR_COLUMNS,
     CMDSDMLParams,
     CMDSDMLScorer,
@@ -24,7 +29,7 @@ from workers.batch_models import (
     sample_pairs,
     scorer_from_state,
 )
-from workers.serving import SCORERS, scorer_for
+from rankstream.workers.serving import SCORERS, scorer_for
 
 D = 36
 

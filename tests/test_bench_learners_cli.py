@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ranking.online import ALGOS
 from rankstream.cli import main
+from rankstream.ranking.online import ALGOS
 
 
 def test_bench_learners_json_shape(capsys):

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.config import Settings
-from rankstream.pipeline_bench import _SeqCounter, run_once
-from stream.store import open_store
-from stream.transport import open_transport
+from rankstream.harness.pipeline_bench import _SeqCounter, run_once
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.settings import Settings
 
 
 class _Block:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from rankstream.cli import main
-from rankstream.config import Settings
-from rankstream.pipeline_bench import partition_shares
-from rankstream.scaleout_bench import lost_and_duplicated, worker_command
+from rankstream.harness.pipeline_bench import partition_shares
+from rankstream.harness.scaleout_bench import lost_and_duplicated, worker_command
+from rankstream.stream.settings import Settings
 
 
 def test_partition_shares_follow_block_round_robin() -> None:

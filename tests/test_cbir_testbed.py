@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rankstream.evals.cbir import mean_ap, mean_ndcg_at_50
-from simulators.cbir_testbed import (
+from rankstream.simulators.cbir_testbed import (
     QueryCandidates,
     build_testbed,
     load_synthetic_testbed,
@@ -111,7 +111,7 @@ def synthetic_cache(tmp_path_factory) -> str:
 
 
 def test_synthetic_testbed_queries_candidates_and_rows(synthetic_cache) -> None:
-    from simulators.collection import Collection
+    from rankstream.simulators.collection import Collection
 
     bed = load_synthetic_testbed(seed=1, cache_dir=synthetic_cache, **SYNTHETIC_SMALL)
     collection = Collection.load_or_build(synthetic_cache, progress=False, n_images=3000, seed=0)

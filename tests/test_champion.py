@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from rankstream.simulate import SimulateOptions, Simulation
-from simulators.collection import build_collection
-from simulators.retrieval import CandidateIndex
-from stream.schema import decode_query
-from stream.transport import open_transport
-from workers.evaluator import Evaluator, EvaluatorOptions
-from workers.metrics import sample_value
-from workers.online import OnlineWorker, WorkerOptions
-from workers.serving import UNI_CON, ChampionPolicy
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.stream.connect import open_transport
+from rankstream.stream.schema import decode_query
+from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.serving import UNI_CON, ChampionPolicy
+from rankstream.workers.simulator import SimulateOptions, Simulation
 
 
 def test_simulator_serves_the_learned_champion_once_it_beats_unicon(embedded_settings) -> None:

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from rankstream.chaos import EVENT_KINDS, ChaosPlan, run_chaos, worker_argv
 from rankstream.cli import build_parser
-from rankstream.config import Settings
+from rankstream.harness.chaos import EVENT_KINDS, ChaosPlan, run_chaos, worker_argv
+from rankstream.stream.settings import Settings
 
 
 def test_schedule_is_seeded_one_fault_per_slice_of_the_stream() -> None:

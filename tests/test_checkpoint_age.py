@@ -7,13 +7,13 @@ import time
 import numpy as np
 import pytest
 
-from rankstream.config import Settings
-from stream.generator import TripletGenerator
-from stream.store import FencingError, open_store
-from stream.transport import open_transport
-from workers.batch import RESERVOIR_NAME, BatchOptions, BatchWorker
-from workers.checkpoint import TrackedModel, save_checkpoint
-from workers.metrics import sample_value
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import FencingError
+from rankstream.workers.batch import RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.checkpoint import TrackedModel, save_checkpoint
+from rankstream.workers.metrics import sample_value
 
 GAUGE = "rankstream_last_checkpoint_timestamp_seconds"
 

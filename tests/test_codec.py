@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stream.codec import MAGIC, decode_arrays, encode_arrays
+from rankstream.stream.codec import MAGIC, decode_arrays, encode_arrays
 
 _dtypes = st.sampled_from(
     ["<f8", ">f8", "<f4", "<f2", "<i8", ">i4", "<i2", "i1", "u1", "<u4", "<u8", "?", "<c16"]

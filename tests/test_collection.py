@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-import simulators.collection as collection_module
-from simulators.collection import (
+import rankstream.simulators.collection as collection_module
+from rankstream.simulators.collection import (
     DESCRIPTORS,
     DISTRACTOR,
     Collection,
@@ -16,7 +16,7 @@ from simulators.collection import (
     descriptor_slices,
     total_dim,
 )
-from simulators.retrieval import CandidateIndex, global_codes_input
+from rankstream.simulators.retrieval import CandidateIndex, global_codes_input
 
 N_IMAGES = 8000
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from rankstream import cli
-from rankstream.config import ENV_PREFIX, Settings
+from rankstream.stream.settings import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -394,7 +394,7 @@ def test_docker_context_has_what_the_build_copies_and_no_secrets() -> None:
 
 def test_online_workers_split_the_online_rankers_between_them() -> None:
     """One writer per model (fencing never fights), and every online ranker has one."""
-    from ranking.online import ALGOS
+    from rankstream.ranking.online import ALGOS
 
     owned: list[str] = []
     for service in APP_SERVICES.values():

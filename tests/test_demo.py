@@ -10,8 +10,8 @@ import pytest
 from rankstream.cli import main
 from rankstream.demo import BATCH_MODELS, ONLINE_MODELS, REPORT_MODELS, DemoOptions, run_demo
 from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
-from simulators.collection import build_collection
-from simulators.retrieval import CandidateIndex
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.retrieval import CandidateIndex
 
 TINY = {
     "images": 4000,

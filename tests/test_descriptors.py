@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from simulators.descriptors import (
+from rankstream.simulators.descriptors import (
     DESCRIPTORS,
     NON_NEGATIVE,
     describe,

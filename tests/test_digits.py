@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulators.cbir_testbed import build_cbir_testbed, fold_split
-from simulators.digits import digit_descriptors, load_digits_testbed
+from rankstream.simulators.cbir_testbed import build_cbir_testbed, fold_split
+from rankstream.simulators.digits import digit_descriptors, load_digits_testbed
 
 SMALL = {"train_rows": 3_000, "max_val_queries": 12, "max_test_queries": 10}
 

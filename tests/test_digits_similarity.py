@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulators.similarity import (
+from rankstream.simulators.similarity import (
     SIMILARITIES,
     PhiMap,
     cosine,

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from ranking.dml import CMDSDML, LDMLR, OrdinalKNNRegressor
-from ranking.dml.cmds_dml import CMDSObjective
-from ranking.dml.edm import (
+from rankstream.ranking.dml import CMDSDML, LDMLR, OrdinalKNNRegressor
+from rankstream.ranking.dml.cmds_dml import CMDSObjective
+from rankstream.ranking.dml.edm import (
     classical_mds,
     double_centered,
     embed_labels,
@@ -18,8 +18,8 @@ from ranking.dml.edm import (
     squared_distances,
     theorem1_mu0,
 )
-from ranking.dml.ldmlr import LDMLRObjective, project_psd, weighted_scatter
-from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.dml.ldmlr import LDMLRObjective, project_psd, weighted_scatter
+from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
 
 def ordinal_data(n_per_label: int = 12, d: int = 6, levels: int = 4, seed: int = 0):

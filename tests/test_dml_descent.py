@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ranking.dml.armijo import steepest_descent
-from ranking.dml.cmds_dml import CMDSObjective
-from ranking.dml.edm import embed_labels
-from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.dml.armijo import steepest_descent
+from rankstream.ranking.dml.cmds_dml import CMDSObjective
+from rankstream.ranking.dml.edm import embed_labels
+from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
 
 def objective_and_start(mu: float = 0.05, seed: int = 0):
@@ -82,7 +82,7 @@ def test_barzilai_borwein_trial_needs_far_fewer_iterations():
 
 
 def _kernel(objective, theta, gamma, max_iter, tol, adaptive, max_backtracks=20):
-    from ranking.dml.cmds_descent import cmds_steepest_descent
+    from rankstream.ranking.dml.cmds_descent import cmds_steepest_descent
 
     return cmds_steepest_descent(
         theta,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from ranking.dml import CMDSDML, LDMLR, OrdinalKNNRegressor
+from rankstream.ranking.dml import CMDSDML, LDMLR, OrdinalKNNRegressor
 
 # No check is exempted.
 EXPECTED_FAILED_CHECKS: dict[str, dict[str, str]] = {}

@@ -17,7 +17,7 @@ from rankstream.evals.cbir import (
     RANKSVM_GRID,
     evaluate_cbir,
 )
-from simulators.cbir_testbed import load_synthetic_testbed
+from rankstream.simulators.cbir_testbed import load_synthetic_testbed
 
 LEARNED = ("ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
 
@@ -70,7 +70,7 @@ def test_warm_start_is_a_choice_validation_can_make() -> None:
     """Every online ranker's candidates cover both initialisations; Uni-Con's start is ones."""
     import numpy as np
 
-    from ranking.scaling import Standardizer
+    from rankstream.ranking.scaling import Standardizer
 
     rng = np.random.default_rng(0)
     scaler = Standardizer().fit(rng.standard_normal((50, 4)))

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from simulators.ordinal import dense_ranks, ink_quantile_labels, load_ordinal, per_label_split
+from rankstream.simulators.ordinal import (
+    dense_ranks,
+    ink_quantile_labels,
+    load_ordinal,
+    per_label_split,
+)
 
 
 def test_ink_quintiles_are_balanced_and_ordered():
@@ -79,7 +84,7 @@ def test_staged_validation_scores_every_t_max_as_separate_fits_would():
     """LDMLR's T_max grid is read off one staged run per split; the MAEs must be those of
     one fit per T_max, and `_best` must respect a fixed key (the paper's T_max row)."""
     from rankstream.evals.dml import DmlEvalConfig, _best, _factories, _validation_maes
-    from simulators.ordinal import load_ordinal
+    from rankstream.simulators.ordinal import load_ordinal
 
     data = load_ordinal("digits")
     rng = np.random.default_rng(3)
@@ -116,8 +121,8 @@ def test_grids_validate_beta_and_ldmlr_iterations():
     Reverting either (beta fixed at 1: PubFig MAE 1.240 instead of ~1.19; LDMLR held at the
     paper's T_max = 50: a baseline far from done) fails here.
     """
-    from ranking.dml.edm import resolve_beta
     from rankstream.evals.dml import CMDS_GRID, LDMLR_GRID
+    from rankstream.ranking.dml.edm import resolve_beta
 
     assert 1.0 in CMDS_GRID["beta"] and max(CMDS_GRID["beta"]) >= 5.0
     for name in ("digits", "pubfig"):
@@ -130,8 +135,8 @@ def test_grids_validate_beta_and_ldmlr_iterations():
 def test_default_embedding_dimension_holds_the_label_edm():
     """s defaults to max(3, m - 1): Algorithm 1 pads the m label points to R^s, and for
     beta > 0 eq. (8) needs m - 1 dimensions; with fewer its y_i do not reproduce D."""
-    from ranking.dml.edm import embed_labels, label_edm, squared_distances
     from rankstream.evals.dml import DmlEvalConfig, embedding_dimension
+    from rankstream.ranking.dml.edm import embed_labels, label_edm, squared_distances
 
     assert DmlEvalConfig().s is None
     assert [embedding_dimension(m) for m in (2, 3, 5, 8)] == [3, 3, 4, 7]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import simulators.pubfig_features as pubfig_features
+import rankstream.simulators.pubfig_features as pubfig_features
 from rankstream.cli import main
 from rankstream.evals.mkl import FEATURES, METHODS, PAPER_TABLE1, MKLEvalConfig, paper_accuracy
-from simulators.pubfig import resolve_root
+from rankstream.simulators.pubfig import resolve_root
 
 pytestmark = pytest.mark.skipif(
     not (resolve_root() / "data.mat").is_file(), reason="PubFig data not available"

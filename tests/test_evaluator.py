@@ -5,18 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ranking.baselines import UniCon
-from ranking.metrics import average_precision, ndcg_at_k
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from rankstream.config import Settings
-from stream.embedded_store import EmbeddedModelStore
-from stream.schema import JudgedQuery, decode_dead_letter, encode_query
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.evaluator import Evaluator, EvaluatorOptions
-from workers.metrics import sample_value
-from workers.serving import (
+from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.metrics import average_precision, ndcg_at_k
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.schema import JudgedQuery, decode_dead_letter, encode_query
+from rankstream.stream.settings import Settings
+from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.serving import (
     CHAMPION,
     EVALUATOR_RECORD,
     UNI_CON,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulators.collection import DISTRACTOR, Collection, build_collection
-from simulators.feedback import FeedbackSimulator, run_online_experiment
-from simulators.retrieval import CandidateIndex
+from rankstream.simulators.collection import DISTRACTOR, Collection, build_collection
+from rankstream.simulators.feedback import FeedbackSimulator, run_online_experiment
+from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 20_000
 

@@ -32,13 +32,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ranking.baselines import UniCon
-from ranking.scaling import Standardizer
-from rankstream.config import Settings
-from stream import codec, recording
-from stream.embedded import EmbeddedTransport
-from stream.embedded_store import EmbeddedModelStore
-from stream.schema import (
+from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream import codec, recording
+from rankstream.stream.embedded import EmbeddedTransport
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.schema import (
     MAX_MESSAGE_BYTES,
     OVERSIZED,
     PHI_DIM,
@@ -54,7 +53,8 @@ from stream.schema import (
     encode_query,
     encode_triplets,
 )
-from stream.transport import Message
+from rankstream.stream.settings import Settings
+from rankstream.stream.transport import Message
 
 EXAMPLES = int(os.environ.get("RANKSTREAM_FUZZ_EXAMPLES", "300"))
 _CASE_SECONDS = 30.0
@@ -570,7 +570,7 @@ class _Feed:
 
 @pytest.fixture(scope="module")
 def online(tmp_path_factory: pytest.TempPathFactory):
-    from workers.online import OnlineWorker, WorkerOptions
+    from rankstream.workers.online import OnlineWorker, WorkerOptions
 
     settings = _settings(tmp_path_factory.mktemp("online"))
     transport = EmbeddedTransport()
@@ -618,8 +618,8 @@ def _check_finite_state(ranker: object) -> None:
 
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory: pytest.TempPathFactory):
-    from ranking.online import OnlineRanker
-    from workers.evaluator import Evaluator, EvaluatorOptions
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 
     settings = _settings(tmp_path_factory.mktemp("evaluator"))
     transport, store = EmbeddedTransport(), EmbeddedModelStore()
@@ -672,7 +672,7 @@ def test_fuzz_evaluator(evaluator, values: list[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory):
-    from workers.batch import BatchOptions, BatchWorker
+    from rankstream.workers.batch import BatchOptions, BatchWorker
 
     settings = _settings(tmp_path_factory.mktemp("batch"))
     worker = BatchWorker(

@@ -137,10 +137,9 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
 def test_every_queried_metric_is_exported_by_the_workers() -> None:
     from prometheus_client import REGISTRY
 
-    import workers.metrics
-    import workers.serving  # the serving-model gauge
+    from rankstream.workers import metrics, serving  # the serving-model gauge
 
-    assert workers.metrics and workers.serving
+    assert metrics and serving
     exported = {family.name for family in REGISTRY.collect()}
     # prometheus_client names a Counter's family without "_total"
     exported |= {f"{name}_total" for name in exported}

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from rankstream.config import Settings
-from stream.kafka_transport import MIB, PRODUCER_TUNING, KafkaTransport
-from stream.schema import MAX_MESSAGE_BYTES
+from rankstream.stream.kafka_transport import MIB, PRODUCER_TUNING, KafkaTransport
+from rankstream.stream.schema import MAX_MESSAGE_BYTES
+from rankstream.stream.settings import Settings
 
 
 class _NoMetadata:

@@ -8,7 +8,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from ranking.metrics import (
+from rankstream.ranking.metrics import (
     average_precision,
     mae,
     mean_over_queries,

@@ -6,8 +6,8 @@ import urllib.request
 
 from prometheus_client import generate_latest
 
-from rankstream.config import Settings
-from workers import metrics
+from rankstream.stream.settings import Settings
+from rankstream.workers import metrics
 
 CONTRACT = {
     "rankstream_ndcg_at_50": {"model"},
@@ -68,6 +68,6 @@ def test_no_metrics_server_without_a_port() -> None:
 
 
 def test_every_schema_reason_is_a_label_value() -> None:
-    from stream.schema import REASONS
+    from rankstream.stream.schema import REASONS
 
     assert set(REASONS) <= metrics.DEAD_LETTER_REASONS

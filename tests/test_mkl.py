@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from ranking.metrics import pairwise_accuracy
-from ranking.mkl import RankMKL
-from ranking.mkl.kernels import chi2_distances
-from ranking.mkl.solver import (
+from rankstream.ranking.metrics import pairwise_accuracy
+from rankstream.ranking.mkl import RankMKL
+from rankstream.ranking.mkl.kernels import chi2_distances
+from rankstream.ranking.mkl.solver import (
     combine,
     fit_mkl,
     incidence_matrix,

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import rankstream.evals.mkl as mkl_eval
-from ranking.mkl import RankMKL
-from ranking.mkl.kernels import chi2_distances, default_gamma
-from ranking.mkl.solver import combine, mkl_gradient, solve_rank_svm
 from rankstream.evals.mkl import Choice, Method, MKLEvalConfig, cross_validate
+from rankstream.ranking.mkl import RankMKL
+from rankstream.ranking.mkl.kernels import chi2_distances, default_gamma
+from rankstream.ranking.mkl.solver import combine, mkl_gradient, solve_rank_svm
 
 
 def ranked_pairs(score: np.ndarray, n_pairs: int, rng: np.random.Generator) -> np.ndarray:

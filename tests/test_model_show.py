@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.config import Settings
-from stream.store import open_store
-from workers.checkpoint import TrackedModel, save_checkpoint, weights_sha256
+from rankstream.stream.connect import open_store
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import TrackedModel, save_checkpoint, weights_sha256
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ranking.online import ALGOS, OnlineRanker
-from ranking.scaling import Standardizer
+from rankstream.ranking.online import ALGOS, OnlineRanker
+from rankstream.ranking.scaling import Standardizer
 
 D = 36
 

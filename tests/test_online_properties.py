@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ranking.online import ALGOS, OnlineRanker
+from rankstream.ranking.online import ALGOS, OnlineRanker
 
 values = st.floats(-100.0, 100.0, allow_nan=False, allow_infinity=False)
 labels = st.sampled_from([1.0, -1.0])

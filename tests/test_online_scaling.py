@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer, linear_scores
 
 
 def test_standardizer_fits_mean_and_std_with_unit_std_for_constant_dims():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ranking.online import OnlineRanker, learn_many_together
-from ranking.scaling import Standardizer
+from rankstream.ranking.online import OnlineRanker, learn_many_together
+from rankstream.ranking.scaling import Standardizer
 
 LINEAR = ("opr", "opar1", "opar2", "ogdr")
 

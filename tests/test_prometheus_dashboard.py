@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 from test_grafana import dashboard_queries
 
-from rankstream.config import Settings
-from rankstream.services.process import free_port
+from rankstream.harness.services.process import free_port
+from rankstream.stream.settings import Settings
 
 WINDOW = "30s"  # replaces $__rate_interval: 15 scrapes of the harness's 2 s interval
 DATA_DEADLINE_S = 150.0
@@ -114,7 +114,7 @@ def pipeline(services, tmp_path: Path) -> Iterator[tuple[Settings, list[Worker]]
 
 def _send_undecodable_triplets(settings: Settings, count: int = 3) -> None:
     """Bytes that are not an Arrow block: the online worker dead-letters each one."""
-    from stream.transport import open_transport
+    from rankstream.stream.connect import open_transport
 
     transport = open_transport(settings)
     try:

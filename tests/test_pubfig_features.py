@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from skimage import io
 
-from simulators.pubfig_features import FEATURE_NAMES, FaceFeatureParams, face_features
+from rankstream.simulators.pubfig_features import FEATURE_NAMES, FaceFeatureParams, face_features
 
 SMALL = FaceFeatureParams(
     size=32, lbp_grid=(2, 2), hog_cells=(4, 4), gabor_frequencies=(0.2, 0.4), gabor_grid=(2, 2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulators.pubfig import DEFAULT_ROOT, ROOT_ENV_VAR, load_pubfig, resolve_root
+from rankstream.simulators.pubfig import DEFAULT_ROOT, ROOT_ENV_VAR, load_pubfig, resolve_root
 
 pytestmark = pytest.mark.skipif(
     not (DEFAULT_ROOT / "data.mat").is_file(), reason="PubFig data set not available"

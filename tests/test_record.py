@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rankstream.config import Settings
-from stream.generator import TripletGenerator
-from stream.recording import (
+from rankstream.stream.connect import open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.recording import (
     Recorder,
     RecorderOptions,
     RecordingWriter,
@@ -27,8 +27,8 @@ from stream.recording import (
     iter_triplet_chunks,
     log_paths,
 )
-from stream.schema import decode_triplets
-from stream.transport import open_transport
+from rankstream.stream.schema import decode_triplets
+from rankstream.stream.settings import Settings
 
 BLOCK = 100
 

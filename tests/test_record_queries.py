@@ -7,11 +7,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stream.embedded import EmbeddedTransport
-from stream.generator import TripletGenerator
-from stream.recording import RecordingError, RecordingWriter, iter_messages, log_paths, replay_log
-from stream.schema import PHI_DIM, JudgedQuery, decode_query, encode_query
-from stream.transport import Message
+from rankstream.stream.embedded import EmbeddedTransport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.recording import (
+    RecordingError,
+    RecordingWriter,
+    iter_messages,
+    log_paths,
+    replay_log,
+)
+from rankstream.stream.schema import PHI_DIM, JudgedQuery, decode_query, encode_query
+from rankstream.stream.transport import Message
 
 T0 = 1_700_000_000_000
 

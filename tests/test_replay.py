@@ -19,15 +19,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from rankstream.cli import main
-from rankstream.config import Settings
-from rankstream.replay import DirectOptions, train_from_log
-from stream.generator import TripletGenerator
-from stream.recording import RecordingError, iter_messages, log_paths
-from stream.schema import schema_of
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.checkpoint import weights_sha256
-from workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.recording import RecordingError, iter_messages, log_paths
+from rankstream.stream.schema import schema_of
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.workers.replay import DirectOptions, train_from_log
 
 N_BLOCKS, BLOCK, SCALER_ROWS = 12, 250, 600
 

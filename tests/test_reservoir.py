@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from ranking.reservoir import Reservoir
+from rankstream.ranking.reservoir import Reservoir
 
 
 def algorithm_r(values: np.ndarray, capacity: int, seed: int) -> np.ndarray:

@@ -13,13 +13,12 @@ import dataclasses
 
 import pytest
 
-from rankstream.chaos import ChaosPlan, forget_latest_checkpoints, run_chaos
-from rankstream.config import Settings
-from stream.generator import TripletGenerator
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.checkpoint import weights_sha256
-from workers.online import EXIT_FENCED, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.harness.chaos import ChaosPlan, forget_latest_checkpoints, run_chaos
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.online import EXIT_FENCED, LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
 pytestmark = pytest.mark.timeout(400)
 OPTIONS = WorkerOptions(

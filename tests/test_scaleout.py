@@ -13,15 +13,15 @@ import uuid
 import numpy as np
 import pytest
 
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from rankstream.config import Settings
-from stream.embedded import embedded_transport
-from stream.generator import TripletGenerator
-from stream.store import open_store
-from workers.checkpoint import weights_sha256
-from workers.online import EXIT_OK, OnlineWorker, WorkerOptions
-from workers.scaleout import (
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.connect import open_store
+from rankstream.stream.embedded import embedded_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.online import EXIT_OK, OnlineWorker, WorkerOptions
+from rankstream.workers.scaleout import (
     mix_rankers,
     parse_partition_model_name,
     partition_model_name,

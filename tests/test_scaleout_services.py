@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankstream.config import Settings
-from stream.generator import TripletGenerator
-from stream.store import ModelStore, open_store
-from stream.transport import open_transport
-from workers.checkpoint import weights_sha256
-from workers.online import EXIT_OK, OnlineWorker, WorkerOptions
-from workers.scaleout import partition_model_name
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import ModelStore
+from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.online import EXIT_OK, OnlineWorker, WorkerOptions
+from rankstream.workers.scaleout import partition_model_name
 
 PARTITIONS, BLOCK, BLOCKS_PER_QUARTER = 4, 1000, 12  # 4 quarters x 12,000 triplets
 ALGOS = ("opr", "opar1", "opar2", "ogdr")

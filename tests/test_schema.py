@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stream.generator import TripletGenerator
-from stream.schema import (
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import (
     MAX_MESSAGE_BYTES,
     PHI_DIM,
     JudgedQuery,
@@ -23,7 +23,7 @@ from stream.schema import (
     encode_triplets,
     schema_of,
 )
-from stream.transport import Message
+from rankstream.stream.transport import Message
 
 FIELDS = ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2")
 

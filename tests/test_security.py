@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ranking", "simulators", "stream", "workers", "rankstream")
@@ -143,8 +143,8 @@ def test_every_np_load_at_run_time_refuses_pickles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Build then reload a small collection and its index with np.load instrumented."""
-    from simulators.collection import Collection
-    from simulators.retrieval import CandidateIndex
+    from rankstream.simulators.collection import Collection
+    from rankstream.simulators.retrieval import CandidateIndex
 
     calls: list[object] = []
     real_load = np.load
@@ -199,7 +199,7 @@ def test_kafka_clients_get_sasl_and_ssl(secure_settings: Settings) -> None:
     """The shared client config carries them, under names every kafka-python client takes."""
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-    from stream.kafka_transport import KafkaTransport, client_config
+    from rankstream.stream.kafka_transport import KafkaTransport, client_config
 
     config = client_config(secure_settings)
     assert config["bootstrap_servers"] == ["kafka-a:9093", "kafka-b:9093"]
@@ -216,7 +216,7 @@ def test_kafka_clients_get_sasl_and_ssl(secure_settings: Settings) -> None:
 
 
 def test_plaintext_kafka_sends_no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stream.kafka_transport import client_config
+    from rankstream.stream.kafka_transport import client_config
 
     monkeypatch.setenv("RANKSTREAM_KAFKA_BOOTSTRAP", "localhost:9092")
     config = client_config(Settings.from_env())
@@ -227,7 +227,7 @@ def test_plaintext_kafka_sends_no_credentials(monkeypatch: pytest.MonkeyPatch) -
 def test_redis_client_gets_tls_acl_user_and_password(secure_settings: Settings) -> None:
     import redis
 
-    from stream.redis_store import redis_client
+    from rankstream.stream.redis_store import redis_client
 
     client = redis_client(secure_settings.redis_url, secure_settings.redis_password)
     pool = client.connection_pool
@@ -290,7 +290,7 @@ def protected_redis(tmp_path: Path) -> Iterator[str]:
 
 def _redis_store(url: str, password: str | None, monkeypatch: pytest.MonkeyPatch):
     """A RedisModelStore configured through the environment, as a worker gets it."""
-    from stream.redis_store import RedisModelStore
+    from rankstream.stream.redis_store import RedisModelStore
 
     monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
     if password is None:
@@ -306,7 +306,7 @@ def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
 ) -> None:
     import redis
 
-    from stream.transport import CredentialsError
+    from rankstream.stream.transport import CredentialsError
 
     def refused(url: str, password: str | None) -> None:
         store = _redis_store(url, password, monkeypatch)
@@ -339,8 +339,8 @@ def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
 
     import redis
 
-    from stream.transport import CredentialsError
-    from workers.resilience import retry_until_stopped, transient_errors
+    from rankstream.stream.transport import CredentialsError
+    from rankstream.workers.resilience import retry_until_stopped, transient_errors
 
     connects = []
     real_connect = redis.connection.AbstractConnection.connect
@@ -379,8 +379,8 @@ def test_the_workers_retry_loop_raises_refused_credentials_at_once() -> None:
 
     import kafka.errors
 
-    from stream.transport import CredentialsError
-    from workers.resilience import retry_until_stopped, transient_errors
+    from rankstream.stream.transport import CredentialsError
+    from rankstream.workers.resilience import retry_until_stopped, transient_errors
 
     attempts = []
 
@@ -512,7 +512,7 @@ def _listening_address(port: int) -> str:
 
 
 def test_metrics_bind_to_loopback_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.metrics import start_metrics_server
+    from rankstream.workers.metrics import start_metrics_server
 
     monkeypatch.delenv("RANKSTREAM_METRICS_HOST", raising=False)
     monkeypatch.setenv("RANKSTREAM_METRICS_PORT", "0")
@@ -521,7 +521,7 @@ def test_metrics_bind_to_loopback_by_default(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_metrics_bind_elsewhere_only_when_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.metrics import start_metrics_server
+    from rankstream.workers.metrics import start_metrics_server
 
     monkeypatch.setenv("RANKSTREAM_METRICS_HOST", "0.0.0.0")
     monkeypatch.setenv("RANKSTREAM_METRICS_PORT", "0")

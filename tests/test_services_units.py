@@ -9,14 +9,14 @@ import subprocess
 
 import pytest
 
-from rankstream.services import Endpoints, ServiceError, add_scrape_target
-from rankstream.services.kafka import KafkaService, random_cluster_id
-from rankstream.services.manager import ServiceManager
-from rankstream.services.process import is_running, port_is_free, terminate
+from rankstream.harness.services import Endpoints, ServiceError, add_scrape_target
+from rankstream.harness.services.kafka import KafkaService, random_cluster_id
+from rankstream.harness.services.manager import ServiceManager
+from rankstream.harness.services.process import is_running, port_is_free, terminate
 
 
 def test_endpoints_env_is_what_settings_reads(monkeypatch):
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
     endpoints = Endpoints("127.0.0.1:9092", "redis://127.0.0.1:6379/0", "http://127.0.0.1:9090")
     for name, value in endpoints.env().items():

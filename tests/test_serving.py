@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ranking.baselines import UniCon
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from stream.embedded_store import EmbeddedModelStore
-from workers.metrics import sample_value
-from workers.serving import (
+from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.serving import (
     CHAMPION,
     EVALUATOR_RECORD,
     SCORERS,

@@ -8,15 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from ranking.online import OnlineRanker
-from rankstream.simulate import SimulateOptions, Simulation, TokenBucket
-from simulators.collection import build_collection
-from simulators.retrieval import CandidateIndex
-from stream.schema import decode_query, decode_triplets
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.metrics import sample_value
-from workers.serving import UNI_CON
+from rankstream.ranking.online import OnlineRanker
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import decode_query, decode_triplets
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.serving import UNI_CON
+from rankstream.workers.simulator import SimulateOptions, Simulation, TokenBucket
 
 N_IMAGES = 20_000
 OPTIONS = SimulateOptions(triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10)
@@ -86,7 +85,7 @@ def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings
 
 
 def test_same_seed_and_serving_models_give_identical_streams(tmp_path, world) -> None:
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
     streams = []
     for prefix in ("detA", "detB", "detC"):

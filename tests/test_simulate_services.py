@@ -7,12 +7,12 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rankstream.config import Settings
-from rankstream.simulate import SimulateOptions, Simulation
-from stream.store import open_store
-from workers.evaluator import Evaluator, EvaluatorOptions
-from workers.metrics import start_metrics_server
-from workers.serving import EVALUATOR_RECORD, UNI_CON
+from rankstream.stream.connect import open_store
+from rankstream.stream.settings import Settings
+from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+from rankstream.workers.metrics import start_metrics_server
+from rankstream.workers.serving import EVALUATOR_RECORD, UNI_CON
+from rankstream.workers.simulator import SimulateOptions, Simulation
 
 
 def _scrape(port: int) -> dict[tuple[str, str], float]:

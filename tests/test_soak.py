@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from rankstream.soak import PROCESSES, Sample, SoakOptions, judge, rss_mib, run_soak
+from rankstream.harness.soak import PROCESSES, Sample, SoakOptions, judge, rss_mib, run_soak
 
 OPTIONS = SoakOptions(
     seconds=100,

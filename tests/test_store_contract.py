@@ -7,8 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from stream.embedded_store import reset_embedded_stores
-from stream.store import FencingError, ModelStore, open_store
+from rankstream.stream.connect import open_store
+from rankstream.stream.embedded_store import reset_embedded_stores
+from rankstream.stream.store import FencingError, ModelStore
 
 KEEP = 5
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankstream.chaos import forget_latest_checkpoints
-from stream.embedded_store import EmbeddedModelStore, reset_embedded_stores
-from stream.store import Fence, FencingError, ModelStore, fenced_save, new_write_id, open_store
-from workers.checkpoint import TrackedModel, load_or_create, save_checkpoint
+from rankstream.harness.chaos import forget_latest_checkpoints
+from rankstream.stream.connect import open_store
+from rankstream.stream.embedded_store import EmbeddedModelStore, reset_embedded_stores
+from rankstream.stream.store import Fence, FencingError, ModelStore, fenced_save, new_write_id
+from rankstream.workers.checkpoint import TrackedModel, load_or_create, save_checkpoint
 
 
 @pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.services)])

@@ -7,7 +7,7 @@ import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from stream.redis_store import RedisModelStore
+from rankstream.stream.redis_store import RedisModelStore
 
 
 def _save(store: RedisModelStore, expected: int, value: float = 1.0) -> int:
@@ -72,7 +72,7 @@ def test_the_store_and_its_listeners_recover_after_a_redis_restart(services, ser
 
 
 def test_settings_password_overrides_the_urls():
-    from stream.redis_store import redis_client
+    from rankstream.stream.redis_store import redis_client
 
     client = redis_client("redis://user:from-url@127.0.0.1:1/0", password="from-env")
     assert client.connection_pool.make_connection().password == "from-env"

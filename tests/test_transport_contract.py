@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from stream.embedded import reset_embedded
-from stream.transport import Message, Transport, open_transport
+from rankstream.stream.connect import open_transport
+from rankstream.stream.embedded import reset_embedded
+from rankstream.stream.transport import Message, Transport
 
 
 @pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.services)])

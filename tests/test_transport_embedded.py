@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from rankstream.config import Settings
-from stream.embedded import embedded_transport, partition_for_key, reset_embedded
-from stream.transport import open_transport
+from rankstream.stream.connect import open_transport
+from rankstream.stream.embedded import embedded_transport, partition_for_key, reset_embedded
+from rankstream.stream.settings import Settings
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from stream.kafka_transport import KafkaTransport
-from stream.schema import MAX_MESSAGE_BYTES
+from rankstream.stream.kafka_transport import KafkaTransport
+from rankstream.stream.schema import MAX_MESSAGE_BYTES
 
 
 def test_kafka_python_checks_crcs_with_the_crc32c_c_extension():

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 from test_batch_models import Feedback, simulated_feedback
 
-from ranking.reservoir import Reservoir
 from rankstream.cli import main as cli_main
-from rankstream.config import Settings
-from stream.schema import encode_triplets, triplet_key
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.batch import EXIT_FENCED, EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
-from workers.batch_models import RESERVOIR_COLUMNS, RankMKLParams
-from workers.metrics import sample_value
-from workers.serving import ScorerCache
+from rankstream.ranking.reservoir import Reservoir
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import encode_triplets, triplet_key
+from rankstream.stream.settings import Settings
+from rankstream.workers.batch import EXIT_FENCED, EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.batch_models import RESERVOIR_COLUMNS, RankMKLParams
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.serving import ScorerCache
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from test_batch_models import simulated_feedback
 from test_worker_batch import assert_same_reservoir, produce, reference_reservoir
 
-from ranking.reservoir import Reservoir
-from stream.store import open_store
-from workers.batch import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
-from workers.batch_models import RankMKLParams
-from workers.serving import ScorerCache
+from rankstream.ranking.reservoir import Reservoir
+from rankstream.stream.connect import open_store
+from rankstream.workers.batch import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.batch_models import RankMKLParams
+from rankstream.workers.serving import ScorerCache
 
 
 def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings):

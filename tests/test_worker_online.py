@@ -12,14 +12,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rankstream.config import Settings
-from stream.embedded import embedded_transport
-from stream.generator import TripletGenerator
-from stream.schema import decode_dead_letter, schema_of
-from stream.store import open_store
-from workers.checkpoint import TrackedModel, weights_sha256
-from workers.metrics import sample_value
-from workers.online import EXIT_FENCED, EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.stream.connect import open_store
+from rankstream.stream.embedded import embedded_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import decode_dead_letter, schema_of
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import TrackedModel, weights_sha256
+from rankstream.workers.metrics import sample_value
+from rankstream.workers.online import (
+    EXIT_FENCED,
+    EXIT_OK,
+    LINEAR_ALGOS,
+    OnlineWorker,
+    WorkerOptions,
+)
 
 N_BLOCKS, BLOCK = 12, 250  # 3,000 triplets
 
@@ -276,7 +282,7 @@ def test_group_mode_resumes_exactly() -> None:
 
 
 def test_a_failing_poll_backs_off_and_the_worker_carries_on() -> None:
-    from stream.transport import TransportError
+    from rankstream.stream.transport import TransportError
 
     settings = _settings()
     _produce(settings, _stream()[:4])

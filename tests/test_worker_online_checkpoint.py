@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from stream.embedded_store import EmbeddedModelStore
-from stream.store import FencingError
-from workers.checkpoint import (
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.store import FencingError
+from rankstream.workers.checkpoint import (
     TrackedModel,
     load_or_create,
     save_checkpoint,

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from rankstream.config import Settings
-from stream.generator import TripletGenerator
-from stream.schema import decode_dead_letter
-from stream.store import open_store
-from stream.transport import open_transport
-from workers.checkpoint import weights_sha256
-from workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import decode_dead_letter
+from rankstream.stream.settings import Settings
+from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
 BLOCK, HALF_BLOCKS = 2000, 15  # 60,000 triplets in two halves of 30,000
 OPTIONS = WorkerOptions(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rankstream.chaos import ChaosPlan, run_chaos
-from rankstream.config import Settings
-from workers.online import EXIT_FENCED
+from rankstream.harness.chaos import ChaosPlan, run_chaos
+from rankstream.stream.settings import Settings
+from rankstream.workers.online import EXIT_FENCED
 
 
 @pytest.mark.timeout(300)

@@ -47,13 +47,14 @@ from typing import Any
 
 import numpy as np
 
-from ranking.reservoir import Reservoir
-from rankstream.config import Settings
-from stream.schema import SchemaError, decode_triplets
-from stream.store import Fence, FencingError, ModelStore, fenced_save, open_store
-from stream.transport import Consumer, Message, Transport, open_transport
-from workers import metrics
-from workers.batch_models import (
+from rankstream.ranking.reservoir import Reservoir
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import SchemaError, decode_triplets
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import Fence, FencingError, ModelStore, fenced_save
+from rankstream.stream.transport import Consumer, Message, Transport
+from rankstream.workers import metrics
+from rankstream.workers.batch_models import (
     BATCH_KINDS,
     CMDS_DML,
     RANKMKL,
@@ -63,8 +64,8 @@ from workers.batch_models import (
     fit_cmds_dml,
     fit_rankmkl,
 )
-from workers.logging import get_logger, log_event
-from workers.resilience import (
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.resilience import (
     Backoff,
     final_save,
     poll_or_back_off,

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ranking.scaling import Standardizer
-from ranking.validation import as_float_matrix
+from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.validation import as_float_matrix
 
 PHI_DIM = 36
 N_DESCRIPTORS = 9
@@ -192,7 +192,7 @@ class CMDSDMLScorer:
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CMDSDMLScorer:
         _check_kind(meta, CMDS_DML)
-        from ranking.dml import CMDSDML
+        from rankstream.ranking.dml import CMDSDML
 
         scaler = Standardizer.from_state(meta["scaler"], _unprefixed("scaler", arrays))
         dml = CMDSDML.from_state(meta["dml"], _unprefixed("dml", arrays))
@@ -216,7 +216,7 @@ def fit_cmds_dml(
     sample: TripletSample, params: CMDSDMLParams = CMDSDMLParams()
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on the sample's distinct points; state = scaler + DML + embedded reference set."""
-    from ranking.dml import CMDSDML
+    from rankstream.ranking.dml import CMDSDML
 
     points = ranked_points(sample)
     scaler = Standardizer().fit(points.phi)
@@ -285,7 +285,7 @@ class RankMKLScorer:
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RankMKLScorer:
         _check_kind(meta, RANKMKL)
-        from ranking.mkl import RankMKL
+        from rankstream.ranking.mkl import RankMKL
 
         scaler = Standardizer.from_state(meta["scaler"], _unprefixed("scaler", arrays))
         model = RankMKL.from_state(meta["mkl"], _unprefixed("mkl", arrays))
@@ -310,7 +310,7 @@ def fit_rankmkl(
     sample: TripletSample, params: RankMKLParams = RankMKLParams()
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on (a bounded sample of) the reservoir's pairs; state = scaler + RankMKL (+ shift)."""
-    from ranking.mkl import RankMKL
+    from rankstream.ranking.mkl import RankMKL
 
     if params.max_pairs < 1:
         raise ValueError(f"max_pairs must be >= 1, got {params.max_pairs}")

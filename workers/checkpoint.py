@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ranking.online import OnlineRanker, learn_many_together
-from ranking.scaling import Standardizer
-from stream.store import Fence, ModelStore, StoredModel, fenced_save
+from rankstream.ranking.online import OnlineRanker, learn_many_together
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.store import Fence, ModelStore, StoredModel, fenced_save
 
 MODEL_KIND = "online"
 DEFAULT_SCALER_ROWS = 2000
@@ -287,7 +287,7 @@ def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
         offsets=model.offsets,
     )
     model.dirty = False
-    from workers import metrics  # here: direct replay imports this module, never saves
+    from rankstream.workers import metrics  # here: direct replay imports this module, never saves
 
     metrics.mark_checkpoint(model.name)
     return version

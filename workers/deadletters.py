@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 
-from stream.schema import dead_letter
-from stream.transport import Message, Producer
-from workers import metrics
-from workers.logging import log_event
+from rankstream.stream.schema import dead_letter
+from rankstream.stream.transport import Message, Producer
+from rankstream.workers import metrics
+from rankstream.workers.logging import log_event
 
 
 def dead_letter_key(message: Message) -> bytes:

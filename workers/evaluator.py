@@ -38,17 +38,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ranking.metrics import average_precision, ndcg_at_k
-from rankstream.config import Settings
-from stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
-from stream.store import Fence, FencingError, ModelStore, fenced_save, open_store
-from stream.transport import Consumer, Message, Producer, Transport, open_transport
-from workers import metrics
-from workers.deadletters import send_dead_letter
-from workers.logging import get_logger, log_event
-from workers.online import EXIT_FENCED, EXIT_OK
-from workers.resilience import Backoff, poll_or_back_off, retry_until_stopped, transient_errors
-from workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
+from rankstream.ranking.metrics import average_precision, ndcg_at_k
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import Fence, FencingError, ModelStore, fenced_save
+from rankstream.stream.transport import Consumer, Message, Producer, Transport
+from rankstream.workers import metrics
+from rankstream.workers.deadletters import send_dead_letter
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.online import EXIT_FENCED, EXIT_OK
+from rankstream.workers.resilience import (
+    Backoff,
+    poll_or_back_off,
+    retry_until_stopped,
+    transient_errors,
+)
+from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
 
 NDCG_K = 50
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"

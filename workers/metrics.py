@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 # Dead-letter reasons a label may take (stream.schema.REASONS, checked by a test);
 # anything else is reported as "other".

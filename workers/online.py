@@ -52,28 +52,29 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rankstream.config import Settings
-from stream.schema import NON_FINITE, SchemaError, TripletBlock, decode_triplets
-from stream.store import FencingError, ModelStore, open_store
-from stream.transport import Consumer, Message, Producer, Transport, open_transport
-from workers import metrics
-from workers.checkpoint import (
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import NON_FINITE, SchemaError, TripletBlock, decode_triplets
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import FencingError, ModelStore
+from rankstream.stream.transport import Consumer, Message, Producer, Transport
+from rankstream.workers import metrics
+from rankstream.workers.checkpoint import (
     DEFAULT_SCALER_ROWS,
     TrackedModel,
     learn_together,
     load_or_create,
     save_checkpoint,
 )
-from workers.deadletters import send_dead_letter
-from workers.logging import get_logger, log_event
-from workers.resilience import Backoff as _Backoff
-from workers.resilience import (
+from rankstream.workers.deadletters import send_dead_letter
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.resilience import Backoff as _Backoff
+from rankstream.workers.resilience import (
     final_save,
     poll_or_back_off,
     retry_until_stopped,
     transient_errors,
 )
-from workers.scaleout import PartitionModels
+from rankstream.workers.scaleout import PartitionModels
 
 EXIT_OK = 0
 EXIT_FENCED = 3

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workers.logging import log_event
+from rankstream.workers.logging import log_event
 
 if TYPE_CHECKING:
-    from stream.transport import Consumer, Message
+    from rankstream.stream.transport import Consumer, Message
 
 MAX_BACKOFF_SECONDS = 10.0
 
@@ -52,7 +52,7 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     import kafka.errors
     import redis.exceptions
 
-    from stream.transport import TransportError
+    from rankstream.stream.transport import TransportError
 
     return (
         TransportError,
@@ -78,7 +78,7 @@ def retry_until_stopped(
     asked to shut down while its services are away does not hang. Refused credentials
     are raised at once as `CredentialsError`: no retry can fix them.
     """
-    from stream.transport import credential_errors, credentials_refused
+    from rankstream.stream.transport import credential_errors, credentials_refused
 
     refused = credential_errors()
     backoff = Backoff()

@@ -58,14 +58,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from stream.store import FencingError, ModelStore, StoredModel
-from workers.checkpoint import MODEL_KIND, TrackedModel, load_or_create
-from workers.logging import get_logger, log_event
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.store import FencingError, ModelStore, StoredModel
+from rankstream.workers.checkpoint import MODEL_KIND, TrackedModel, load_or_create
+from rankstream.workers.logging import get_logger, log_event
 
 if TYPE_CHECKING:
-    from workers.online import OnlineWorker
+    from rankstream.workers.online import OnlineWorker
 
 log = get_logger("rankstream.worker.scaleout")
 MIXER_PARTITION = 0

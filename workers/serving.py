@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
-from ranking.online import OnlineRanker
-from ranking.validation import as_float_matrix
-from stream.schema import PHI_DIM
-from stream.store import ModelStore, StoredModel
-from workers import metrics
-from workers.logging import get_logger, log_event
+from rankstream.ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.validation import as_float_matrix
+from rankstream.stream.schema import PHI_DIM
+from rankstream.stream.store import ModelStore, StoredModel
+from rankstream.workers import metrics
+from rankstream.workers.logging import get_logger, log_event
 
 UNI_CON = "uni_con"
 CHAMPION = "champion"
@@ -102,7 +102,7 @@ SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_s
 # --- batch models (the batch worker's kinds; owned with workers/batch_models.py) -------
 def batch_scorer(stored: StoredModel) -> Scorer:
     """cMDS-DML kNN relevance or RankMKL decision values, rebuilt by `workers.batch_models`."""
-    from workers.batch_models import scorer_from_state
+    from rankstream.workers.batch_models import scorer_from_state
 
     model = scorer_from_state(stored.kind, stored.meta, stored.arrays)
     return CheckedScorer(stored.name, stored.version, model.score)

@@ -3,8 +3,8 @@
 All three are scikit-learn estimators; the transformers take (X, r) with ordinal labels r.
 """
 
-from ranking.dml.cmds_dml import CMDSDML
-from ranking.dml.knn import OrdinalKNNRegressor
-from ranking.dml.ldmlr import LDMLR
+from rankstream.ranking.dml.cmds_dml import CMDSDML
+from rankstream.ranking.dml.knn import OrdinalKNNRegressor
+from rankstream.ranking.dml.ldmlr import LDMLR
 
 __all__ = ["CMDSDML", "LDMLR", "OrdinalKNNRegressor"]

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ranking.dml.base import OrdinalMetricLearner, Preprocessing
-from ranking.dml.cmds_descent import cmds_steepest_descent
-from ranking.dml.edm import embed_labels, resolve_beta
-from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.dml.base import OrdinalMetricLearner, Preprocessing
+from rankstream.ranking.dml.cmds_descent import cmds_steepest_descent
+from rankstream.ranking.dml.edm import embed_labels, resolve_beta
+from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
 STATE_KIND = "cmds-dml"
 

@@ -12,7 +12,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ranking.dml.base import check_enough_samples
+from rankstream.ranking.dml.base import check_enough_samples
 
 
 class OrdinalKNNRegressor(RegressorMixin, BaseEstimator):

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ranking.dml.base import OrdinalMetricLearner
-from ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.dml.base import OrdinalMetricLearner
+from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
 
 def ordinal_weight_matrix(levels: np.ndarray, power: float) -> np.ndarray:

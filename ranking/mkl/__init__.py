@@ -4,6 +4,6 @@
 updates in the n-dimensional form, `model` the estimator that ties them together.
 """
 
-from ranking.mkl.model import RankMKL, check_pairs
+from rankstream.ranking.mkl.model import RankMKL, check_pairs
 
 __all__ = ["RankMKL", "check_pairs"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ranking.validation import as_float_matrix
+from rankstream.ranking.validation import as_float_matrix
 
 KERNEL_KINDS = ("linear", "chi2")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ranking.mkl.kernels import KERNEL_KINDS, check_group, raw_kernel, train_kernel
-from ranking.mkl.solver import fit_mkl
+from rankstream.ranking.mkl.kernels import KERNEL_KINDS, check_group, raw_kernel, train_kernel
+from rankstream.ranking.mkl.solver import fit_mkl
 
 
 def check_pairs(pairs: object, n: int) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
 
 def real_services_settings(command: str, err: Console) -> Settings | None:
@@ -16,7 +16,7 @@ def real_services_settings(command: str, err: Console) -> Settings | None:
     The embedded transport and store live in one process, so benchmarks and fault
     injection across processes mean nothing there: refuse rather than measure that.
     """
-    from rankstream.config import Settings
+    from rankstream.stream.settings import Settings
 
     settings = Settings.from_env()
     missing = [

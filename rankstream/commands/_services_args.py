@@ -1,6 +1,6 @@
 """The `--root` option the three `rankstream services` commands share.
 
-Kept here, not in `rankstream.services`, because every command's `add_arguments` runs
+Kept here, not in `rankstream.harness.services`, because every command's `add_arguments` runs
 on every `rankstream` invocation: importing the services package (its manager pulls
 in urllib, http.client, subprocess helpers) cost every command ~0.2 s of start-up.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rankstream.services import ServiceManager
+    from rankstream.harness.services import ServiceManager
 
 
 def add_root_argument(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,6 @@ def add_root_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def manager_for(args: argparse.Namespace) -> ServiceManager:
-    from rankstream.services import ServiceManager, default_root
+    from rankstream.harness.services import ServiceManager, default_root
 
     return ServiceManager(args.root or default_root())

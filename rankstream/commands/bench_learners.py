@@ -40,7 +40,7 @@ def make_stream(n: int, seed: int):
 def bench_algo(algo: str, X, y, repeats: int) -> dict[str, float]:
     import numpy as np
 
-    from ranking.online import OnlineRanker
+    from rankstream.ranking.online import OnlineRanker
 
     start = time.perf_counter()
     OnlineRanker(algo).learn_many(X[:WARMUP_ROWS], y[:WARMUP_ROWS])
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from ranking.online import ALGOS
+    from rankstream.ranking.online import ALGOS
 
     if args.triplets < 1 or args.repeats < 1:
         print("--triplets and --repeats must be >= 1", file=sys.stderr)

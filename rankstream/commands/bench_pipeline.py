@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.commands._real_services import real_services_settings
-    from rankstream.pipeline_bench import run_once, summarize_runs
+    from rankstream.harness.pipeline_bench import run_once, summarize_runs
 
     err = Console(stderr=True)
     settings = real_services_settings("bench pipeline", err)

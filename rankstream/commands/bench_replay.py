@@ -32,9 +32,9 @@ def write_log(
     directory, n_triplets: int, block_size: int, seed: int, on_rows=lambda n: None
 ) -> int:
     """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
-    from stream.generator import TripletGenerator
-    from stream.recording import RecordingWriter
-    from stream.transport import Message
+    from rankstream.stream.generator import TripletGenerator
+    from rankstream.stream.recording import RecordingWriter
+    from rankstream.stream.transport import Message
 
     writer = RecordingWriter(directory, "triplets", TOPIC)
     start_ms = 1_700_000_000_000

@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
 
-    from rankstream.pipeline_bench import summarize_runs
-    from rankstream.scaleout_bench import run_once
+    from rankstream.harness.pipeline_bench import summarize_runs
+    from rankstream.harness.scaleout_bench import run_once
 
     results = {}
     for workers in counts:

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-_FAULT_OPTIONS = {  # option -> fault kind (rankstream.chaos.EVENT_KINDS)
+_FAULT_OPTIONS = {  # option -> fault kind (rankstream.harness.chaos.EVENT_KINDS)
     "restart_kafka": "restart-kafka",
     "restart_redis": "restart-redis",
     "crash_redis": "crash-redis",
@@ -92,8 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rankstream.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
     from rankstream.commands._real_services import real_services_settings
+    from rankstream.harness.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
 
     err = Console(stderr=True)
     settings = real_services_settings("chaos", err)
@@ -140,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _manager_for(root: Path | None, settings: object) -> tuple[object, str | None]:
     """The ServiceManager under `root`, or why it cannot restart the configured services."""
-    from rankstream.services import ServiceError, ServiceManager
-    from rankstream.services.manager import default_root
+    from rankstream.harness.services import ServiceError, ServiceManager
+    from rankstream.harness.services.manager import default_root
 
     manager = ServiceManager(root or default_root())
     try:

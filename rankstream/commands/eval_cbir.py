@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 DATASET_CHOICES = ("digits", "synthetic")  # keep in step with rankstream.evals.cbir.DATASETS
@@ -27,6 +28,7 @@ def run_evaluation(args: argparse.Namespace) -> dict[str, Any]:
     from rich.console import Console
 
     from rankstream.evals.cbir import evaluate_cbir
+    from rankstream.stream.settings import Settings
 
     console = Console(stderr=True, log_path=False)
     with console.status("evaluating") as status:
@@ -41,6 +43,7 @@ def run_evaluation(args: argparse.Namespace) -> dict[str, Any]:
             train_rows=args.train_rows,
             max_queries=args.max_queries,
             progress=progress,
+            cache_dir=Path(Settings.from_env().data_dir) / "collections",
         )
 
 

@@ -73,8 +73,8 @@ def _print_table(report: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from rankstream.config import Settings
     from rankstream.evals.mkl import evaluate_pubfig
+    from rankstream.stream.settings import Settings
 
     try:
         config = _config(args)

@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.config import Settings
-    from stream.store import open_store
-    from workers.checkpoint import summarize
+    from rankstream.stream.connect import open_store
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.checkpoint import summarize
 
     store = open_store(Settings.from_env())
     try:

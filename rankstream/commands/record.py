@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from rankstream.commands._choices import parse_choices
-    from rankstream.config import Settings
-    from stream.recording import Recorder, RecorderOptions
-    from stream.transport import open_transport
-    from workers.logging import configure_logging, get_logger, log_event
+    from rankstream.stream.connect import open_transport
+    from rankstream.stream.recording import Recorder, RecorderOptions
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.logging import configure_logging, get_logger, log_event
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     if kinds is None:

@@ -81,8 +81,8 @@ def _run_direct(args: argparse.Namespace) -> int:
         # Nothing here calls BLAS, but numpy's and scipy's OpenBLAS (numba imports
         # scipy) would each start a thread pool at import: ~0.1 s of CPU for nothing.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from rankstream.replay import DirectOptions, train_from_log
-    from stream.recording import RecordingError
+    from rankstream.stream.recording import RecordingError
+    from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
     try:
@@ -117,9 +117,9 @@ def _run_direct(args: argparse.Namespace) -> int:
 def _run_into_transport(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
     from rankstream.commands.record import KIND_TOPICS
-    from rankstream.config import Settings
-    from stream.recording import RecordingError, replay_log
-    from stream.transport import open_transport
+    from rankstream.stream.connect import open_transport
+    from rankstream.stream.recording import RecordingError, replay_log
+    from rankstream.stream.settings import Settings
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     if kinds is None:
@@ -168,7 +168,7 @@ def _run_into_transport(args: argparse.Namespace) -> int:
 
 def _log_rows(directory: str) -> int:
     """Triplet rows in the log's footers (for the progress bar); 0 if unreadable."""
-    from stream.recording import RecordingError, log_paths, read_log_file
+    from rankstream.stream.recording import RecordingError, log_paths, read_log_file
 
     total = 0
     for path in log_paths(directory, "triplets"):

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.services import ServiceError
+    from rankstream.harness.services import ServiceError
 
     try:
         manager_for(args).down()

@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from rankstream.config import Settings
-    from rankstream.simulate import SimulateOptions, Simulation, StepResult
-    from simulators.collection import PAPER_N_IMAGES
-    from workers.logging import configure_logging
-    from workers.metrics import start_metrics_server
+    from rankstream.simulators.collection import PAPER_N_IMAGES
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.logging import configure_logging
+    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult
 
     configure_logging()
     try:

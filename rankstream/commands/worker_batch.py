@@ -66,11 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
-    from rankstream.config import Settings
-    from workers.batch import BatchOptions, BatchWorker
-    from workers.batch_models import BATCH_KINDS, RankMKLParams
-    from workers.logging import configure_logging, get_logger, log_event
-    from workers.metrics import start_metrics_server
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.batch import BatchOptions, BatchWorker
+    from rankstream.workers.batch_models import BATCH_KINDS, RankMKLParams
+    from rankstream.workers.logging import configure_logging, get_logger, log_event
+    from rankstream.workers.metrics import start_metrics_server
 
     configure_logging()
     models = parse_choices(args.models, BATCH_KINDS, "--models")

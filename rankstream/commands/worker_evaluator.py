@@ -41,11 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.config import Settings
-    from workers.evaluator import Evaluator, EvaluatorOptions
-    from workers.logging import configure_logging, get_logger, log_event
-    from workers.metrics import start_metrics_server
-    from workers.serving import ChampionPolicy
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+    from rankstream.workers.logging import configure_logging, get_logger, log_event
+    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.serving import ChampionPolicy
 
     configure_logging()
     try:

@@ -69,12 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ranking.online import ALGOS
     from rankstream.commands._choices import parse_choices
-    from rankstream.config import Settings
-    from workers.logging import configure_logging, get_logger, log_event
-    from workers.metrics import start_metrics_server
-    from workers.online import OnlineWorker, WorkerOptions
+    from rankstream.ranking.online import ALGOS
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.logging import configure_logging, get_logger, log_event
+    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.online import OnlineWorker, WorkerOptions
 
     configure_logging()
     algos = parse_choices(args.algo, ALGOS, "--algo")

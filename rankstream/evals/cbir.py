@@ -24,18 +24,19 @@ The result is a plain dict (JSON-ready); see `evaluate_cbir`.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ranking.baselines import BestFea, RankSVM, UniCon
-from ranking.metrics import average_precision, mean_over_queries, ndcg_at_k
-from ranking.online import OnlineRanker
-from ranking.scaling import Standardizer
-from simulators.cbir_testbed import CBIRTestBed, RankedQuery, load_synthetic_testbed
-from simulators.digits import load_digits_testbed
+from rankstream.ranking.baselines import BestFea, RankSVM, UniCon
+from rankstream.ranking.metrics import average_precision, mean_over_queries, ndcg_at_k
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
+from rankstream.simulators.cbir_testbed import CBIRTestBed, RankedQuery, load_synthetic_testbed
+from rankstream.simulators.digits import load_digits_testbed
 
 TestBedLoader = Callable[..., CBIRTestBed]
 
@@ -43,7 +44,7 @@ DATASETS: dict[str, TestBedLoader] = {
     "digits": load_digits_testbed,
     "synthetic": load_synthetic_testbed,
 }
-"""Dataset name -> loader(seed=, train_rows=, max_val_queries=, max_test_queries=)."""
+"""Dataset name -> loader(seed=, train_rows=, max_val_queries=, max_test_queries=, cache_dir=)."""
 
 METHODS = ("uni_con", "best_fea", "ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
 
@@ -167,6 +168,7 @@ def evaluate_cbir(
     train_rows: int | None = None,
     max_queries: int | None = None,
     progress: Progress | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Build the named test bed and evaluate every method on it.
 
@@ -179,7 +181,7 @@ def evaluate_cbir(
         raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
     say = progress or (lambda message: None)
     say(f"building the {dataset} test bed")
-    options: dict[str, Any] = {"seed": seed}
+    options: dict[str, Any] = {"seed": seed, "cache_dir": cache_dir}
     if train_rows is not None:
         options["train_rows"] = train_rows
     if max_queries is not None:

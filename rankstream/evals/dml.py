@@ -102,7 +102,7 @@ def embedding_dimension(n_levels: int) -> int:
 
 
 def _factories(config: DmlEvalConfig, k: int, s: int) -> dict[str, Callable[..., object | None]]:
-    from ranking.dml import CMDSDML, LDMLR
+    from rankstream.ranking.dml import CMDSDML, LDMLR
 
     pca = pca_dimension(config)
 
@@ -132,8 +132,8 @@ def _score(transformer: object | None, k: int, X, r, train, test) -> tuple[float
 
 def _fitted_mae(transformer: Any | None, k: int, X, r, train, test) -> float:
     """MAE of kNN regression in the space of an already fitted `transformer` (None: X)."""
-    from ranking.dml import OrdinalKNNRegressor
-    from ranking.metrics import mae
+    from rankstream.ranking.dml import OrdinalKNNRegressor
+    from rankstream.ranking.metrics import mae
 
     embed = (lambda points: points) if transformer is None else transformer.transform
     model = OrdinalKNNRegressor(n_neighbors=k).fit(embed(X[train]), r[train])
@@ -173,7 +173,7 @@ def _best(table, **fixed: Any) -> dict[str, Any]:
 def evaluate_k(
     config: DmlEvalConfig, k: int, X, r, progress=None, s: int | None = None
 ) -> dict[str, Any]:
-    from simulators.ordinal import per_label_split
+    from rankstream.simulators.ordinal import per_label_split
 
     if s is None:
         s = embedding_dimension(np.unique(r).size) if config.s is None else int(config.s)
@@ -241,7 +241,7 @@ def run_dml_eval(
     """
     from threadpoolctl import threadpool_limits
 
-    from simulators.ordinal import load_ordinal
+    from rankstream.simulators.ordinal import load_ordinal
 
     if config.repeats < 1 or config.n_train < 2 or not config.ks:
         raise ValueError("repeats >= 1, n_train >= 2 and at least one K are required")
@@ -273,7 +273,7 @@ def run_dml_eval(
 
 def _plot(config: DmlEvalConfig, data, s: int, by_k: list[dict], path: str | Path) -> Path:
     from rankstream.plots import plot_ordinal_metrics
-    from simulators.ordinal import per_label_split
+    from rankstream.simulators.ordinal import per_label_split
 
     k = by_k[0]["K"]
     train, test = per_label_split(

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking.metrics import pairwise_accuracy
-from ranking.mkl import RankMKL
+from rankstream.ranking.metrics import pairwise_accuracy
+from rankstream.ranking.mkl import RankMKL
 
 FEATURES = ("gist", "color", "lbp", "hog", "gabor")
 METHODS = ("rankmkl", "concat", *FEATURES)
@@ -200,7 +200,7 @@ def feature_table(
     data, cache_dir: Path | str | None, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, np.ndarray]:
     """GIST and colour from data.mat plus LBP, HOG and Gabor from the face images."""
-    from simulators.pubfig_features import face_features
+    from rankstream.simulators.pubfig_features import face_features
 
     faces = face_features(data.image_paths, cache_dir, progress=progress)
     return {"gist": data.gist, "color": data.color, **faces}
@@ -228,7 +228,7 @@ def evaluate_pubfig(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict:
     """Table 1 on PubFig: accuracy (%) of every method on every requested attribute."""
-    from simulators.pubfig import load_pubfig
+    from rankstream.simulators.pubfig import load_pubfig
 
     started = time.perf_counter()
     data = load_pubfig()

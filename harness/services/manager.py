@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rankstream.config import Settings
-from rankstream.services import state as state_file
-from rankstream.services.base import Service
-from rankstream.services.endpoints import Endpoints
-from rankstream.services.errors import ServiceError
-from rankstream.services.install import install_debian_packages, missing_packages
-from rankstream.services.kafka import KafkaService
-from rankstream.services.process import (
+from rankstream.harness.services import state as state_file
+from rankstream.harness.services.base import Service
+from rankstream.harness.services.endpoints import Endpoints
+from rankstream.harness.services.errors import ServiceError
+from rankstream.harness.services.install import install_debian_packages, missing_packages
+from rankstream.harness.services.kafka import KafkaService
+from rankstream.harness.services.process import (
     free_port,
     is_running,
     port_is_free,
@@ -25,9 +24,10 @@ from rankstream.services.process import (
     terminate,
     wait_until,
 )
-from rankstream.services.progress import Progress
-from rankstream.services.prometheus import PrometheusService, write_scrape_target
-from rankstream.services.redis import RedisService
+from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.prometheus import PrometheusService, write_scrape_target
+from rankstream.harness.services.redis import RedisService
+from rankstream.stream.settings import Settings
 
 SERVICE_TYPES: tuple[type[Service], ...] = (KafkaService, RedisService, PrometheusService)
 

@@ -1,6 +1,6 @@
 """Real Kafka, Redis and Prometheus on this machine, for development and tests.
 
-    from rankstream.services import ServiceManager
+    from rankstream.harness.services import ServiceManager
     endpoints = ServiceManager(root).up()      # installs on first use; idempotent
     os.environ.update(endpoints.env())         # RANKSTREAM_KAFKA_BOOTSTRAP, ...
     add_scrape_target("worker-online", "127.0.0.1:9108")
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rankstream.services.endpoints import Endpoints
-from rankstream.services.errors import ServiceError
-from rankstream.services.manager import ServiceManager, default_root
-from rankstream.services.prometheus import write_scrape_target
+from rankstream.harness.services.endpoints import Endpoints
+from rankstream.harness.services.errors import ServiceError
+from rankstream.harness.services.manager import ServiceManager, default_root
+from rankstream.harness.services.prometheus import write_scrape_target
 
 
 def add_scrape_target(job: str, address: str, root: Path | None = None) -> Path:

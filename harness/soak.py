@@ -22,7 +22,7 @@ Verdicts (the run fails unless all hold):
 Results: `summary.json` (options, per-process RSS figures, rates, lags, verdicts) and
 `soak.png` (throughput, lag and RSS over time) in `out`.
 
-Run it as `python -m rankstream.soak` (`make soak`). With no Kafka/Redis configured it
+Run it as `python -m rankstream.harness.soak` (`make soak`). With no Kafka/Redis configured it
 starts its own under `out/services` and stops them afterwards.
 """
 
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 PROCESSES = ("online", "evaluator", "simulate")
 _COMMANDS = {
@@ -397,7 +397,7 @@ def plot(samples: list[Sample], options: SoakOptions, path: Path) -> None:
 def _parse(argv: list[str] | None) -> tuple[SoakOptions, Path, bool]:
     defaults = SoakOptions()
     parser = argparse.ArgumentParser(
-        prog="python -m rankstream.soak",
+        prog="python -m rankstream.harness.soak",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (settings.kafka_bootstrap and settings.redis_url):
         from dataclasses import replace
 
-        from rankstream.services import ServiceManager
+        from rankstream.harness.services import ServiceManager
 
         manager = ServiceManager(out.resolve() / "services")
         with err.status("soak: starting Kafka and Redis"):

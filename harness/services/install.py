@@ -9,6 +9,7 @@ install would otherwise fail or leave daemons behind on the default ports.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import os
 import shutil
 import subprocess
@@ -17,11 +18,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from rankstream.services.errors import ServiceError
-from rankstream.services.process import log_tail
-from rankstream.services.progress import Progress
+from rankstream.harness.services.errors import ServiceError
+from rankstream.harness.services.process import log_tail
+from rankstream.harness.services.progress import Progress
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+# the Kafka recipe and the Prometheus template, shipped as package data (pyproject.toml)
+DEPLOY_DIR = Path(str(importlib.resources.files("rankstream.deploy")))
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
 

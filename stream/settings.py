@@ -1,8 +1,9 @@
-"""Configuration from the environment.
+"""Where a process finds its transport, store and metrics endpoint: the deployment settings.
 
-Unset Kafka/Redis settings mean the embedded default (no services). Every variable
-that docker compose or a test sets is read here and nowhere else, so `Settings` is the
-one list of what the system can be told.
+Configuration comes from the environment (`RANKSTREAM_*`), read here by `Settings.from_env`
+and nowhere else, so this class is the one list of what the system can be told. Unset
+Kafka/Redis settings mean the embedded default (no services). It lives in `stream/`, the
+lowest layer that needs it; the layers above receive a `Settings`, never the environment.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ ENV_PREFIX = "RANKSTREAM_"
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(ENV_PREFIX + name)
     return value if value not in (None, "") else default
+
+
+def default_data_dir() -> str:
+    """~/.cache/rankstream: the caches (collections, face features, Kafka jars, services)."""
+    return os.path.expanduser("~/.cache/rankstream")
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Settings:
     kafka_ssl_cafile: str | None = None
     kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
     kafka_ssl_keyfile: str | None = None  # its private key (PEM)
-    data_dir: str = field(default_factory=lambda: os.path.expanduser("~/.cache/rankstream"))
+    data_dir: str = field(default_factory=default_data_dir)
 
     @property
     def triplets_topic(self) -> str:
@@ -53,6 +59,7 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        """The Settings the environment describes (unset = the defaults)."""
         port = _env("METRICS_PORT")
         defaults = cls()
         return cls(

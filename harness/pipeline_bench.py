@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 if TYPE_CHECKING:
-    from stream.transport import Transport
+    from rankstream.stream.transport import Transport
 
 POOL_TRIPLETS = 200_000
 _READY_TIMEOUT_S = 600.0
@@ -80,8 +80,8 @@ def _produce(
     advance: see `partition_shares`); 0 leaves the partition to the key (query_id).
     Reports ("ready", 0), then ("ok", seconds spent producing) or ("error", text).
     """
-    from stream.generator import TripletGenerator
-    from stream.transport import open_transport
+    from rankstream.stream.connect import open_transport
+    from rankstream.stream.generator import TripletGenerator
 
     try:
         generator = TripletGenerator(seed=seed)
@@ -165,9 +165,9 @@ def start_producers(
 
 def _warm_up(algos: tuple[str, ...]) -> None:
     """Pay one-time costs before the clock: numba compiles, pyarrow.compute's import."""
-    from stream.generator import TripletGenerator
-    from stream.schema import decode_triplets
-    from workers.checkpoint import TrackedModel
+    from rankstream.stream.generator import TripletGenerator
+    from rankstream.stream.schema import decode_triplets
+    from rankstream.workers.checkpoint import TrackedModel
 
     block = decode_triplets(TripletGenerator(seed=1).block(8).encode())
     for algo in algos:
@@ -205,8 +205,7 @@ def run_once(
     progress: Callable[[int], None] | None = None,
 ) -> PipelineRun:
     """One timed run on a fresh topic prefix (see module doc for what is timed)."""
-    from stream.store import open_store
-    from stream.transport import open_transport
+    from rankstream.stream.connect import open_store, open_transport
 
     if n_triplets < 1 or block_size < 1 or producers < 1:
         raise ValueError("n_triplets, block_size and producers must be >= 1")
@@ -244,7 +243,7 @@ def _timed_run(
     producers: int,
     progress: Callable[[int], None] | None,
 ) -> PipelineRun:
-    from workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+    from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
     _warm_up(LINEAR_ALGOS)
@@ -338,7 +337,7 @@ def summarize_runs(runs: Sequence[Any]) -> dict[str, float | int]:
     """Median seconds over runs; lost/duplicated summed over runs (all must be 0).
 
     Serves any run with triplets, seconds, lost and duplicated (this module's
-    `PipelineRun`, `rankstream.scaleout_bench.ScaleoutRun`); a median `checkpoints`
+    `PipelineRun`, `rankstream.harness.scaleout_bench.ScaleoutRun`); a median `checkpoints`
     is added when the runs count them.
     """
     median_seconds = statistics.median(r.seconds for r in runs)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stream.recording import (
+from rankstream.stream.recording import (
     ReadCounts,
     RecordingError,
     TripletChunk,
@@ -43,7 +43,7 @@ from stream.recording import (
 )
 
 if TYPE_CHECKING:
-    from workers.checkpoint import TrackedModel
+    from rankstream.workers.checkpoint import TrackedModel
 
 LINEAR_ALGOS = ("opr", "opar1", "opar2", "ogdr")  # workers.online's default set
 DEFAULT_SCALER_ROWS = 2000  # workers.checkpoint.DEFAULT_SCALER_ROWS (not imported: numba)
@@ -84,8 +84,8 @@ class DirectResult:
 
 def model_summary(model: TrackedModel) -> dict[str, Any]:
     """`workers.checkpoint.summarize` of the model as a worker would save it."""
-    from stream.store import StoredModel
-    from workers.checkpoint import MODEL_KIND, summarize
+    from rankstream.stream.store import StoredModel
+    from rankstream.workers.checkpoint import MODEL_KIND, summarize
 
     if model.ranker is None:  # fewer rows than scaler_rows: a worker would not save it
         return {
@@ -119,8 +119,8 @@ def train_from_log(
     options = options or DirectOptions()
     counts = ReadCounts()
     chunks = _prefetch(iter_triplet_chunks(directory, skip_bad=options.skip_bad, counts=counts))
-    from ranking.online import ALGOS
-    from workers.checkpoint import TrackedModel
+    from rankstream.ranking.online import ALGOS
+    from rankstream.workers.checkpoint import TrackedModel
 
     unknown = [a for a in options.algos if a not in ALGOS]
     if unknown:
@@ -190,7 +190,7 @@ def _learn_span(
     counts: ReadCounts,
 ) -> None:
     """Rows a..b (whole messages) to every model, offsets advanced to the span's end."""
-    from workers.checkpoint import learn_together
+    from rankstream.workers.checkpoint import learn_together
 
     topic, last = chunk.topic, b - 1
     results = learn_together(

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
 SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
@@ -157,7 +157,7 @@ class ChaosPlan:
 
     def worker_options(self) -> Any:
         """The options of both the chaos workers and the reference (one source)."""
-        from workers.online import LINEAR_ALGOS, WorkerOptions
+        from rankstream.workers.online import LINEAR_ALGOS, WorkerOptions
 
         return WorkerOptions(
             algos=LINEAR_ALGOS,
@@ -238,7 +238,7 @@ def forget_latest_checkpoints(settings: Settings, names: list[str]) -> int:
     Returns how many versions were removed. Written against `stream.redis_store`'s key
     layout; atomic (one Lua script per model).
     """
-    from stream.redis_store import redis_client
+    from rankstream.stream.redis_store import redis_client
 
     client = redis_client(settings.redis_url or "", settings.redis_password)
     try:
@@ -272,9 +272,8 @@ class _Supervisor:
         log_dir: Path,
         say: Callable[[str], None],
     ) -> None:
-        from stream.store import open_store
-        from stream.transport import open_transport
-        from workers.resilience import transient_errors
+        from rankstream.stream.connect import open_store, open_transport
+        from rankstream.workers.resilience import transient_errors
 
         self.settings, self.plan, self.manager, self.say = settings, plan, manager, say
         self.options = plan.worker_options()
@@ -467,11 +466,11 @@ class _Supervisor:
 
 def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict, int, int]:
     """An uninterrupted in-process worker on the same topic: per-model sha256, seq lost/dup."""
-    from rankstream.pipeline_bench import _SeqCounter
-    from stream.embedded_store import EmbeddedModelStore
-    from stream.transport import open_transport
-    from workers.checkpoint import weights_sha256
-    from workers.online import OnlineWorker
+    from rankstream.harness.pipeline_bench import _SeqCounter
+    from rankstream.stream.connect import open_transport
+    from rankstream.stream.embedded_store import EmbeddedModelStore
+    from rankstream.workers.checkpoint import weights_sha256
+    from rankstream.workers.online import OnlineWorker
 
     transport = open_transport(settings)
     ends = transport.end_offsets(settings.triplets_topic)
@@ -510,7 +509,7 @@ class _Producer(threading.Thread):
     """
 
     def __init__(self, settings: Settings, plan: ChaosPlan) -> None:
-        from stream.transport import open_transport
+        from rankstream.stream.connect import open_transport
 
         super().__init__(name="chaos-producer", daemon=True)
         self.settings, self.plan = settings, plan
@@ -520,7 +519,7 @@ class _Producer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from stream.generator import TripletGenerator
+        from rankstream.stream.generator import TripletGenerator
 
         try:
             blocks = TripletGenerator(seed=self.plan.seed).blocks(
@@ -560,7 +559,7 @@ def run_chaos(
     say: Callable[[str], None] = lambda _: None,
 ) -> ChaosResult:
     """Run `plan` on a fresh topic prefix and compare with the reference (module doc)."""
-    from workers.checkpoint import weights_sha256
+    from rankstream.workers.checkpoint import weights_sha256
 
     if not (settings.kafka_bootstrap and settings.redis_url):
         raise ChaosError("chaos runs through real Kafka and Redis: configure both")

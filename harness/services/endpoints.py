@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankstream.config import ENV_PREFIX
+from rankstream.stream.settings import ENV_PREFIX
 
 
 @dataclass(frozen=True)

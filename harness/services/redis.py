@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 
-from rankstream.services.base import Service
-from rankstream.services.progress import Progress
+from rankstream.harness.services.base import Service
+from rankstream.harness.services.progress import Progress
 
 
 class RedisService(Service):

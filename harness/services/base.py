@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 
-from rankstream.services.progress import Progress
+from rankstream.harness.services.progress import Progress
 
 
 class Service(ABC):

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from string import Template
 
-from rankstream.services.base import Service
-from rankstream.services.errors import ServiceError
-from rankstream.services.install import DEPLOY_DIR, ensure_kafka_jars
-from rankstream.services.process import accepts_tcp, log_tail
-from rankstream.services.progress import Progress
+from rankstream.harness.services.base import Service
+from rankstream.harness.services.errors import ServiceError
+from rankstream.harness.services.install import DEPLOY_DIR, ensure_kafka_jars
+from rankstream.harness.services.process import accepts_tcp, log_tail
+from rankstream.harness.services.progress import Progress
 
 JVM_OPTIONS = ("-Xmx512m", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 

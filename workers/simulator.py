@@ -25,18 +25,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankstream.config import Settings
-from simulators.collection import PAPER_N_IMAGES, Collection
-from simulators.feedback import FeedbackSimulator
-from simulators.retrieval import CandidateIndex
-from stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
-from stream.store import FencingError, ModelStore, open_store
-from stream.transport import Producer, Transport, open_transport
-from workers import metrics
-from workers.logging import get_logger, log_event
-from workers.serving import CHAMPION, UNI_CON, Served, ServingModel
+from rankstream.simulators.collection import PAPER_N_IMAGES, Collection
+from rankstream.simulators.feedback import FeedbackSimulator
+from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import FencingError, ModelStore
+from rankstream.stream.transport import Producer, Transport
+from rankstream.workers import metrics
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.serving import CHAMPION, UNI_CON, Served, ServingModel
 
-log = get_logger("rankstream.simulate")
+log = get_logger("rankstream.workers.simulator")
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ def publish_unicon(
     store: ModelStore, simulator: FeedbackSimulator, calibration_queries: int
 ) -> int:
     """Publish Uni-Con unless the store has it; returns its version."""
-    from ranking.baselines import UniCon
-    from ranking.scaling import Standardizer
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.scaling import Standardizer
 
     existing = store.load(UNI_CON)
     if existing is not None:

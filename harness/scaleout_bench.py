@@ -3,7 +3,7 @@
 What the clock covers, and what it does not:
 
 * before the clock: N seeded triplets are produced over P partitions (block i to
-  partition i % P, by `rankstream.pipeline_bench`'s producers, so every partition's
+  partition i % P, by `rankstream.harness.pipeline_bench`'s producers, so every partition's
   share is known), and the k worker processes start up (imports, connecting);
 * inside the clock: from the first "partition assigned" log line of any worker
   until, for every algorithm, every stored `{algo}.p{k}` has `triplets_seen` equal to
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankstream.config import Settings
+from rankstream.stream.settings import Settings
 
 ALGOS = ("opr", "opar1", "opar2", "ogdr")
 BLOCK_SIZE = 2000
@@ -66,8 +66,8 @@ class ScaleoutRun:
 
 def worker_command(group: str) -> list[str]:
     """The `rankstream worker online` command line of one scale-out worker."""
-    from rankstream.chaos import worker_argv
-    from workers.online import WorkerOptions
+    from rankstream.harness.chaos import worker_argv
+    from rankstream.workers.online import WorkerOptions
 
     options = WorkerOptions(
         algos=ALGOS,
@@ -90,7 +90,7 @@ def worker_command(group: str) -> list[str]:
 
 def seen_by_partition(store: Any, partitions: int) -> dict[str, list[int]]:
     """Stored `triplets_seen` of every `{algo}.p{k}` (0 where none is stored yet)."""
-    from workers.scaleout import partition_model_name
+    from rankstream.workers.scaleout import partition_model_name
 
     seen: dict[str, list[int]] = {}
     for algo in ALGOS:
@@ -123,9 +123,8 @@ def run_once(
     progress: Callable[[str], None] | None = None,
 ) -> ScaleoutRun:
     """One timed run of `workers` processes on a fresh topic prefix (see module doc)."""
-    from rankstream.pipeline_bench import clean_up, partition_shares
-    from stream.store import open_store
-    from stream.transport import open_transport
+    from rankstream.harness.pipeline_bench import clean_up, partition_shares
+    from rankstream.stream.connect import open_store, open_transport
 
     if not (settings.kafka_bootstrap and settings.redis_url):
         raise ValueError("the scale-out benchmark needs real Kafka and Redis: configure both")
@@ -165,7 +164,7 @@ def _produce(
     run_settings: Settings, n_triplets: int, seed: int, producers: int, partitions: int
 ) -> None:
     """Pre-produce the whole stream (untimed) and wait until it is flushed."""
-    from rankstream.pipeline_bench import expect_all, start_producers
+    from rankstream.harness.pipeline_bench import expect_all, start_producers
 
     go, status, producer_list = start_producers(
         run_settings, n_triplets, BLOCK_SIZE, seed, producers, partitions=partitions
@@ -186,7 +185,7 @@ def _timed_run(
     say: Callable[[str], None],
 ) -> tuple[float, dict[str, list[int]]]:
     """Start the workers, time them to full coverage, wait for their clean exit."""
-    from rankstream.chaos import worker_env
+    from rankstream.harness.chaos import worker_env
 
     command, env = worker_command(GROUP), worker_env(run_settings)
     logs = [log_dir / f"worker-{i}.log" for i in range(workers)]

@@ -1,0 +1,1 @@
+"""Harnesses: local services for development and tests, chaos, soak and benchmarks."""

@@ -1,0 +1,34 @@
+"""Open the configured transport and model store: the services, or the embedded default.
+
+The one place that chooses an implementation, kept apart from the interfaces
+(`stream.transport`, `stream.store`) so that the implementations can import those
+without importing each other back.
+"""
+
+from __future__ import annotations
+
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import DEFAULT_KEEP_VERSIONS, ModelStore
+from rankstream.stream.transport import Transport
+
+
+def open_transport(settings: Settings) -> Transport:
+    """Kafka when `settings.kafka_bootstrap` is set, else the process-wide embedded log."""
+    if settings.kafka_bootstrap:
+        from rankstream.stream.kafka_transport import KafkaTransport
+
+        return KafkaTransport(settings)
+    from rankstream.stream.embedded import embedded_transport
+
+    return embedded_transport()
+
+
+def open_store(settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> ModelStore:
+    """Redis when `settings.redis_url` is set, else the process-wide embedded store."""
+    if settings.redis_url:
+        from rankstream.stream.redis_store import RedisModelStore
+
+        return RedisModelStore(settings, keep_versions=keep_versions)
+    from rankstream.stream.embedded_store import embedded_store
+
+    return embedded_store(settings.topic_prefix, keep_versions=keep_versions)
