@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import kafka.errors
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import (
@@ -37,14 +38,14 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from rankstream.stream.schema import MAX_MESSAGE_BYTES
-from rankstream.stream.transport import (
-    Message,
-    RebalanceCallback,
+from rankstream.stream.errors import (
     TransportError,
-    credential_errors,
     credentials_refused,
+    translate_public_methods,
+    translating,
 )
+from rankstream.stream.schema import MAX_MESSAGE_BYTES
+from rankstream.stream.transport import Message, RebalanceCallback
 
 if TYPE_CHECKING:
     from rankstream.stream.settings import Settings
@@ -80,7 +81,15 @@ CONSUMER_TUNING: dict[str, Any] = {
     "metadata_max_age_ms": 10_000,
 }
 _POLL_BACKOFF_MAX_S = 5.0
-_REFUSED = credential_errors()  # SASL/ACL refusals: raised at once, never backed off
+# SASL/ACL refusals: raised at once as CredentialsError, never backed off
+_REFUSED = (
+    kafka.errors.SaslAuthenticationFailedError,
+    kafka.errors.UnsupportedSaslMechanismError,
+    kafka.errors.AuthorizationError,
+)
+# Every public call: client failures become TransportError, refusals CredentialsError.
+kafka_call = translating("kafka", TransportError, lambda: (KafkaError, OSError), lambda: _REFUSED)
+_translated = translate_public_methods(kafka_call)
 
 
 def _transport_error(what: str, exc: BaseException) -> RuntimeError:
@@ -109,6 +118,7 @@ def client_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+@_translated
 class KafkaTransport:
     """Factory for producers/consumers plus topic administration and offset lookups."""
 
@@ -209,6 +219,7 @@ class KafkaTransport:
             return {tp.partition: int(o) for tp, o in getattr(self._meta, which)(tps).items()}
 
 
+@_translated
 class KafkaTransportProducer:
     """Asynchronous sends; the first delivery failure is raised by the next call."""
 
@@ -261,6 +272,7 @@ class _Listener(ConsumerRebalanceListener):
             self._on_assign(sorted((tp.topic, tp.partition) for tp in assigned))
 
 
+@_translated
 class KafkaTransportConsumer:
     """kafka-python's consumer behind the `Consumer` protocol; positions are explicit."""
 

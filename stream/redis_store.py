@@ -34,12 +34,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import redis
+import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from rankstream.stream.errors import (
+    StoreUnavailableError,
+    credentials_refused,
+    translate_public_methods,
+    translating,
+)
 from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
@@ -53,7 +60,6 @@ from rankstream.stream.store import (
     encode_model,
     finite_or_none,
 )
-from rankstream.stream.transport import credential_errors, credentials_refused
 
 if TYPE_CHECKING:
     from rankstream.stream.settings import Settings
@@ -93,6 +99,17 @@ redis.call('SREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])
 """
 _SAVE_ATTEMPTS = 5
+# redis-py's refusals subclass its ConnectionError, so they are told apart first
+_REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+# Every public call: client failures become StoreUnavailableError, refusals CredentialsError.
+_translated = translate_public_methods(
+    translating(
+        "redis",
+        StoreUnavailableError,
+        lambda: (RedisConnectionError, RedisTimeoutError, OSError),
+        lambda: _REFUSED,
+    )
+)
 
 
 class _FailFastOnCredentials(Retry):
@@ -104,12 +121,10 @@ class _FailFastOnCredentials(Retry):
     """
 
     def call_with_retry(self, do, fail, *args, **kwargs):  # type: ignore[no-untyped-def]
-        refused = credential_errors()
-
         def attempt():  # type: ignore[no-untyped-def]
             try:
                 return do()
-            except refused as exc:
+            except _REFUSED as exc:
                 raise credentials_refused("redis", exc) from exc
 
         return super().call_with_retry(attempt, fail, *args, **kwargs)
@@ -134,6 +149,7 @@ def redis_client(url: str, password: str | None = None) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
+@_translated
 class RedisModelStore:
     """`ModelStore` on Redis; see the module docstring for keys and guarantees."""
 
@@ -244,6 +260,7 @@ class RedisModelStore:
         return decode_model(name, int(fields[b"version"]), encoded)
 
 
+@_translated
 class PubSubAnnouncements:
     """(name, version) from the update channel; `close` (any thread) ends iteration."""
 

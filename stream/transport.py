@@ -3,6 +3,8 @@
 Workers are written against these protocols only, so the same code runs on a real
 broker and, with no services, inside one process. Offsets follow Kafka's meaning: a
 consumer's position is the *next* offset it will read, per (topic, partition).
+Failures surface as `stream.errors` types only (`TransportError` when the broker is
+away, `CredentialsError` when it refuses us), never as a client library's exceptions.
 """
 
 from __future__ import annotations
@@ -25,46 +27,6 @@ class Message:
     key: bytes | None
     value: bytes
     timestamp_ms: int
-
-
-class TransportError(RuntimeError):
-    """A send or admin operation failed after the client's own retries."""
-
-
-class CredentialsError(RuntimeError):
-    """Kafka or Redis refused our credentials (authentication or authorization).
-
-    Deliberately *not* a ConnectionError/TransportError: retrying cannot fix a wrong
-    password or a missing ACL, so no retry path catches it and the process stops with
-    this message instead of retrying forever.
-    """
-
-
-def credential_errors() -> tuple[type[BaseException], ...]:
-    """Client errors that mean "refused credentials", wherever a client raises them.
-
-    redis-py's AuthenticationError/AuthorizationError subclass its ConnectionError (so
-    redis-py and `workers.resilience.transient_errors` would retry them), and Kafka's
-    SASL/ACL failures are KafkaErrors; every retry path checks this tuple first.
-    """
-    import kafka.errors
-    import redis.exceptions
-
-    return (
-        redis.exceptions.AuthenticationError,
-        redis.exceptions.AuthorizationError,
-        kafka.errors.SaslAuthenticationFailedError,
-        kafka.errors.UnsupportedSaslMechanismError,
-        kafka.errors.AuthorizationError,
-    )
-
-
-def credentials_refused(service: str, exc: BaseException) -> CredentialsError:
-    """The one message for refused credentials: what refused, why, and what to check."""
-    return CredentialsError(
-        f"{service} refused the credentials ({type(exc).__name__}: {exc}); not retrying: "
-        f"check the RANKSTREAM_{service.upper()}_* user/password settings and ACLs"
-    )
 
 
 class Producer(Protocol):

@@ -306,7 +306,7 @@ def test_password_and_acl_user_from_the_environment_open_a_protected_redis(
 ) -> None:
     import redis
 
-    from rankstream.stream.transport import CredentialsError
+    from rankstream.stream.errors import CredentialsError
 
     def refused(url: str, password: str | None) -> None:
         store = _redis_store(url, password, monkeypatch)
@@ -339,7 +339,7 @@ def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
 
     import redis
 
-    from rankstream.stream.transport import CredentialsError
+    from rankstream.stream.errors import CredentialsError
     from rankstream.workers.resilience import retry_until_stopped, transient_errors
 
     connects = []
@@ -373,17 +373,20 @@ def test_a_wrong_redis_password_fails_fast_instead_of_being_retried(
 
 
 def test_the_workers_retry_loop_raises_refused_credentials_at_once() -> None:
-    """A raw client auth error (here Kafka's SASL one) is not retried by the worker loop."""
+    """A client auth error (here Kafka's SASL one) inside a transport call reaches the
+    worker loop as CredentialsError, which it does not retry."""
     import logging
     import threading
 
     import kafka.errors
 
-    from rankstream.stream.transport import CredentialsError
+    from rankstream.stream.errors import CredentialsError
+    from rankstream.stream.kafka_transport import kafka_call
     from rankstream.workers.resilience import retry_until_stopped, transient_errors
 
     attempts = []
 
+    @kafka_call
     def action() -> None:
         attempts.append(1)
         raise kafka.errors.SaslAuthenticationFailedError("bad SCRAM password")

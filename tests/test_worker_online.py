@@ -222,7 +222,7 @@ def test_options_are_validated() -> None:
 
 
 class _FlakyStore:
-    """Wraps a store; the next `failures` saves raise a Redis-style connection error."""
+    """Wraps a store; the next `failures` saves raise the store's "unavailable" error."""
 
     def __init__(self, inner: object, failures: int) -> None:
         self.inner, self.failures = inner, failures
@@ -233,9 +233,9 @@ class _FlakyStore:
     def save(self, name: str, **kwargs: object) -> int:
         if self.failures:
             self.failures -= 1
-            import redis.exceptions
+            from rankstream.stream.errors import StoreUnavailableError
 
-            raise redis.exceptions.ConnectionError("redis went away")
+            raise StoreUnavailableError("redis went away")
         return self.inner.save(name, **kwargs)  # type: ignore[attr-defined]
 
 
@@ -282,7 +282,7 @@ def test_group_mode_resumes_exactly() -> None:
 
 
 def test_a_failing_poll_backs_off_and_the_worker_carries_on() -> None:
-    from rankstream.stream.transport import TransportError
+    from rankstream.stream.errors import TransportError
 
     settings = _settings()
     _produce(settings, _stream()[:4])

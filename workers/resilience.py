@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rankstream.stream.errors import TRANSIENT
 from rankstream.workers.logging import log_event
 
 if TYPE_CHECKING:
@@ -44,25 +45,11 @@ class Backoff:
 def transient_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean "a service is unreachable for now": retry, never crash.
 
-    Refused credentials (`stream.transport.credential_errors`) subclass some of these
-    (redis-py's AuthenticationError is a ConnectionError) but are never transient:
-    `retry_until_stopped` raises them at once, and the stores/transports convert them to
-    `CredentialsError`, which is none of these.
+    `stream` translates the client libraries' exceptions into these (`stream.errors`);
+    refused credentials become `CredentialsError`, which is none of them, so no retry
+    path here can swallow a wrong password.
     """
-    import kafka.errors
-    import redis.exceptions
-
-    from rankstream.stream.transport import TransportError
-
-    return (
-        TransportError,
-        ConnectionError,
-        TimeoutError,
-        OSError,
-        kafka.errors.KafkaError,
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-    )
+    return TRANSIENT
 
 
 def retry_until_stopped(
@@ -76,20 +63,14 @@ def retry_until_stopped(
 
     Once `stop` is set a transient error is re-raised instead of retried, so a worker
     asked to shut down while its services are away does not hang. Refused credentials
-    are raised at once as `CredentialsError`: no retry can fix them.
+    (`CredentialsError`, not transient) propagate at once: no retry can fix them.
     """
-    from rankstream.stream.transport import credential_errors, credentials_refused
-
-    refused = credential_errors()
     backoff = Backoff()
     while True:
         try:
             action()
             return
         except transient as exc:
-            if isinstance(exc, refused):
-                service = "kafka" if type(exc).__module__.startswith("kafka") else "redis"
-                raise credentials_refused(service, exc) from exc
             if stop.is_set():
                 raise
             delay = backoff.failed()
