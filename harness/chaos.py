@@ -194,28 +194,10 @@ class ChaosResult:
 
 
 def worker_argv(options: Any) -> list[str]:
-    """`rankstream worker online` arguments equivalent to `options` (a WorkerOptions)."""
-    return [
-        sys.executable,
-        "-m",
-        "rankstream.cli",
-        "worker",
-        "online",
-        "--algo",
-        ",".join(options.algos),
-        "--checkpoint-records",
-        str(options.checkpoint_records),
-        "--checkpoint-seconds",
-        str(options.checkpoint_seconds),
-        "--exit-when-idle",
-        str(options.exit_when_idle),
-        "--scaler-rows",
-        str(options.scaler_rows),
-        "--C",
-        repr(options.C),
-        "--eta",
-        repr(options.eta),
-    ]
+    """`rankstream worker online` with every field of `options` (a WorkerOptions)."""
+    from rankstream.workers.options import to_argv
+
+    return [sys.executable, "-m", "rankstream.cli", "worker", "online", *to_argv(options)]
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
@@ -520,6 +502,7 @@ class _Producer(threading.Thread):
 
     def run(self) -> None:
         from rankstream.stream.generator import TripletGenerator
+        from rankstream.stream.schema import block_key, encode_triplets
 
         try:
             blocks = TripletGenerator(seed=self.plan.seed).blocks(
@@ -529,7 +512,9 @@ class _Producer(threading.Thread):
             for block in blocks:
                 time.sleep(max(0.0, started + sent / self.plan.rate - time.monotonic()))
                 with self.gate:
-                    self.producer.send(self.settings.triplets_topic, block.encode(), key=block.key)
+                    self.producer.send(
+                        self.settings.triplets_topic, encode_triplets(block), key=block_key(block)
+                    )
                 sent += len(block)
             with self.gate:
                 self.producer.flush()

@@ -82,6 +82,7 @@ def _produce(
     """
     from rankstream.stream.connect import open_transport
     from rankstream.stream.generator import TripletGenerator
+    from rankstream.stream.schema import block_key, encode_triplets
 
     try:
         generator = TripletGenerator(seed=seed)
@@ -115,7 +116,10 @@ def _produce(
         for i in range(index, len(blocks), count):
             partition = i % partitions if partitions > 0 else None
             producer.send(
-                settings.triplets_topic, blocks[i].encode(), key=blocks[i].key, partition=partition
+                settings.triplets_topic,
+                encode_triplets(blocks[i]),
+                key=block_key(blocks[i]),
+                partition=partition,
             )
         producer.flush()
         producer.close()
@@ -166,10 +170,10 @@ def start_producers(
 def _warm_up(algos: tuple[str, ...]) -> None:
     """Pay one-time costs before the clock: numba compiles, pyarrow.compute's import."""
     from rankstream.stream.generator import TripletGenerator
-    from rankstream.stream.schema import decode_triplets
+    from rankstream.stream.schema import decode_triplets, encode_triplets
     from rankstream.workers.checkpoint import TrackedModel
 
-    block = decode_triplets(TripletGenerator(seed=1).block(8).encode())
+    block = decode_triplets(encode_triplets(TripletGenerator(seed=1).block(8)))
     for algo in algos:
         TrackedModel(name=algo, algo=algo, scaler_rows=1).learn(
             "warm-up", 0, 0, block.phi1, block.phi2, block.y(), x=block.x()
@@ -297,7 +301,7 @@ def _timed_run(
         seconds=seconds,
         lost=lost,
         duplicated=duplicated,
-        checkpoints=worker.counters.checkpoints,
+        checkpoints=worker.stats.checkpoints,
         producer_seconds=producer_seconds,
         prefix=run_settings.topic_prefix,
     )

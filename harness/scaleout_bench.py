@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankstream.ranking import learners
 from rankstream.stream.settings import Settings
 
-ALGOS = ("opr", "opar1", "opar2", "ogdr")
+ALGOS = learners.worker_defaults()  # the online worker's default learners
 BLOCK_SIZE = 2000
 GROUP = "scaleout-bench"
 CHECKPOINT_SECONDS = 1.0

@@ -22,9 +22,12 @@ applied to pair differences with a full covariance Sigma (d x d, starting at I):
 beta = 1 / (x' Sigma x + r), and when l > 0: alpha = l beta, w += alpha y Sigma x,
 Sigma -= beta (Sigma x)(Sigma x)'.
 
-The sequential loops are compiled with numba (cache=True: the compile is paid once
-per machine); the four linear rules share one loop and differ only in the step size
-chosen through a dispatch table (algo -> rule), as river's `linear_model/pa.py` does.
+Each learner is declared once in `ranking.learners` (name, label, hyper-parameters,
+kernel). The sequential loops are compiled with numba (`ranking.kernels`, cache=True:
+the compile is paid once per machine); the four linear rules share one loop and differ
+only in the step size chosen through their spec's rule code, as river's
+`linear_model/pa.py` dispatches its PA variants; any other learner (AROW, or one
+added with `ranking.learners.register`) runs its own kernel on the validated rows.
 
 Example: learn that the first feature decides the order.
 
@@ -45,280 +48,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from rankstream.ranking import learners
+from rankstream.ranking.kernels import BAD_LABEL, NONFINITE, learn_linear
 from rankstream.ranking.scaling import Standardizer, linear_scores
-from rankstream.ranking.validation import as_float_matrix, as_float_vector, check_positive
-
-# Kernel status codes: which check stopped the loop at `bad_row`.
-_OK, _NONFINITE, _BAD_LABEL = 0, 1, 2
-
-# Linear rule codes. The rules differ only in their step size lambda_t; numba's
-# on-disk cache cannot key a kernel that takes a compiled function as an argument
-# (each process would compile and store a new copy), so the dispatch table below
-# maps each algo to a code that `_step_size` switches on, in this one place.
-_OPR, _OPAR1, _OPAR2, _OGDR = 0, 1, 2, 3
-
-
-@njit(cache=True, fastmath=False)
-def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
-    """lambda_t of w += lambda_t y x; param is C (OPAR-I/II) or eta (OGDR)."""
-    if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included
-        return 1.0 if margin <= 0.0 else 0.0
-    loss = 1.0 - margin
-    if loss <= 0.0:
-        return 0.0
-    if rule == _OPAR1:  # eq. (5): min(C, l / |x|^2)
-        return min(param, loss / sqnorm)
-    if rule == _OPAR2:  # the lambda_t after eq. (5): l / (|x|^2 + 1/(2C))
-        return loss / (sqnorm + 1.0 / (2.0 * param))
-    return param  # OGDR, eq. (7): eta while the hinge loss is positive
-
-
-@njit(cache=True, fastmath=False, nogil=True)
-def _learn_linear(
-    rules, params, W, scales, group, order, starts, A, B, y, n_updates, status, bad_row
-):  # pragma: no cover - compiled
-    """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
-
-    Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
-    as `np.subtract(A, B, dtype=np.float64)`), or A[i] when B is None; model m learns
-    x / scales[group[m]] (its scaler's std: a division, like `transform_differences`),
-    or x itself when scales is None (no model has a scaler: one group).
-    Each distinct scaler's x is computed once per row into a small buffer, and the
-    margins of four models at a time (order[starts[g]:starts[g+1]] lists group g's
-    models; the rest one by one) are accumulated in one sweep over the features as
-    independent chains, |x|^2 riding along with the first, so four models cost about
-    what one does (each sum runs in j order, so it is bound by the adder's latency, and
-    four chains fill the gap). Per model the arithmetic and its order are those of one
-    model alone (no fast-math), so the weights are bit-identical to separate calls.
-    W holds copies; n_updates, status and bad_row (k,) are outputs:
-    a model stops at its first bad row (label not +1/-1 stops all; a non-finite
-    |x|^2 stops the models of that scaler) and callers keep only models left _OK.
-    """
-    n, d = A.shape
-    k = group.shape[0]
-    n_groups = 1 if scales is None else scales.shape[0]
-    xs = np.empty((n_groups, d))
-    sqnorms = np.empty(n_groups)
-    dots = np.empty(k)
-    for i in range(n):
-        yi = y[i]
-        if yi != 1.0 and yi != -1.0:
-            for m in range(k):
-                if status[m] == _OK:
-                    status[m], bad_row[m] = _BAD_LABEL, i
-            return
-        if scales is None:  # no scaler: x itself (vectorised, like the rest of this step)
-            for j in range(d):
-                xs[0, j] = (
-                    np.float64(A[i, j])
-                    if B is None
-                    else (np.float64(A[i, j]) - np.float64(B[i, j]))
-                )
-        else:
-            for g in range(n_groups):
-                if B is None:
-                    for j in range(d):
-                        xs[g, j] = np.float64(A[i, j]) / scales[g, j]
-                else:
-                    for j in range(d):
-                        xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
-        for g in range(n_groups):  # |x|^2 rides along with the first sweep of margins
-            b, end = starts[g], starts[g + 1]
-            sq = 0.0
-            while b + 4 <= end:  # four models per sweep
-                m0, m1, m2, m3 = order[b], order[b + 1], order[b + 2], order[b + 3]
-                d0 = d1 = d2 = d3 = 0.0
-                if b == starts[g]:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        sq += xj * xj
-                        d0 += W[m0, j] * xj
-                        d1 += W[m1, j] * xj
-                        d2 += W[m2, j] * xj
-                        d3 += W[m3, j] * xj
-                else:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        d0 += W[m0, j] * xj
-                        d1 += W[m1, j] * xj
-                        d2 += W[m2, j] * xj
-                        d3 += W[m3, j] * xj
-                dots[m0], dots[m1], dots[m2], dots[m3] = d0, d1, d2, d3
-                b += 4
-            while b < end:  # the rest one by one
-                m0 = order[b]
-                d0 = 0.0
-                if b == starts[g]:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        sq += xj * xj
-                        d0 += W[m0, j] * xj
-                else:
-                    for j in range(d):
-                        d0 += W[m0, j] * xs[g, j]
-                dots[m0] = d0
-                b += 1
-            sqnorms[g] = sq
-        for m in range(k):
-            if status[m] != _OK:
-                continue
-            g = group[m]
-            sqnorm = sqnorms[g]
-            if not sqnorm < np.inf:
-                status[m], bad_row[m] = _NONFINITE, i
-                continue
-            if sqnorm == 0.0:
-                continue
-            yi = y[i]
-            lam = _step_size(rules[m], yi * dots[m], sqnorm, params[m])
-            if lam != 0.0:
-                c = lam * yi
-                for j in range(d):
-                    W[m, j] += c * xs[g, j]
-                n_updates[m] += 1
-
-
-# Sigma's rows are padded to a multiple of this many columns inside the AROW kernel,
-# so the compiled sweep over a row has no scalar remainder: with d = 36 and 8-wide
-# (AVX-512) or 4-wide (AVX2) vectors, the 4-entry tail otherwise ran scalar and cost
-# ~20% of the pass (profiled: `rankstream bench learners`, 4.6 -> 5.6 M rows/s).
-_AROW_PAD = 8
-
-
-@njit(cache=True)
-def _zeros_aligned(n):  # pragma: no cover - compiled
-    """n float64 zeros starting on a 64-byte (cache line, AVX-512 vector) boundary.
-
-    numba's allocator aligns to 16 bytes only; with rows of Sigma padded to 8 doubles,
-    an aligned start keeps every vector load inside one cache line (measured: 4.7-5.5
-    M rows/s from process to process without it, 5.7-5.9 with it).
-    """
-    buf = np.zeros(n + 7)
-    start = (-buf.ctypes.data % 64) // 8
-    return buf[start : start + n]
-
-
-@njit(cache=True, fastmath=False)
-def _learn_arow(w, sigma_out, X, y, r):  # pragma: no cover - compiled
-    """Sequential AROW over the rows of X, updating w and sigma_out in place.
-
-    Written for speed; equal to the textbook update up to rounding, in a fixed order,
-    so runs are bit-for-bit repeatable. Three layout choices:
-
-    * The rank-one update Sigma -= beta v v' is kept as u = sqrt(beta) v and applied
-      lazily, fused into the next update's sweep that computes v = Sigma x (one sweep
-      over Sigma per update instead of two, four rows at a time so v is loaded and
-      stored once per four rows), and flushed before returning. Entries are reduced
-      by u_j u_k, so Sigma stays exactly symmetric and Sigma x can be accumulated row
-      of Sigma by row (contiguous, vectorisable).
-    * Sigma is worked on in a cache-line-aligned scratch copy whose rows are padded
-      with zero columns to a multiple of `_AROW_PAD` (u and v padded alike; the pads
-      stay exactly 0), so the sweep vectorises without a scalar tail.
-    * w.x, |x|^2 and x'Sigma x are summed in four interleaved partial sums, which
-      breaks their serial add chains.
-
-    Returns (n_updates, bad_row, status) like `_learn_linear`; on a bad row sigma_out
-    is left as it was and w is partly updated, which is fine because callers pass
-    copies and discard them then.
-    """
-    n, d = X.shape
-    dp = (d + _AROW_PAD - 1) // _AROW_PAD * _AROW_PAD
-    d4 = d - d % 4
-    scratch = _zeros_aligned((d + 2) * dp)
-    sigma = scratch[: d * dp].reshape((d, dp))
-    sigma[:, :d] = sigma_out
-    v = scratch[d * dp : (d + 1) * dp]
-    u = scratch[(d + 1) * dp :]  # pending rank-one update: the true Sigma is sigma - u u'
-    n_updates = 0
-    for i in range(n):
-        yi = y[i]
-        if yi != 1.0 and yi != -1.0:
-            return n_updates, i, _BAD_LABEL
-        a0 = a1 = a2 = a3 = 0.0  # partial sums of w.x
-        q0 = q1 = q2 = q3 = 0.0  # partial sums of |x|^2
-        for j in range(0, d4, 4):
-            x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
-            a0 += w[j] * x0
-            a1 += w[j + 1] * x1
-            a2 += w[j + 2] * x2
-            a3 += w[j + 3] * x3
-            q0 += x0 * x0
-            q1 += x1 * x1
-            q2 += x2 * x2
-            q3 += x3 * x3
-        for j in range(d4, d):
-            xj = X[i, j]
-            a0 += w[j] * xj
-            q0 += xj * xj
-        dot = (a0 + a1) + (a2 + a3)
-        sqnorm = (q0 + q1) + (q2 + q3)
-        if not sqnorm < np.inf:
-            return n_updates, i, _NONFINITE
-        loss = 1.0 - yi * dot
-        if sqnorm == 0.0 or loss <= 0.0:
-            continue
-        for k in range(dp):
-            v[k] = 0.0
-        j = 0
-        while j + 4 <= d:  # four rows of sigma per sweep: v is loaded/stored once
-            x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
-            u0, u1, u2, u3 = u[j], u[j + 1], u[j + 2], u[j + 3]
-            for k in range(dp):
-                uk = u[k]
-                s0 = sigma[j, k] - u0 * uk
-                s1 = sigma[j + 1, k] - u1 * uk
-                s2 = sigma[j + 2, k] - u2 * uk
-                s3 = sigma[j + 3, k] - u3 * uk
-                sigma[j, k] = s0
-                sigma[j + 1, k] = s1
-                sigma[j + 2, k] = s2
-                sigma[j + 3, k] = s3
-                v[k] = (((v[k] + s0 * x0) + s1 * x1) + s2 * x2) + s3 * x3  # row order kept
-            j += 4
-        while j < d:
-            xj = X[i, j]
-            uj = u[j]
-            for k in range(dp):
-                s = sigma[j, k] - uj * u[k]
-                sigma[j, k] = s
-                v[k] += s * xj
-            j += 1
-        c0 = c1 = c2 = c3 = 0.0  # partial sums of x'Sigma x
-        for j in range(0, d4, 4):
-            c0 += X[i, j] * v[j]
-            c1 += X[i, j + 1] * v[j + 1]
-            c2 += X[i, j + 2] * v[j + 2]
-            c3 += X[i, j + 3] * v[j + 3]
-        for j in range(d4, d):
-            c0 += X[i, j] * v[j]
-        beta = 1.0 / (((c0 + c1) + (c2 + c3)) + r)
-        c = loss * beta * yi
-        root_beta = np.sqrt(beta)
-        for j in range(d):
-            w[j] += c * v[j]
-        for j in range(dp):
-            u[j] = root_beta * v[j]
-        n_updates += 1
-    for j in range(d):
-        uj = u[j]
-        for k in range(d):
-            sigma_out[j, k] = sigma[j, k] - uj * u[k]
-    return n_updates, -1, _OK
-
-
-# algo -> (rule code for `_step_size`, name of the hyper-parameter it reads)
-_LINEAR_RULES: dict[str, tuple[int, str | None]] = {
-    "opr": (_OPR, None),
-    "opar1": (_OPAR1, "C"),
-    "opar2": (_OPAR2, "C"),
-    "ogdr": (_OGDR, "eta"),
-}
-ALGOS: tuple[str, ...] = (*_LINEAR_RULES, "arow")
-
+from rankstream.ranking.validation import as_float_matrix, as_float_vector
 
 _NONFINITE_WEIGHTS = "this batch would make the weights non-finite; model unchanged"
+
+
+_HYPER = learners.HYPERPARAMETERS
+
+
+def _first_bad_row(X: np.ndarray, labels: np.ndarray) -> ValueError | None:
+    """The error for the first row a kernel must not see (a bad label, NaN/Inf), if any."""
+    bad_label = np.flatnonzero((labels != 1.0) & (labels != -1.0))
+    nonfinite = np.flatnonzero(~np.isfinite(X).all(axis=1))
+    first = min(bad_label[:1].tolist() + nonfinite[:1].tolist(), default=None)
+    if first is None:
+        return None
+    status = BAD_LABEL if bad_label.size and bad_label[0] == first else NONFINITE
+    return _batch_error(status, first, labels)
 
 
 def _labels(y: object, n: int) -> np.ndarray:
@@ -332,10 +82,10 @@ def _labels(y: object, n: int) -> np.ndarray:
 
 
 def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | None:
-    """The ValueError `learn_many` raises for a kernel status, or None when _OK."""
-    if status == _BAD_LABEL:
+    """The ValueError `learn_many` raises for a kernel status, or None when OK."""
+    if status == BAD_LABEL:
         return ValueError(f"y[{bad_row}] = {labels[bad_row]!r}; labels must be +1 or -1")
-    if status == _NONFINITE:
+    if status == NONFINITE:
         return ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
     return None
 
@@ -343,7 +93,7 @@ def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | 
 def _learn_linear_models(
     rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.ndarray | None, labels: np.ndarray
 ) -> list[ValueError | None]:
-    """Run `_learn_linear` for linear rankers whose width is known; commit each that passed.
+    """Run `learn_linear` for linear rankers whose width is known; commit each that passed.
 
     Rankers sharing a scaler (equal std, e.g. fitted on the same rows) share one
     scaled x per row. Returns per ranker None or the error its `learn_many` raises.
@@ -362,9 +112,9 @@ def _learn_linear_models(
     rules = np.empty(k, dtype=np.int64)
     params = np.empty(k)
     for m, ranker in enumerate(rankers):
-        rule, param_name = _LINEAR_RULES[ranker.algo]
-        rules[m] = rule
-        params[m] = 0.0 if param_name is None else getattr(ranker, param_name)
+        spec = learners.learner(ranker.algo)
+        rules[m] = spec.linear_rule
+        params[m] = getattr(ranker, spec.uses[0]) if spec.uses else 0.0
     order_list: list[int] = []
     starts = np.zeros(len(scales) + 1, dtype=np.int64)
     for g in range(len(scales)):
@@ -375,7 +125,7 @@ def _learn_linear_models(
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
     unscaled = all(ranker.scaler is None for ranker in rankers)
-    _learn_linear(
+    learn_linear(
         rules,
         params,
         W,
@@ -421,7 +171,8 @@ def learn_many_together(
     Equal, bit for bit, to `ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64),
     y)` for each ranker in turn, but the linear rankers share one compiled pass: each
     row's x is formed once (in float64, from float32 or float64 phi, no (n, d)
-    temporaries) and scaled once per distinct scaler. AROW rankers learn on their own.
+    temporaries) and scaled once per distinct scaler. Rankers with a kernel of their own
+    (AROW) learn on their own.
 
     Rankers are independent: returns, per ranker, None or the ValueError its
     `learn_many` would have raised (that ranker unchanged, the others updated).
@@ -444,7 +195,7 @@ def learn_many_together(
         if ranker.dim is None:
             ranker._init_state(A.shape[1])
     errors: dict[int, ValueError | None] = {}
-    linear = [m for m, r in enumerate(rankers) if r.algo != "arow"]
+    linear = [m for m, r in enumerate(rankers) if r.spec.linear_rule is not None]
     if linear:
         found = _learn_linear_models([rankers[m] for m in linear], A, B, labels)
         errors.update(zip(linear, found, strict=True))
@@ -486,28 +237,29 @@ def _dense_row(x: object, dim: int | None) -> np.ndarray:
 class OnlineRanker:
     """A linear ranker w learned online from pair differences; score(phi) = w.phi.
 
-    Parameters: `algo` one of ALGOS; `C` (OPAR-I/II aggressiveness), `eta` (OGDR
-    step), `r` (AROW regulariser); `scaler`, a fitted Standardizer the ranker learns
-    and scores through; `warm_start`, initial weights (Uni-Con is all ones on
-    standardized phi); `dim`, the width when it should be fixed before any data.
+    Parameters: `algo`, a learner of `ranking.learners.LEARNERS`; its hyper-parameters
+    (`ranking.learners.HYPERPARAMETERS`: `C` for OPAR-I/II, `eta` for OGDR, `r` for
+    AROW; each learner reads only its own, all are validated); `scaler`, a fitted
+    Standardizer the ranker learns and scores through; `warm_start`, initial weights
+    (Uni-Con is all ones on standardized phi); `dim`, the width when it should be fixed
+    before any data.
     """
 
     def __init__(
         self,
         algo: str = "opar1",
-        C: float = 0.1,
-        eta: float = 0.01,
-        r: float = 1.0,
+        C: float = _HYPER["C"].default,
+        eta: float = _HYPER["eta"].default,
+        r: float = _HYPER["r"].default,
         scaler: Standardizer | None = None,
         warm_start: object | None = None,
         dim: int | None = None,
     ) -> None:
-        if algo not in ALGOS:
-            raise ValueError(f"algo must be one of {', '.join(ALGOS)}; got {algo!r}")
+        self.spec = learners.learner(algo)
         self.algo = algo
-        self.C = check_positive(C, "C")
-        self.eta = check_positive(eta, "eta")
-        self.r = check_positive(r, "r")
+        self.C, self.eta, self.r = (
+            _HYPER[n].check(v) for n, v in (("C", C), ("eta", eta), ("r", r))
+        )
         self.scaler = scaler
         if scaler is not None and scaler.dim is None:
             raise ValueError("scaler must be fitted (on training phi) before use")
@@ -522,7 +274,7 @@ class OnlineRanker:
             raise ValueError(f"inconsistent widths: {known}")
         self._dim: int | None = next(iter(known.values()), None)
         self._w: np.ndarray | None = None
-        self._sigma: np.ndarray | None = None
+        self._state: dict[str, np.ndarray] = {}  # a kernel learner's extra arrays (AROW: sigma)
         self.n_updates = 0
         self.n_seen = 0
         if start is not None:
@@ -537,8 +289,8 @@ class OnlineRanker:
         self._dim = dim
         if self._w is None:
             self._w = np.zeros(dim)
-        if self.algo == "arow" and self._sigma is None:
-            self._sigma = np.eye(dim)
+        if not self._state:
+            self._state = self.spec.initial_state(dim)
 
     @property
     def dim(self) -> int | None:
@@ -553,11 +305,13 @@ class OnlineRanker:
     @property
     def sigma(self) -> np.ndarray | None:
         """AROW's covariance (d, d) (a copy); None for the first-order rules."""
-        return None if self._sigma is None else self._sigma.copy()
+        sigma = self._state.get("sigma")
+        return None if sigma is None else sigma.copy()
 
     @property
     def params(self) -> dict[str, float]:
-        return {"C": self.C, "eta": self.eta, "r": self.r}
+        """Every hyper-parameter's value (the learner reads those its spec `uses`)."""
+        return {name: getattr(self, name) for name in _HYPER}
 
     # --------------------------------------------------------------- learning
     def learn_many(self, X: object, y: object) -> OnlineRanker:
@@ -571,25 +325,31 @@ class OnlineRanker:
         labels = _labels(y, X.shape[0])
         if self._dim is None:
             self._init_state(X.shape[1])
-        if self.algo != "arow":
+        if self.spec.linear_rule is not None:
             error = _learn_linear_models([self], X, None, labels)[0]
             if error is not None:
                 raise error
             return self
-        if self.scaler is not None:
-            X = self.scaler.transform_differences(X, check_finite=False)
-        w, sigma = self._w.copy(), self._sigma.copy()
-        n_updates, bad_row, status = _learn_arow(w, sigma, X, labels, self.r)
-        error = _batch_error(status, bad_row, labels)
-        if error is None and not (np.isfinite(w).all() and np.isfinite(sigma).all()):
-            error = ValueError(_NONFINITE_WEIGHTS)
+        error = _first_bad_row(X, labels)
         if error is not None:
             raise error
-        self._commit(w, sigma, int(n_updates), X.shape[0])
+        if self.scaler is not None:
+            X = self.scaler.transform_differences(X, check_finite=False)
+        w = self._w.copy()
+        state = {name: array.copy() for name, array in self._state.items()}
+        n_updates = self.spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
+        finite = np.isfinite(w).all() and all(np.isfinite(a).all() for a in state.values())
+        if not finite:
+            raise ValueError(_NONFINITE_WEIGHTS)
+        self._commit(w, state, int(n_updates), X.shape[0])
         return self
 
-    def _commit(self, w: np.ndarray, sigma: np.ndarray | None, n_updates: int, n: int) -> None:
-        self._w, self._sigma = w, sigma
+    def _commit(
+        self, w: np.ndarray, state: dict[str, np.ndarray] | None, n_updates: int, n: int
+    ) -> None:
+        self._w = w
+        if state is not None:
+            self._state = state
         self.n_updates += n_updates
         self.n_seen += n
 
@@ -627,8 +387,7 @@ class OnlineRanker:
         arrays: dict[str, np.ndarray] = {}
         if self._w is not None:
             arrays["weights"] = self._w.copy()
-        if self._sigma is not None:
-            arrays["sigma"] = self._sigma.copy()
+        arrays.update({name: array.copy() for name, array in self._state.items()})
         if self.scaler is not None:
             scaler_meta, scaler_arrays = self.scaler.to_state()
             meta["scaler"] = scaler_meta
@@ -654,14 +413,20 @@ class OnlineRanker:
             warm_start=arrays.get("weights"),
             dim=meta.get("dim"),
         )
-        if "sigma" in arrays:
-            if ranker.algo != "arow":
-                raise ValueError(f"state for {ranker.algo!r} must not hold 'sigma'")
-            d = ranker.dim
-            sigma = as_float_matrix(arrays["sigma"], "sigma", d)
-            if sigma.shape != (d, d):
-                raise ValueError(f"sigma must have shape ({d}, {d}), got {sigma.shape}")
-            ranker._sigma = sigma.copy()
+        expected = ranker.spec.initial_state(ranker.dim) if ranker.dim is not None else {}
+        extra = {k for k in arrays if k != "weights" and not k.startswith("scaler.")}
+        if extra - set(expected):
+            raise ValueError(
+                f"state for {ranker.algo!r} must not hold {sorted(extra - set(expected))}"
+            )
+        for name, template in expected.items():
+            if name in arrays:
+                array = np.asarray(arrays[name], dtype=np.float64)
+                if array.shape != template.shape:
+                    raise ValueError(f"{name} must have shape {template.shape}, got {array.shape}")
+                if not np.isfinite(array).all():
+                    raise ValueError(f"{name} contains NaN or Inf")
+                ranker._state[name] = array.copy()
         ranker.n_updates = int(meta["n_updates"])
         ranker.n_seen = int(meta["n_seen"])
         return ranker

@@ -43,12 +43,13 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.ranking import learners
 from rankstream.simulators.collection import Collection
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.settings import Settings
 
 DEFAULT_IMAGES = 1_007_157  # the paper's ImageCLEFFlickr scale; Uni-Con sits near 0.80 here
-ONLINE_MODELS = ("opr", "opar1", "opar2", "ogdr", "arow")
+ONLINE_MODELS = learners.names()  # every registered online learner
 BATCH_MODELS = ("cmds_dml", "rankmkl")
 BASELINE = "uni_con"
 REPORT_MODELS = (BASELINE, *ONLINE_MODELS, *BATCH_MODELS)
@@ -221,11 +222,12 @@ class DemoPipeline:
         self.options = options
         self.transport = EmbeddedTransport()
         self.store = EmbeddedModelStore()
-        never = 10**12  # cadences the demo drives itself (checkpoint, refit, persist)
+        # The demo drives the cadences itself (checkpoint, refit, persist, publish): by
+        # query count, with no timers, so a run is deterministic.
         self.simulation = Simulation(
             self.settings,
             SimulateOptions(
-                triplets=options.triplets or never,
+                triplets=options.triplets,
                 seed=options.seed,
                 images=options.images,
                 collection_seed=options.collection_seed,
@@ -240,8 +242,8 @@ class DemoPipeline:
             self.settings,
             WorkerOptions(
                 algos=ONLINE_MODELS,
-                checkpoint_records=never,
-                checkpoint_seconds=float(never),
+                checkpoint_records=None,
+                checkpoint_seconds=None,
                 scaler_rows=options.scaler_rows,
                 poll_ms=0,
                 max_poll_records=_POLL_RECORDS,
@@ -253,9 +255,9 @@ class DemoPipeline:
             self.settings,
             BatchOptions(
                 reservoir=options.reservoir,
-                refit_records=never,
-                refit_seconds=float(never),
-                persist_seconds=float(never),
+                refit_records=None,
+                refit_seconds=None,
+                persist_seconds=None,
                 models=BATCH_MODELS,
                 seed=options.seed,
                 poll_ms=0,
@@ -272,7 +274,7 @@ class DemoPipeline:
                 window=options.window,
                 history=options.queries,
                 publish_every=options.publish_every,
-                publish_seconds=float(never),
+                publish_seconds=None,
                 poll_ms=0,
                 max_poll_records=_POLL_RECORDS,
             ),

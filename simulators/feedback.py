@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rankstream.ranking import learners
 from rankstream.ranking.metrics import ndcg_at_k, ranked_order
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.collection import Collection, progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
@@ -62,40 +64,13 @@ class JudgedQueryRecord:
     n_judged: int
 
 
-@dataclass(frozen=True)
-class TripletRecords:
-    """A block of `rankstream.triplets` records (column arrays of equal length n)."""
-
-    seq: np.ndarray  # (n,) int64 producer sequence
-    query_id: np.ndarray  # (n,) int64
-    p1_id: np.ndarray  # (n,) int64
-    p2_id: np.ndarray  # (n,) int64
-    rel1: np.ndarray  # (n,) int8
-    rel2: np.ndarray  # (n,) int8
-    phi1: np.ndarray  # (n, 36) float32
-    phi2: np.ndarray  # (n, 36) float32
-
-    def __len__(self) -> int:
-        return int(self.seq.shape[0])
-
-    @property
-    def y(self) -> np.ndarray:
-        """Labels sign(rel1 - rel2) in {+1, -1} as float64, ready for `learn_many`."""
-        return np.sign(self.rel1.astype(np.float64) - self.rel2.astype(np.float64))
-
-    @property
-    def differences(self) -> np.ndarray:
-        """x = phi1 - phi2 (n, 36) float64, the learners' input rows."""
-        return self.phi1.astype(np.float64) - self.phi2.astype(np.float64)
-
-
 def judge(
     query: RetrievedQuery,
     scores: np.ndarray,
     n_judged: int,
     first_seq: int,
     rng: np.random.Generator,
-) -> tuple[JudgedQueryRecord, TripletRecords]:
+) -> tuple[JudgedQueryRecord, TripletBlock]:
     """Rank candidates by `scores`, judge the top `n_judged`, emit all non-tied pairs."""
     k = len(query.candidate_ids)
     scores = np.asarray(scores, dtype=np.float64)
@@ -114,7 +89,7 @@ def judge(
     shuffle = rng.permutation(len(first))
     first, second = first[shuffle], second[shuffle]
     n = len(first)
-    triplets = TripletRecords(
+    triplets = TripletBlock(
         seq=first_seq + np.arange(n, dtype=np.int64),
         query_id=np.full(n, query.query_id, dtype=np.int64),
         p1_id=ids[first],
@@ -190,13 +165,13 @@ class FeedbackSimulator:
 
     def judge(
         self, query: RetrievedQuery, scores: np.ndarray
-    ) -> tuple[JudgedQueryRecord, TripletRecords]:
+    ) -> tuple[JudgedQueryRecord, TripletBlock]:
         """The user's feedback on `query` ranked by `scores`; advances the triplet seq."""
         records = judge(query, scores, self.n_judged, self.triplets_emitted, self._judge_rng)
         self.triplets_emitted += len(records[1])
         return records
 
-    def step(self, score_fn: ScoreFn) -> tuple[JudgedQueryRecord, TripletRecords]:
+    def step(self, score_fn: ScoreFn) -> tuple[JudgedQueryRecord, TripletBlock]:
         """One query of the loop: retrieve, rank with `score_fn(phi)`, judge, emit."""
         query = self.next_query()
         return self.judge(query, score_fn(query.phi))
@@ -216,7 +191,7 @@ class FeedbackSimulator:
 
 def run_online_experiment(
     collection: Collection,
-    algos: Iterable[str] = ("opr", "opar1", "opar2", "ogdr"),
+    algos: Iterable[str] = learners.worker_defaults(),
     n_queries: int = 2000,
     seed: int = 0,
     index: CandidateIndex | None = None,
@@ -256,7 +231,7 @@ def run_online_experiment(
                 curves[name][t] = served_ndcg(query, scores)
                 _, triplets = judge(query, scores, sim.n_judged, 0, judge_rngs[name])
                 if len(triplets):
-                    ranker.learn_many(triplets.differences, triplets.y)
+                    ranker.learn_many(triplets.x(), triplets.y())
             advance()
     return curves
 

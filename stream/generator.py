@@ -9,47 +9,18 @@ never emitted (the wire contract). Same seed, same blocks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-from rankstream.stream.schema import PHI_DIM, encode_triplets, triplet_key
+from rankstream.ranking.triplets import TripletBlock
+from rankstream.stream.schema import PHI_DIM
 
 GRADES = 5
 
 
-@dataclass(frozen=True)
-class TripletColumns:
-    """The keyword arguments of `encode_triplets`, plus the block's message key."""
-
-    key: bytes
-    seq: np.ndarray
-    query_id: np.ndarray
-    p1_id: np.ndarray
-    p2_id: np.ndarray
-    rel1: np.ndarray
-    rel2: np.ndarray
-    phi1: np.ndarray
-    phi2: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.seq)
-
-    def encode(self) -> bytes:
-        return encode_triplets(
-            seq=self.seq,
-            query_id=self.query_id,
-            p1_id=self.p1_id,
-            p2_id=self.p2_id,
-            rel1=self.rel1,
-            rel2=self.rel2,
-            phi1=self.phi1,
-            phi2=self.phi2,
-        )
-
-
 class TripletGenerator:
-    """Deterministic blocks: `per_query` ones (key = their query) or big mixed ones."""
+    """Deterministic blocks: per-query ones (`query_block`) or big mixed ones (`blocks`);
+    send them with `stream.schema.encode_triplets` and key `stream.schema.block_key`."""
 
     def __init__(self, seed: int = 0, n_images: int = 100_000) -> None:
         if n_images < 2:
@@ -63,7 +34,7 @@ class TripletGenerator:
         self._next_seq = 0
         self._next_query = 0
 
-    def block(self, n: int, query_ids: np.ndarray | None = None) -> TripletColumns:
+    def block(self, n: int, query_ids: np.ndarray | None = None) -> TripletBlock:
         """`n` untied triplets; query ids default to one fresh id per row."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
@@ -77,17 +48,16 @@ class TripletGenerator:
         ids = self._rng.integers(0, self.n_images, size=(2, n), dtype=np.int64)
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
-        key = triplet_key(int(query_ids[0])) if n else triplet_key(0)
-        return TripletColumns(key, seq, query_ids, ids[0], ids[1], rel1, rel2, phi1, phi2)
+        return TripletBlock(seq, query_ids, ids[0], ids[1], rel1, rel2, phi1, phi2)
 
-    def query_block(self, min_pairs: int = 20, max_pairs: int = 200) -> TripletColumns:
+    def query_block(self, min_pairs: int = 20, max_pairs: int = 200) -> TripletBlock:
         """All triplets of one new query: the block the simulator's users produce."""
         n = int(self._rng.integers(min_pairs, max_pairs + 1))
         query = self._next_query
         self._next_query += 1
         return self.block(n, np.full(n, query, dtype=np.int64))
 
-    def blocks(self, n_triplets: int, block_size: int = 2000) -> Iterator[TripletColumns]:
+    def blocks(self, n_triplets: int, block_size: int = 2000) -> Iterator[TripletBlock]:
         """Big mixed blocks (the benchmark's shape) totalling exactly `n_triplets`."""
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")

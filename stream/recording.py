@@ -22,6 +22,9 @@ Layout choices (both measured on this project's 3M-triplet replay benchmark):
 * queries: one row per message holding the original Arrow IPC bytes (`value`),
   validated with `decode_query` when recorded and again when read.
 
+The long-running recorder that fills a recording from the topics is
+`workers.recorder`; this module holds the files' format, the writer and the readers.
+
 Only what a worker would learn from is recorded: a triplet message that fails to
 decode is counted and left out, and rejected rows (NaN/Inf, ties) are dropped, exactly
 as `workers.online` dead-letters them; replaying the log therefore trains the same
@@ -39,7 +42,6 @@ import json
 import mmap
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rankstream.ranking.triplets import COLUMNS as TRIPLET_COLUMNS
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.schema import (
     PHI_DIM,
     TRIPLETS_FIELDS,
@@ -329,18 +333,16 @@ def phi_view(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 # --- reading -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TripletChunk:
-    """Consecutive triplet rows of one file (one row group), as numpy views."""
+    """Consecutive triplet rows of one file (one row group): the block, read as numpy
+    views, and where each row was recorded from."""
 
     path: Path
     first_row: int  # row number of row 0 within the file
     topic: str
     partition: np.ndarray  # int32 (n,)
     offset: np.ndarray  # int64 (n,)
-    rel1: np.ndarray  # int8 (n,)
-    rel2: np.ndarray  # int8 (n,)
-    phi1: np.ndarray  # float32 (n, 36)
-    phi2: np.ndarray  # float32 (n, 36)
-    columns: dict[str, np.ndarray] = field(default_factory=dict)  # any extra columns read
+    block: TripletBlock
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # any extra columns read
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -358,11 +360,8 @@ class TripletChunk:
             self.topic,
             self.partition[keep],
             self.offset[keep],
-            self.rel1[keep],
-            self.rel2[keep],
-            self.phi1[keep],
-            self.phi2[keep],
-            {k: v[keep] for k, v in self.columns.items()},
+            self.block.select(keep),
+            {k: v[keep] for k, v in self.extra.items()},
         )
 
 
@@ -433,20 +432,25 @@ def iter_triplet_chunks(
     `find_nonfinite` is asked (the learners detect non-finite rows themselves).
     """
     counts = counts if counts is not None else ReadCounts()
-    wanted = ["partition", "offset", "rel1", "rel2", "phi1", "phi2", *extra_columns]
+    wanted = ["partition", "offset", *TRIPLET_COLUMNS, *extra_columns]
     for info, handle in _open_files(directory, "triplets", skip_bad, counts):
         first_row = 0
         for group in range(handle.num_row_groups):
             n = handle.metadata.row_group(group).num_rows
             try:
                 table = handle.read_row_group(group, columns=wanted, use_threads=False)
+                block = TripletBlock(
+                    *(_numpy(table.column(c)) for c in TRIPLET_COLUMNS[:6]),
+                    phi_view(table.column("phi1")),
+                    phi_view(table.column("phi2")),
+                )
                 chunk = TripletChunk(
                     info.path,
                     first_row,
                     info.topic,
-                    *(_numpy(table.column(c)) for c in ("partition", "offset", "rel1", "rel2")),
-                    phi_view(table.column("phi1")),
-                    phi_view(table.column("phi2")),
+                    _numpy(table.column("partition")),
+                    _numpy(table.column("offset")),
+                    block,
                     {c: _column_values(table.column(c)) for c in extra_columns},
                 )
             except (pa.ArrowException, OSError) as exc:
@@ -459,21 +463,22 @@ def iter_triplet_chunks(
                 first_row += n
                 continue
             first_row += n
-            tied = np.flatnonzero(chunk.rel1 == chunk.rel2)
+            tied = np.flatnonzero(block.rel1 == block.rel2)
             if tied.size:
                 if not skip_bad:
                     raise RecordingError(
                         info.path, "tied relevance (rel1 == rel2)", chunk.first_row + int(tied[0])
                     )
                 counts.bad_rows += tied.size
-                chunk = chunk.select(chunk.rel1 != chunk.rel2)
+                chunk = chunk.select(block.rel1 != block.rel2)
             counts.rows += len(chunk)
             yield chunk
 
 
 def nonfinite_rows(chunk: TripletChunk) -> np.ndarray:
     """Rows (within the chunk) whose phi1 or phi2 holds NaN or Inf."""
-    bad = ~(np.isfinite(chunk.phi1).all(axis=1) & np.isfinite(chunk.phi2).all(axis=1))
+    block = chunk.block
+    bad = ~(np.isfinite(block.phi1).all(axis=1) & np.isfinite(block.phi2).all(axis=1))
     return np.flatnonzero(bad)
 
 
@@ -509,7 +514,7 @@ class RecordedMessage:
     first_row: int
 
 
-_ALL_TRIPLET_COLUMNS = ("key", "timestamp_ms", *_ID_COLUMNS[:4])
+_MESSAGE_COLUMNS = ("key", "timestamp_ms")
 
 
 def iter_messages(
@@ -578,7 +583,7 @@ def _triplet_messages(
     directory: Path | str, skip_bad: bool, counts: ReadCounts
 ) -> Iterator[RecordedMessage]:
     for chunk in iter_triplet_chunks(
-        directory, skip_bad=skip_bad, extra_columns=_ALL_TRIPLET_COLUMNS, counts=counts
+        directory, skip_bad=skip_bad, extra_columns=_MESSAGE_COLUMNS, counts=counts
     ):
         bad = nonfinite_rows(chunk)
         if bad.size:
@@ -592,21 +597,11 @@ def _triplet_messages(
             keep[bad] = False
             chunk = chunk.select(keep)
         bounds = chunk.message_bounds()
-        c = chunk.columns
+        c = chunk.extra
         for start, stop in itertools.pairwise(bounds):
             if start == stop:
                 continue
-            s = slice(start, stop)
-            value = encode_triplets(
-                seq=c["seq"][s],
-                query_id=c["query_id"][s],
-                p1_id=c["p1_id"][s],
-                p2_id=c["p2_id"][s],
-                rel1=chunk.rel1[s],
-                rel2=chunk.rel2[s],
-                phi1=chunk.phi1[s],
-                phi2=chunk.phi2[s],
-            )
+            value = encode_triplets(chunk.block.select(slice(start, stop)))
             yield RecordedMessage(
                 "triplets",
                 chunk.topic,
@@ -619,102 +614,6 @@ def _triplet_messages(
                 chunk.path,
                 chunk.first_row + int(start),
             )
-
-
-# --- the recorder loop ---------------------------------------------------------------
-@dataclass(frozen=True)
-class RecorderOptions:
-    """When files roll and when the recorder stops."""
-
-    messages_per_file: int = 500  # ~1M triplets per file with 2,000-row blocks
-    roll_seconds: float = 10.0  # a quiet stream still reaches disk this often
-    exit_when_idle: float | None = None
-    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
-    poll_ms: int = 200
-    max_poll_records: int = 500
-
-    def __post_init__(self) -> None:
-        if self.messages_per_file < 1 or not self.roll_seconds > 0:
-            raise ValueError("messages_per_file must be >= 1 and roll_seconds > 0")
-        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
-            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
-        if self.row_group_rows < 1:
-            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
-
-
-class Recorder:
-    """Copy topics into a recording directory, resuming where the files on disk end.
-
-    `topics` maps a stream kind ("triplets", "queries") to the topic to read. Every
-    partition is read from the position after its last committed message (or from the
-    beginning), so a recorder killed at any moment and restarted records every message
-    exactly once: buffered messages that never reached a file are simply read again.
-    """
-
-    def __init__(
-        self,
-        transport: Transport,
-        directory: Path | str,
-        topics: dict[str, str],
-        options: RecorderOptions | None = None,
-        on_commit: Callable[[Path, WriterCounts], None] | None = None,
-    ) -> None:
-        self.transport = transport
-        self.options = options or RecorderOptions()
-        self.writers = {
-            topic: RecordingWriter(Path(directory), kind, topic, self.options.row_group_rows)
-            for kind, topic in topics.items()
-        }
-        self._on_commit = on_commit
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        """Commit what is buffered and return from `run` (safe from a signal handler)."""
-        self._stop.set()
-
-    def run(self) -> dict[str, WriterCounts]:
-        """Record until stopped or idle for `exit_when_idle`; returns counts per topic."""
-        opts = self.options
-        self.transport.ensure_topics({t: 1 for t in self.writers})  # existing ones kept
-        consumer = self.transport.consumer(None)
-        try:
-            assigned = [(t, p) for t in self.writers for p in self.transport.partitions_for(t)]
-            consumer.assign(assigned)
-            for topic, partition in assigned:
-                position = self.writers[topic].positions.get(partition)
-                if position is None:
-                    consumer.seek_to_beginning(topic, partition)
-                else:
-                    consumer.seek(topic, partition, position)
-            last_commit = idle_since = time.monotonic()
-            while not self._stop.is_set():
-                messages = consumer.poll(timeout_ms=opts.poll_ms, max_records=opts.max_poll_records)
-                now = time.monotonic()
-                if messages:
-                    idle_since = now
-                for message in messages:
-                    writer = self.writers[message.topic]
-                    writer.add(message)
-                    if writer.pending_messages >= opts.messages_per_file:
-                        self._commit(writer)
-                if now - last_commit >= opts.roll_seconds:
-                    self._commit_all()
-                    last_commit = now
-                if opts.exit_when_idle is not None and now - idle_since >= opts.exit_when_idle:
-                    break
-            self._commit_all()
-        finally:
-            consumer.close()
-        return {topic: w.counts for topic, w in self.writers.items()}
-
-    def _commit_all(self) -> None:
-        for writer in self.writers.values():
-            self._commit(writer)
-
-    def _commit(self, writer: RecordingWriter) -> None:
-        path = writer.commit()
-        if path is not None and self._on_commit is not None:
-            self._on_commit(path, writer.counts)
 
 
 # --- feeding a log back into a transport ---------------------------------------------

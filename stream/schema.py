@@ -18,12 +18,12 @@ rows pays for a copy of its good rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.transport import Message
 
 PHI_DIM = 36
@@ -230,70 +230,39 @@ def _phi_column(values: np.ndarray, name: str, n: int) -> pa.Array:
 
 
 # --- triplets --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TripletBlock:
-    """Decoded triplet rows (read-only numpy views) plus the rows that were rejected."""
-
-    seq: np.ndarray  # int64 (n,)
-    query_id: np.ndarray  # int64 (n,)
-    p1_id: np.ndarray  # int64 (n,)
-    p2_id: np.ndarray  # int64 (n,)
-    rel1: np.ndarray  # int8 (n,)
-    rel2: np.ndarray  # int8 (n,)
-    phi1: np.ndarray  # float32 (n, 36)
-    phi2: np.ndarray  # float32 (n, 36)
-    rejects: list[tuple[int, str]] = field(default_factory=list)  # (row in message, reason)
-
-    def __len__(self) -> int:
-        return len(self.seq)
-
-    def x(self) -> np.ndarray:
-        """float64 (n, 36) rows x = phi1 - phi2, the online learners' input."""
-        return self.phi1.astype(np.float64) - self.phi2
-
-    def y(self) -> np.ndarray:
-        """float64 (n,) labels sign(rel1 - rel2) in {+1, -1} (ties were rejected)."""
-        return np.where(self.rel1.astype(np.int16) > self.rel2, 1.0, -1.0)
-
-
 def triplet_key(query_id: int) -> bytes:
     """The message key: the block's query id in ASCII decimal (readable in any client)."""
     return str(int(query_id)).encode()
 
 
-def encode_triplets(
-    *,
-    seq: np.ndarray,
-    query_id: np.ndarray,
-    p1_id: np.ndarray,
-    p2_id: np.ndarray,
-    rel1: np.ndarray,
-    rel2: np.ndarray,
-    phi1: np.ndarray,
-    phi2: np.ndarray,
-) -> bytes:
+def block_key(block: TripletBlock) -> bytes:
+    """A block's message key: the query id of its first row (blocks are per query)."""
+    return triplet_key(int(block.query_id[0]) if len(block) else 0)
+
+
+def encode_triplets(block: TripletBlock) -> bytes:
     """One `rankstream.triplets` message; ValueError for shapes, NaN/Inf or ties.
 
     int64/float32 C-contiguous inputs are wrapped without copying; the only copy is
     into the IPC output buffer.
     """
-    n = len(np.asarray(seq))
-    rel1_col = _int_column(rel1, np.int8, "rel1", n)
-    rel2_col = _int_column(rel2, np.int8, "rel2", n)
-    ties = np.flatnonzero(np.asarray(rel1) == np.asarray(rel2))
+    n = len(np.asarray(block.seq))
+    rel1_col = _int_column(block.rel1, np.int8, "rel1", n)
+    rel2_col = _int_column(block.rel2, np.int8, "rel2", n)
+    ties = np.flatnonzero(np.asarray(block.rel1) == np.asarray(block.rel2))
     if ties.size:
         raise ValueError(f"rel1 == rel2 (a tie, never sent) in rows {ties[:10].tolist()}")
     return _write(
         "triplets",
         [
-            _int_column(seq, np.int64, "seq", n),
-            _int_column(query_id, np.int64, "query_id", n),
-            _int_column(p1_id, np.int64, "p1_id", n),
-            _int_column(p2_id, np.int64, "p2_id", n),
+            _int_column(block.seq, np.int64, "seq", n),
+            _int_column(block.query_id, np.int64, "query_id", n),
+            _int_column(block.p1_id, np.int64, "p1_id", n),
+            _int_column(block.p2_id, np.int64, "p2_id", n),
             rel1_col,
             rel2_col,
-            _phi_column(phi1, "phi1", n),
-            _phi_column(phi2, "phi2", n),
+            _phi_column(block.phi1, "phi1", n),
+            _phi_column(block.phi2, "phi2", n),
         ],
     )
 
@@ -454,8 +423,3 @@ def decode_dead_letter(data: bytes | memoryview | pa.Buffer) -> DeadLetter:
 def schema_of(name: str) -> pa.Schema:
     """The stamped Arrow schema of a message kind (for recorders writing Parquet)."""
     return _stamp(_SCHEMAS[name], name)
-
-
-def block_rows(block: TripletBlock) -> Mapping[str, np.ndarray]:
-    """A block's columns by field name (the inverse of `encode_triplets`' keywords)."""
-    return {name: getattr(block, name) for name in TRIPLETS_FIELDS.names}

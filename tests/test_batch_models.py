@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.feedback import (
     FeedbackSimulator,
     RetrievedQuery,
-    TripletRecords,
     served_ndcg,
 )
 from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -44,7 +44,7 @@ def _sample(n: int = 400, seed: int = 0) -> TripletSample:
 class Feedback:
     """Triplets of judged queries served by Uni-Con, and held-out queries to rank."""
 
-    triplets: list[TripletRecords]
+    triplets: list[TripletBlock]
     held_out: list[RetrievedQuery]
 
     def sample(self) -> TripletSample:

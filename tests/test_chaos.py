@@ -4,6 +4,7 @@ short form on real Kafka and Redis (SIGKILLs at seeded points -> bit-identical w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 from rankstream.cli import build_parser
 from rankstream.harness.chaos import EVENT_KINDS, ChaosPlan, run_chaos, worker_argv
 from rankstream.stream.settings import Settings
+from rankstream.workers.online_options import WorkerOptions
+from rankstream.workers.options import from_arguments
 
 
 def test_schedule_is_seeded_one_fault_per_slice_of_the_stream() -> None:
@@ -57,23 +60,9 @@ def test_the_worker_command_line_means_the_reference_options() -> None:
     argv = worker_argv(options)
     assert argv[:3] == [sys.executable, "-m", "rankstream.cli"]
     args = build_parser().parse_args(argv[3:])
-    assert (
-        tuple(args.algo.split(",")),
-        args.checkpoint_records,
-        args.checkpoint_seconds,
-        args.exit_when_idle,
-        args.scaler_rows,
-        args.C,
-        args.eta,
-    ) == (
-        options.algos,
-        options.checkpoint_records,
-        options.checkpoint_seconds,
-        options.exit_when_idle,
-        options.scaler_rows,
-        options.C,
-        options.eta,
-    )
+    assert from_arguments(WorkerOptions, args) == options  # every field, not a chosen few
+    group = dataclasses.replace(options, group="g", per_partition=True, hyper={"C": 0.5})
+    assert from_arguments(WorkerOptions, build_parser().parse_args(worker_argv(group)[3:])) == group
     assert set(EVENT_KINDS) >= {"kill", "zombie", "lose-checkpoint"}
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError
 from rankstream.workers.batch import RESERVOIR_NAME, BatchOptions, BatchWorker
@@ -46,7 +47,9 @@ def test_the_batch_worker_stamps_its_reservoir(embedded_settings: Settings) -> N
     transport.ensure_topics({embedded_settings.triplets_topic: 1})
     producer = transport.producer()
     for block in TripletGenerator(seed=5).blocks(600, 200):
-        producer.send(embedded_settings.triplets_topic, block.encode(), key=block.key)
+        producer.send(
+            embedded_settings.triplets_topic, encode_triplets(block), key=block_key(block)
+        )
     producer.flush()
     before = time.time()
     options = BatchOptions(

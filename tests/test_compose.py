@@ -394,7 +394,7 @@ def test_docker_context_has_what_the_build_copies_and_no_secrets() -> None:
 
 def test_online_workers_split_the_online_rankers_between_them() -> None:
     """One writer per model (fencing never fights), and every online ranker has one."""
-    from rankstream.ranking.online import ALGOS
+    from rankstream.ranking.learners import names as learner_names
 
     owned: list[str] = []
     for service in APP_SERVICES.values():
@@ -402,5 +402,5 @@ def test_online_workers_split_the_online_rankers_between_them() -> None:
         if command[:2] == ["worker", "online"]:
             owned += command[command.index("--algo") + 1].split(",")
     assert len(owned) == len(set(owned)), f"a model has two writers: {owned}"
-    assert set(owned) <= set(ALGOS)
+    assert set(owned) <= set(learner_names())
     assert {"opr", "opar1", "opar2", "ogdr"} <= set(owned)

@@ -66,13 +66,13 @@ def test_triplets_are_every_non_tied_pair_of_the_judged_top(collection, index) -
         np.testing.assert_array_equal(triplets.rel1, judged.relevance[p1])
         np.testing.assert_array_equal(triplets.rel2, judged.relevance[p2])
         assert (triplets.rel1 != triplets.rel2).all()
-        np.testing.assert_array_equal(triplets.y, np.sign(triplets.rel1 - triplets.rel2))
+        np.testing.assert_array_equal(triplets.y(), np.sign(triplets.rel1 - triplets.rel2))
         # each unordered pair once; the query id and the producer sequence run on
         assert len({(min(a, b), max(a, b)) for a, b in zip(p1, p2, strict=True)}) == expected
         assert (triplets.query_id == judged.query_id).all()
         np.testing.assert_array_equal(triplets.seq, seq_end + np.arange(len(triplets)))
         seq_end += len(triplets)
-        labels |= set(triplets.y.tolist())
+        labels |= set(triplets.y().tolist())
     assert seq_end > 0 and labels == {-1.0, 1.0}  # orientation is randomised
 
 

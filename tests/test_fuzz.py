@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream import codec, recording
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -118,14 +119,16 @@ def valid_triplets(seed: int, n: int) -> bytes:
     rng = np.random.default_rng(seed)
     rel1 = rng.integers(1, 4, n).astype(np.int8)
     return encode_triplets(
-        seq=np.arange(n, dtype=np.int64),
-        query_id=rng.integers(0, 9, n),
-        p1_id=rng.integers(0, 10**6, n),
-        p2_id=rng.integers(0, 10**6, n),
-        rel1=rel1,
-        rel2=(rel1 - rng.integers(1, 2, n)).astype(np.int8),
-        phi1=_phi(rng, n),
-        phi2=_phi(rng, n),
+        TripletBlock(
+            seq=np.arange(n, dtype=np.int64),
+            query_id=rng.integers(0, 9, n),
+            p1_id=rng.integers(0, 10**6, n),
+            p2_id=rng.integers(0, 10**6, n),
+            rel1=rel1,
+            rel2=(rel1 - rng.integers(1, 2, n)).astype(np.int8),
+            phi1=_phi(rng, n),
+            phi2=_phi(rng, n),
+        )
     )
 
 

@@ -7,8 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from rankstream.ranking.online import ALGOS, OnlineRanker
+from rankstream.ranking.learners import names
+from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+
+ALGOS = names()  # every registered learner
 
 D = 36
 

@@ -7,7 +7,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from rankstream.ranking.online import ALGOS, OnlineRanker
+from rankstream.ranking.learners import names
+from rankstream.ranking.online import OnlineRanker
+
+ALGOS = names()  # every registered learner
 
 values = st.floats(-100.0, 100.0, allow_nan=False, allow_infinity=False)
 labels = st.sampled_from([1.0, -1.0])

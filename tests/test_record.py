@@ -19,16 +19,15 @@ import numpy as np
 from rankstream.stream.connect import open_transport
 from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.recording import (
-    Recorder,
-    RecorderOptions,
     RecordingWriter,
     committed_positions,
     iter_messages,
     iter_triplet_chunks,
     log_paths,
 )
-from rankstream.stream.schema import decode_triplets
+from rankstream.stream.schema import block_key, decode_triplets, encode_triplets
 from rankstream.stream.settings import Settings
+from rankstream.workers.recorder import Recorder, RecorderOptions
 
 BLOCK = 100
 
@@ -39,7 +38,7 @@ def _produce(settings: Settings, first_block: int, n_blocks: int) -> None:
     transport.ensure_topics({settings.triplets_topic: 1})
     producer = transport.producer()
     for block in blocks[first_block:]:
-        producer.send(settings.triplets_topic, block.encode(), key=block.key)
+        producer.send(settings.triplets_topic, encode_triplets(block), key=block_key(block))
     producer.flush()
     producer.close()
     transport.close()
@@ -68,7 +67,9 @@ def test_restart_after_a_crash_with_buffered_messages_has_no_gap_or_duplicate(tm
 
     _produce(settings, 10, 5)
     options = RecorderOptions(messages_per_file=4, exit_when_idle=0.3, poll_ms=50)
-    counts = Recorder(open_transport(settings), tmp_path, {"triplets": topic}, options).run()
+    recorder = Recorder(settings, tmp_path, {"triplets": topic}, options)
+    assert recorder.run() == 0
+    counts = recorder.counts
     assert counts[topic].messages == 11 and counts[topic].files == 3  # 4 + 4 + 3
     assert np.array_equal(_recorded_seq(tmp_path), np.arange(15 * BLOCK))
     assert sum(len(c) for c in iter_triplet_chunks(tmp_path)) == 15 * BLOCK

@@ -16,7 +16,14 @@ from rankstream.stream.recording import (
     log_paths,
     replay_log,
 )
-from rankstream.stream.schema import PHI_DIM, JudgedQuery, decode_query, encode_query
+from rankstream.stream.schema import (
+    PHI_DIM,
+    JudgedQuery,
+    block_key,
+    decode_query,
+    encode_query,
+    encode_triplets,
+)
 from rankstream.stream.transport import Message
 
 T0 = 1_700_000_000_000
@@ -43,7 +50,9 @@ def _record(tmp_path):
     """4 triplet blocks at t0+0,200,400,600 ms and 3 queries at t0+100,300,500 ms."""
     triplets = RecordingWriter(tmp_path, "triplets", "rs.triplets")
     for i, block in enumerate(TripletGenerator(seed=1).blocks(400, 100)):
-        triplets.add(Message("rs.triplets", 0, i, block.key, block.encode(), T0 + 200 * i))
+        triplets.add(
+            Message("rs.triplets", 0, i, block_key(block), encode_triplets(block), T0 + 200 * i)
+        )
     triplets.commit()
     queries = RecordingWriter(tmp_path, "queries", "rs.queries")
     for i in range(3):

@@ -22,7 +22,7 @@ from rankstream.cli import main
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.recording import RecordingError, iter_messages, log_paths
-from rankstream.stream.schema import schema_of
+from rankstream.stream.schema import block_key, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
@@ -51,8 +51,8 @@ def _nan_row_message(block, row: int) -> bytes:
 
 def _stream() -> list[tuple[bytes, bytes]]:
     blocks = list(TripletGenerator(seed=5).blocks(N_BLOCKS * BLOCK, BLOCK))
-    values = [(b.key, b.encode()) for b in blocks]
-    values[4] = (blocks[4].key, _nan_row_message(blocks[4], 17))
+    values = [(block_key(b), encode_triplets(b)) for b in blocks]
+    values[4] = (block_key(blocks[4]), _nan_row_message(blocks[4], 17))
     values.insert(7, (b"junk", b"not an arrow message"))
     return values
 
@@ -154,7 +154,10 @@ def test_direct_and_replayed_runs_match_the_original_on_kafka(
 # --- damaged logs ----------------------------------------------------------------------
 def _recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     settings = Settings(topic_prefix=f"t{uuid.uuid4().hex[:10]}")
-    _produce(settings, [(b.key, b.encode()) for b in TripletGenerator(seed=2).blocks(3000, 250)])
+    _produce(
+        settings,
+        [(block_key(b), encode_triplets(b)) for b in TripletGenerator(seed=2).blocks(3000, 250)],
+    )
     out = tmp_path / "log"
     _use(monkeypatch, settings)
     assert _record(out, idle=0.2, messages_per_file=4) == 0

@@ -16,6 +16,7 @@ import pytest
 from rankstream.harness.chaos import ChaosPlan, forget_latest_checkpoints, run_chaos
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.online import EXIT_FENCED, LINEAR_ALGOS, OnlineWorker, WorkerOptions
@@ -36,7 +37,7 @@ def _produce(settings: Settings, blocks: int, seed: int = 3) -> None:
     transport.ensure_topics({settings.triplets_topic: 1, settings.dead_letter_topic: 1})
     producer = transport.producer()
     for block in TripletGenerator(seed=seed).blocks(blocks * 1000, 1000):
-        producer.send(settings.triplets_topic, block.encode())
+        producer.send(settings.triplets_topic, encode_triplets(block))
     producer.flush()
     producer.close()
     transport.close()
@@ -44,7 +45,7 @@ def _produce(settings: Settings, blocks: int, seed: int = 3) -> None:
 
 def _consume_until(worker: OnlineWorker, records: int) -> None:
     while worker.counters.records < records:
-        worker.process(worker._consumer.poll(timeout_ms=200, max_records=1))  # type: ignore[union-attr]
+        worker.process(worker.consumer.poll(timeout_ms=200, max_records=1))  # type: ignore[union-attr]
 
 
 def test_kafka_and_redis_restarts_and_a_redis_crash_mid_stream(

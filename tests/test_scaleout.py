@@ -18,6 +18,7 @@ from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.connect import open_store
 from rankstream.stream.embedded import embedded_transport
 from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.online import EXIT_OK, OnlineWorker, WorkerOptions
@@ -60,7 +61,7 @@ def _produce(settings: Settings) -> None:
     producer = transport.producer()
     blocks = list(TripletGenerator(seed=5).blocks(PARTITIONS * BLOCKS_PER_PARTITION * BLOCK, BLOCK))
     for i, block in enumerate(blocks):
-        producer.send(settings.triplets_topic, block.encode(), partition=i % PARTITIONS)
+        producer.send(settings.triplets_topic, encode_triplets(block), partition=i % PARTITIONS)
 
 
 def _partition_models(settings: Settings) -> dict[str, tuple[str, int, dict]]:
@@ -79,9 +80,9 @@ def _partition_models(settings: Settings) -> dict[str, tuple[str, int, dict]]:
 
 
 def _poll_some(worker: OnlineWorker, polls: int) -> None:
-    assert worker._consumer is not None
+    assert worker.consumer is not None
     for _ in range(polls):
-        worker.process(worker._consumer.poll(timeout_ms=20, max_records=2))
+        worker.process(worker.consumer.poll(timeout_ms=20, max_records=2))
 
 
 def test_partition_model_names_round_trip() -> None:
@@ -110,16 +111,16 @@ def test_rebalances_keep_every_partition_model_exact_and_the_mix_is_its_formula(
     a = OnlineWorker(settings, _options())
     a.start()
     _poll_some(a, 6)  # a owns all 4 partitions; 12 blocks in, one checkpoint at 400 rows
-    assert a._partitioned is not None and a._partitioned.owned == [0, 1, 2, 3]
+    assert sorted(a.handler.by_partition) == [0, 1, 2, 3]  # type: ignore[attr-defined]
     a.checkpoint()
 
     b = OnlineWorker(settings, _options())
     b.start()  # joins: a is revoked (checkpoints) and keeps 0-1, b loads 2-3 from the store
     _poll_some(a, 2)
     _poll_some(b, 2)
-    assert (a._partitioned.owned, b._partitioned.owned) == ([0, 1], [2, 3])  # type: ignore[union-attr]
+    assert (sorted(a.handler.by_partition), sorted(b.handler.by_partition)) == ([0, 1], [2, 3])  # type: ignore[attr-defined]
     _poll_some(a, 3)  # learned past a's last checkpoint, then a dies without saving
-    a._consumer.close()  # type: ignore[union-attr]  # leaves the group, like a session timeout
+    a.consumer.close()  # type: ignore[union-attr]  # leaves the group, like a session timeout
 
     c = OnlineWorker(settings, _options())
     c.start()  # range assignment over [b, c]: b -> 0-1 (a's checkpoint), c -> 2-3
@@ -180,14 +181,13 @@ def test_mixing_refuses_what_cannot_be_mixed() -> None:
 def test_a_failed_assignment_stops_the_worker_instead_of_idling() -> None:
     settings = _settings()
     worker = OnlineWorker(settings, _options())
-    assert worker._partitioned is not None
 
     def corrupt(name: str) -> None:
         raise ValueError(f"model {name!r}: corrupt envelope")
 
     worker.store.load = corrupt  # type: ignore[method-assign]
     with pytest.raises(ValueError, match="corrupt"):  # Kafka swallows this inside poll ...
-        worker._partitioned.on_assign([(settings.triplets_topic, 0)])
+        worker._on_assign([(settings.triplets_topic, 0)])
     with pytest.raises(RuntimeError, match="loading assigned partitions failed"):
-        worker._partitioned.tick()  # ... so the worker loop raises it on its next turn
+        worker._raise_callback_failure()  # ... so the worker loop raises it on its next turn
     assert worker._stop.is_set()

@@ -21,6 +21,7 @@ import pytest
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.workers.checkpoint import weights_sha256
@@ -48,7 +49,7 @@ WORKER_ARGS = (
 
 def _quarters() -> list[list[tuple[int, bytes]]]:
     blocks = TripletGenerator(seed=23).blocks(4 * BLOCKS_PER_QUARTER * BLOCK, BLOCK)
-    sends = [(i % PARTITIONS, b.encode()) for i, b in enumerate(blocks)]
+    sends = [(i % PARTITIONS, encode_triplets(b)) for i, b in enumerate(blocks)]
     return [sends[q * BLOCKS_PER_QUARTER : (q + 1) * BLOCKS_PER_QUARTER] for q in range(4)]
 
 

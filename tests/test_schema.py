@@ -9,12 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import (
     MAX_MESSAGE_BYTES,
     PHI_DIM,
     JudgedQuery,
     SchemaError,
+    block_key,
     dead_letter,
     decode_dead_letter,
     decode_query,
@@ -77,7 +79,7 @@ def triplet_columns(draw):
 @settings(max_examples=40, deadline=None)
 @given(triplet_columns())
 def test_any_valid_block_round_trips_exactly(columns):
-    block = decode_triplets(encode_triplets(**columns))
+    block = decode_triplets(encode_triplets(TripletBlock(**columns)))
     assert block.rejects == [] and len(block) == len(columns["seq"])
     for name in FIELDS:
         got = getattr(block, name)
@@ -89,7 +91,7 @@ def test_any_valid_block_round_trips_exactly(columns):
 
 
 def test_decoded_phi_is_a_zero_copy_read_only_view():
-    block = decode_triplets(encode_triplets(**_columns(5)))
+    block = decode_triplets(encode_triplets(TripletBlock(**_columns(5))))
     assert block.phi1.shape == (5, PHI_DIM) and block.phi1.dtype == np.float32
     assert not block.phi1.flags.writeable and not block.phi1.flags.owndata
 
@@ -98,9 +100,9 @@ def test_generator_blocks_are_learnable_deterministic_and_tie_free():
     a, b = TripletGenerator(7), TripletGenerator(7)
     for _ in range(3):
         x, y = a.query_block(), b.query_block()
-        assert x.encode() == y.encode()
-        assert len(set(x.query_id.tolist())) == 1 and x.key == str(x.query_id[0]).encode()
-    block = decode_triplets(a.block(500).encode())
+        assert encode_triplets(x) == encode_triplets(y)
+        assert len(set(x.query_id.tolist())) == 1 and block_key(x) == str(x.query_id[0]).encode()
+    block = decode_triplets(encode_triplets(a.block(500)))
     assert (block.rel1 != block.rel2).all()
     agree = np.sign(block.x() @ a.true_weights) == block.y()
     assert agree.all()
@@ -133,7 +135,7 @@ def _expect(reason: str, data: bytes, decode=decode_triplets) -> SchemaError:
 
 
 def test_bad_and_truncated_bytes_are_refused():
-    good = encode_triplets(**_columns(20))
+    good = encode_triplets(TripletBlock(**_columns(20)))
     for data in [b"", b"\x00" * 7, b"hello world" * 10, good[: len(good) // 2], good[:-9]]:
         _expect("bad_bytes", data)
 
@@ -178,7 +180,7 @@ def test_nulls_are_refused():
 
 
 def test_oversized_messages_are_refused_before_parsing():
-    data = encode_triplets(**_columns(50))
+    data = encode_triplets(TripletBlock(**_columns(50)))
     with pytest.raises(SchemaError) as info:
         decode_triplets(data, max_bytes=len(data) - 1)
     assert info.value.reason == "oversized"
@@ -197,7 +199,7 @@ def test_the_encoder_refuses_bad_input_with_value_errors():
     ]
     for change, match in cases:
         with pytest.raises(ValueError, match=match):
-            encode_triplets(**{**cols, **change})
+            encode_triplets(TripletBlock(**{**cols, **change}))
 
 
 def _query(k: int = 8) -> JudgedQuery:
@@ -239,7 +241,7 @@ def test_bad_judged_queries_are_refused():
         encode_query(JudgedQuery(**{**q.__dict__, "relevance": q.relevance[:3]}))
     with pytest.raises(ValueError, match="NaN"):
         encode_query(JudgedQuery(**{**q.__dict__, "phi": q.phi * np.nan}))
-    _expect("bad_schema", encode_triplets(**_columns(3)), decode_query)
+    _expect("bad_schema", encode_triplets(TripletBlock(**_columns(3))), decode_query)
     _expect("bad_bytes", encode_query(q)[:-20], decode_query)
 
 
@@ -258,4 +260,4 @@ def test_dead_letters_carry_the_original_bytes_reason_and_source():
     assert rows.rows == [3, 9]
     with pytest.raises(ValueError, match="reason"):
         dead_letter(b"x", "made_up", "", source)
-    _expect("bad_schema", encode_triplets(**_columns(3)), decode_dead_letter)
+    _expect("bad_schema", encode_triplets(TripletBlock(**_columns(3))), decode_dead_letter)

@@ -32,9 +32,7 @@ def produce(settings: Settings, feedback: Feedback, junk_at: int | None = None) 
             for i, t in enumerate(feedback.triplets):
                 if i == junk_at:
                     producer.send(settings.triplets_topic, b"not arrow", key=b"junk")
-                value = encode_triplets(
-                    **{name: getattr(t, name) for name in ("seq", *RESERVOIR_COLUMNS)}
-                )
+                value = encode_triplets(t)
                 producer.send(settings.triplets_topic, value, key=triplet_key(int(t.query_id[0])))
             producer.flush()
         finally:

@@ -15,7 +15,7 @@ import pytest
 from rankstream.stream.connect import open_store
 from rankstream.stream.embedded import embedded_transport
 from rankstream.stream.generator import TripletGenerator
-from rankstream.stream.schema import decode_dead_letter, schema_of
+from rankstream.stream.schema import decode_dead_letter, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import TrackedModel, weights_sha256
 from rankstream.workers.metrics import sample_value
@@ -42,7 +42,7 @@ def _produce(settings: Settings, values: list[bytes]) -> None:
 
 
 def _stream(seed: int = 7) -> list[bytes]:
-    return [b.encode() for b in TripletGenerator(seed=seed).blocks(N_BLOCKS * BLOCK, BLOCK)]
+    return [encode_triplets(b) for b in TripletGenerator(seed=seed).blocks(N_BLOCKS * BLOCK, BLOCK)]
 
 
 def _options(**overrides: object) -> WorkerOptions:
@@ -91,17 +91,17 @@ def test_crash_then_restart_is_bit_identical_even_with_staggered_checkpoints() -
 
     crashed = OnlineWorker(settings, _options())
     crashed.start()
-    consumer = crashed._consumer
+    consumer = crashed.consumer
     assert consumer is not None
     crashed.process(consumer.poll(timeout_ms=100, max_records=5))
     assert crashed.checkpoint()
     # "opr" gets further than the others before the crash: staggered stored offsets.
     opr = next(m for m in crashed.models if m.name == "opr")
     others = [m for m in crashed.models if m.name != "opr"]
-    crashed.models = [opr]
+    crashed.handler.models = [opr]  # type: ignore[attr-defined]
     crashed.process(consumer.poll(timeout_ms=100, max_records=3))
     assert crashed.checkpoint()
-    crashed.models = [opr, *others]
+    crashed.handler.models = [opr, *others]  # type: ignore[attr-defined]
     crashed.process(consumer.poll(timeout_ms=100, max_records=2))  # never checkpointed
     stored = open_store(settings)
     assert stored.load("opr").offsets[settings.triplets_topic] == {0: 8}  # type: ignore[union-attr]
@@ -117,8 +117,8 @@ def test_stale_worker_is_fenced_and_exits_non_zero() -> None:
     _produce(settings, values[:6])
     stale = OnlineWorker(settings, _options())
     stale.start()
-    assert stale._consumer is not None
-    stale.process(stale._consumer.poll(timeout_ms=100, max_records=6))
+    assert stale.consumer is not None
+    stale.process(stale.consumer.poll(timeout_ms=100, max_records=6))
     assert stale.checkpoint()
 
     _produce(settings, values[6:9])
@@ -171,7 +171,7 @@ def _message_with_nan_rows(generator: TripletGenerator, n: int, bad: list[int]) 
 def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
     settings = _settings()
     generator = TripletGenerator(seed=3)
-    good = [generator.block(400).encode() for _ in range(3)]
+    good = [encode_triplets(generator.block(400)) for _ in range(3)]
     values = [
         good[0],
         b"\x00not arrow at all",
@@ -245,8 +245,8 @@ def test_failed_checkpoint_is_retried_and_never_advances_offsets_alone() -> None
     store = _FlakyStore(open_store(settings), failures=1)
     worker = OnlineWorker(settings, _options(), store=store)  # type: ignore[arg-type]
     worker.start()
-    assert worker._consumer is not None
-    worker.process(worker._consumer.poll(timeout_ms=100, max_records=4))
+    assert worker.consumer is not None
+    worker.process(worker.consumer.poll(timeout_ms=100, max_records=4))
     failures = sample_value("rankstream_checkpoint_failures_total")
     assert not worker.checkpoint()
     assert sample_value("rankstream_checkpoint_failures_total") == failures + 1
@@ -262,11 +262,11 @@ def test_consumer_lag_is_reported_in_records() -> None:
     _produce(settings, _stream()[:4])
     worker = OnlineWorker(settings, _options())
     worker.start()
-    assert worker._consumer is not None
-    worker.process(worker._consumer.poll(timeout_ms=100, max_records=1))
+    assert worker.consumer is not None
+    worker.process(worker.consumer.poll(timeout_ms=100, max_records=1))
     worker._maybe_report_lag()
     labels = {"topic": settings.triplets_topic, "partition": "0"}
-    assert worker.counters.lag_records == {0: 3 * BLOCK}  # 3 messages x 250 records each
+    assert worker.stats.lag_records == {0: 3 * BLOCK}  # 3 messages x 250 records each
     assert sample_value("rankstream_consumer_lag_records", labels) == 3 * BLOCK
 
 
@@ -288,7 +288,7 @@ def test_a_failing_poll_backs_off_and_the_worker_carries_on() -> None:
     _produce(settings, _stream()[:4])
     worker = OnlineWorker(settings, _options())
     worker.start()
-    consumer = worker._consumer
+    consumer = worker.consumer
     assert consumer is not None
     real_poll, calls = consumer.poll, []
 
@@ -321,9 +321,9 @@ def test_step_processes_a_poll_and_checkpoints_when_due() -> None:
     store = open_store(settings)
     assert worker.step(timeout_ms=0) == 2 * BLOCK  # two messages of BLOCK records
     # the scaler holds the first 600 rows back, so nothing is checkpointable yet
-    assert worker.counters.checkpoints == 0 and store.load("opr") is None
+    assert worker.stats.checkpoints == 0 and store.load("opr") is None
     assert worker.step(timeout_ms=0) == 2 * BLOCK
-    assert worker.counters.checkpoints == 1  # 1,000 records >= checkpoint_records
+    assert worker.stats.checkpoints == 1  # 1,000 records >= checkpoint_records
     stored = store.load("opr")
     assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 4}
     while worker.step(timeout_ms=0):

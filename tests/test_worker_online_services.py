@@ -18,7 +18,7 @@ import pytest
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.generator import TripletGenerator
-from rankstream.stream.schema import decode_dead_letter
+from rankstream.stream.schema import decode_dead_letter, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
@@ -34,7 +34,9 @@ OPTIONS = WorkerOptions(
 
 
 def _stream() -> list[bytes]:
-    return [b.encode() for b in TripletGenerator(seed=11).blocks(2 * HALF_BLOCKS * BLOCK, BLOCK)]
+    return [
+        encode_triplets(b) for b in TripletGenerator(seed=11).blocks(2 * HALF_BLOCKS * BLOCK, BLOCK)
+    ]
 
 
 def _produce(settings: Settings, values: list[bytes]) -> None:
@@ -145,7 +147,7 @@ def test_stale_worker_cannot_overwrite_a_newer_checkpoint_in_redis(
     stale.start()
     _wait_for(
         lambda: (
-            stale.process(stale._consumer.poll(timeout_ms=200))  # type: ignore[union-attr]
+            stale.process(stale.consumer.poll(timeout_ms=200))  # type: ignore[union-attr]
             or stale.counters.records >= 3 * BLOCK
         )
     )

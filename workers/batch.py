@@ -19,28 +19,25 @@ partition, so single-partition topics resume exactly (as in `workers.online`).
 Fencing: every save names the version this worker last loaded or saved and that
 save's `write_id` (`stream.store`); a FencingError means another batch worker wrote
 since (even under a version number a lost write let it reuse), so this one is stale:
-it stops without further saves and `run` returns EXIT_FENCED. A save whose reply was
-lost is recognised by the store from its `write_id`, and adopted.
+the runtime stops it without further saves and `run` returns EXIT_FENCED. A save whose
+reply was lost is recognised by the store from its `write_id`, and adopted. A transient
+store error during a refit leaves it to be retried after the runtime's back-off.
 
 Bad input: a message that fails to decode is skipped (logged), and rejected rows are
 left out; the online worker owns the dead-letter topic, so this worker does not send
 the same dead letters a second time. It counts neither `rankstream_triplets_consumed_total`
 nor consumer lag, which are the online worker's (one process may run both).
 
-Step-wise use (the embedded demo interleaves workers without threads):
-`start()`, then `step()` (poll + process + persist/refit when due) or `process(messages)`
-and `refit()` directly, then `close()`.
+`BatchHandler` is the worker's own part, run by the stream runtime (`workers.runtime`):
+the runtime's checkpoint is the reservoir's persist, and the refit is the handler's own
+periodic work (`tick`). Step-wise use (the embedded demo interleaves workers without
+threads): `start()`, then `step()` or `process(messages)` and `refit()`, then `close()`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
-import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,11 +45,10 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.reservoir import Reservoir
-from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import SchemaError, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, FencingError, ModelStore, fenced_save
-from rankstream.stream.transport import Consumer, Message, Transport
+from rankstream.stream.store import Fence, ModelStore, fenced_save
+from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
 from rankstream.workers.batch_models import (
     BATCH_KINDS,
@@ -65,16 +61,11 @@ from rankstream.workers.batch_models import (
     fit_rankmkl,
 )
 from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.resilience import (
-    Backoff,
-    final_save,
-    poll_or_back_off,
-    retry_until_stopped,
-    transient_errors,
-)
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime_options import Cadence, CadenceTimer, RuntimeOptions
 
-EXIT_OK = 0
-EXIT_FENCED = 3
+__all__ = ["EXIT_FENCED", "EXIT_OK", "BatchHandler", "BatchOptions", "BatchWorker"]
+
 RESERVOIR_NAME = "reservoir"
 RESERVOIR_KIND = "reservoir"
 
@@ -86,13 +77,13 @@ class BatchOptions:
     """What `rankstream worker batch` can be told, beyond the environment's Settings."""
 
     reservoir: int = 5000
-    refit_seconds: float = 60.0
-    refit_records: int = 5000
+    refit_seconds: float | None = 60.0  # None: refit only when asked (the embedded demo)
+    refit_records: int | None = 5000
     exit_when_idle: float | None = None
     models: tuple[str, ...] = BATCH_KINDS
     seed: int = 0  # the reservoir's sampling seed and RankMKL's pair sampling
     min_triplets: int = 50  # no refit before the reservoir holds this many rows
-    persist_seconds: float = 5.0
+    persist_seconds: float | None = 5.0  # None: persist only when asked
     keep_reservoir_versions: int = 2  # reservoirs are big; keep few snapshots
     cmds_dml: CMDSDMLParams = field(default_factory=CMDSDMLParams)
     rankmkl: RankMKLParams = field(default_factory=RankMKLParams)
@@ -109,12 +100,22 @@ class BatchOptions:
             or len(set(self.models)) != len(self.models)
         ):
             raise ValueError(f"models must be distinct names from {BATCH_KINDS}, got {self.models}")
-        if self.refit_records < 1 or not self.refit_seconds > 0 or not self.persist_seconds > 0:
-            raise ValueError("refit_records must be >= 1; refit_seconds and persist_seconds > 0")
-        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
-            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
         if self.min_triplets < 1:
             raise ValueError(f"min_triplets must be >= 1, got {self.min_triplets}")
+        self.refit_cadence()  # checked there, and the runtime's options too
+        self.runtime()
+
+    def refit_cadence(self) -> Cadence:
+        return Cadence(records=self.refit_records, seconds=self.refit_seconds)
+
+    def runtime(self) -> RuntimeOptions:
+        """The runtime's checkpoint is the reservoir's persist."""
+        return RuntimeOptions(
+            checkpoint=Cadence(seconds=self.persist_seconds),
+            exit_when_idle=self.exit_when_idle,
+            poll_ms=self.poll_ms,
+            max_poll_records=self.max_poll_records,
+        )
 
 
 Fitter = Callable[[TripletSample, BatchOptions], tuple[dict[str, Any], dict[str, np.ndarray]]]
@@ -133,74 +134,24 @@ class BatchCounters:
     persists: int = 0
     refits: int = 0
     refit_failures: int = 0
-    since_refit: int = 0
+    since_refit: int = 0  # rows offered since the last refit
 
 
-class BatchWorker:
+class BatchHandler(Handler):
     """Reservoir + periodic refits + fenced publishing (see the module docstring)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        options: BatchOptions,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
-    ) -> None:
+    name = "batch"
+
+    def __init__(self, settings: Settings, options: BatchOptions) -> None:
         self.settings = settings
         self.options = options
-        self.transport = transport if transport is not None else open_transport(settings)
-        self._owns_transport = transport is None  # closed by close(); it reopens lazily
-        self.store = store if store is not None else open_store(settings)
-        self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.reservoir = Reservoir(options.reservoir, seed=options.seed)
         self.offsets: dict[str, dict[int, int]] = {}
         self.fences: dict[str, Fence] = {}  # per stored name: the save we last loaded or made
         self.counters = BatchCounters()
-        self.fenced = False
         self.dirty = False
+        self._refit_due = CadenceTimer(options.refit_cadence())
         self._refitted_at_n_seen = -1
-        self._stop = threading.Event()
-        self._transient = transient_errors()
-        self._consumer: Consumer | None = None
-        self._poll_backoff = Backoff()
-        self._persist_backoff = Backoff()
-        self._last_persist = time.monotonic()
-        self._last_refit = time.monotonic()
-
-    # --- lifecycle ------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask `run` to finish: the reservoir is persisted, then `run` returns."""
-        self._stop.set()
-
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT -> clean stop (main thread only)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
-
-    def start(self) -> None:
-        """Create the topic, load the reservoir with its offsets, and seek there."""
-        topic = self.settings.triplets_topic
-        self._retry(
-            "ensure topics", lambda: self.transport.ensure_topics({topic: self.options.partitions})
-        )
-        self._retry("load reservoir", self._load)
-        self._consumer = self.transport.consumer(None)
-        partitions = self.transport.partitions_for(topic)
-        self._consumer.assign([(topic, p) for p in partitions])
-        for partition in partitions:
-            next_offset = self.offsets.get(topic, {}).get(partition)
-            if next_offset is None:
-                self._consumer.seek_to_beginning(topic, partition)
-            else:
-                self._consumer.seek(topic, partition, next_offset)
-            log_event(
-                log,
-                "seek",
-                topic=topic,
-                partition=partition,
-                offset="beginning" if next_offset is None else next_offset,
-            )
 
     @property
     def reservoir_version(self) -> int:
@@ -211,8 +162,13 @@ class BatchWorker:
         """The version of every batch model this worker last loaded or published."""
         return {name: self.fences.get(name, Fence()).version for name in self.options.models}
 
-    def _load(self) -> None:
-        stored = self.store.load(RESERVOIR_NAME)
+    # --- the runtime's calls --------------------------------------------------------------
+    def topics(self) -> dict[str, int]:
+        return {self.settings.triplets_topic: self.options.partitions}
+
+    def load(self, runtime: StreamRuntime) -> None:
+        """The stored reservoir with its offsets, and the version of every batch model."""
+        stored = runtime.store.load(RESERVOIR_NAME)
         if stored is not None:
             if stored.kind != RESERVOIR_KIND:
                 raise ValueError(
@@ -222,7 +178,7 @@ class BatchWorker:
             self.offsets = {t: dict(parts) for t, parts in stored.offsets.items()}
             self.fences[RESERVOIR_NAME] = Fence.of(stored)
         for name in self.options.models:
-            self.fences[name] = Fence.of(self.store.load(name))
+            self.fences[name] = Fence.of(runtime.store.load(name))
         for name, version in self.model_versions.items():
             metrics.MODEL_VERSION.labels(model=name).set(version)
         log_event(
@@ -235,140 +191,65 @@ class BatchWorker:
             models=self.model_versions,
         )
 
-    def run(self, until: Callable[[BatchWorker], bool] | None = None) -> int:
-        """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced."""
-        if self._consumer is None:
-            self.start()
-        idle_since = time.monotonic()
-        try:
-            while not self._stop.is_set() and not self.fenced:
-                if self.step():
-                    idle_since = time.monotonic()
-                if until is not None and until(self):
-                    break
-                idle = self.options.exit_when_idle
-                if idle is not None and time.monotonic() - idle_since >= idle:
-                    log_event(log, "idle, exiting", idle_seconds=idle)
-                    break
-            if not self.fenced:
-                self._final_persist()
-        finally:
-            self.close()
-        log_event(
-            log,
-            "worker stopped",
-            records=self.counters.records,
-            n_seen=self.reservoir.n_seen,
-            refits=self.counters.refits,
-            fenced=self.fenced,
-        )
-        return EXIT_FENCED if self.fenced else EXIT_OK
-
-    def step(self) -> int:
-        """One poll, its processing, and a persist/refit when due; returns messages read."""
-        messages = self.poll()
-        if messages:
-            self.process(messages)
-        if self.refit_due():
-            self.refit()
-        elif self._persist_due():
-            self.persist()
-        return len(messages)
-
-    def close(self) -> None:
-        """Close the consumer and (if opened here) the transport: an open Kafka client
-        keeps refreshing metadata, and logging errors, after its broker is gone."""
-        owned = [self.transport] if self._owns_transport else []
-        for closable in (self._consumer, *owned):
-            if closable is not None:
-                try:
-                    closable.close()
-                except self._transient as exc:
-                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
-        self._consumer = None
-
-    def _retry(self, what: str, action: Callable[[], None]) -> None:
-        retry_until_stopped(what, action, self._stop, self._transient, log)
-
-    # --- consuming ------------------------------------------------------------------
-    def poll(self) -> list[Message]:
-        """Messages from the consumer; [] (after a back-off) when the broker is away."""
-        assert self._consumer is not None, "call start() first"
-        return poll_or_back_off(
-            self._consumer,
-            self.options.poll_ms,
-            self.options.max_poll_records,
-            self._transient,
-            self._poll_backoff,
-            self._stop,
-            log,
-        )
+    def positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return {(t, p): self.offsets.get(t, {}).get(p) for t, p in partitions}
 
     def covers(self, topic: str, partition: int, offset: int) -> bool:
         next_offset = self.offsets.get(topic, {}).get(partition)
         return next_offset is not None and offset < next_offset
 
-    def process(self, messages: Sequence[Message]) -> int:
+    def process(self, runtime: StreamRuntime, messages: Sequence[Message]) -> int:
         """Offer each new message's good rows to the reservoir; returns rows offered."""
         offered = 0
         for message in messages:
             if self.covers(message.topic, message.partition, message.offset):
                 continue  # replayed after a restart; already in the reservoir
             self.counters.messages += 1
-            try:
-                block = decode_triplets(message.value)
-            except SchemaError as exc:
-                self.counters.skipped_messages += 1
-                log_event(
-                    log,
-                    "undecodable message skipped",
-                    level=logging.WARNING,
-                    reason=exc.reason,
-                    topic=message.topic,
-                    partition=message.partition,
-                    offset=message.offset,
-                )
-            else:
-                self.counters.rejected_rows += len(block.rejects)
-                if len(block):
-                    self.reservoir.add_many(
-                        block.query_id,
-                        block.p1_id,
-                        block.p2_id,
-                        block.rel1,
-                        block.rel2,
-                        block.phi1,
-                        block.phi2,
-                    )
-                offered += len(block)
+            offered += self._offer(message)
             self.offsets.setdefault(message.topic, {})[message.partition] = message.offset + 1
             self.dirty = True
         self.counters.records += offered
         self.counters.since_refit += offered
+        self._refit_due.add(offered)
         return offered
 
-    # --- persisting -----------------------------------------------------------------
-    def _persist_due(self) -> bool:
-        return (
-            self.dirty
-            and self._persist_backoff.ready()
-            and time.monotonic() - self._last_persist >= self.options.persist_seconds
-        )
+    def _offer(self, message: Message) -> int:
+        try:
+            block = decode_triplets(message.value)
+        except SchemaError as exc:
+            self.counters.skipped_messages += 1
+            log_event(
+                log,
+                "undecodable message skipped",
+                level=logging.WARNING,
+                reason=exc.reason,
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+            )
+            return 0
+        self.counters.rejected_rows += len(block.rejects)
+        if len(block):
+            self.reservoir.add_many(
+                block.query_id,
+                block.p1_id,
+                block.p2_id,
+                block.rel1,
+                block.rel2,
+                block.phi1,
+                block.phi2,
+            )
+        return len(block)
 
-    def persist(self) -> bool:
-        """Save the reservoir with its offsets (fenced); False if not saved."""
-        self._last_persist = time.monotonic()
+    def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
+        """Persist the reservoir with its offsets (fenced), when it changed."""
         if not self.dirty:
-            return True
+            return {}
         meta, arrays = self.reservoir.to_state()
-        started = time.perf_counter()
         version = self._save(
-            RESERVOIR_NAME, RESERVOIR_KIND, meta, arrays, self.options.keep_reservoir_versions
-        )
-        if version is None:
-            self._persist_backoff.failed()
-            return False
-        self._persist_backoff.succeeded()
+            runtime, RESERVOIR_NAME, RESERVOIR_KIND, meta, arrays,
+            self.options.keep_reservoir_versions,
+        )  # fmt: skip
         self.dirty = False
         self.counters.persists += 1
         log_event(
@@ -377,78 +258,35 @@ class BatchWorker:
             version=version,
             n_seen=self.reservoir.n_seen,
             size=self.reservoir.size,
-            seconds=round(time.perf_counter() - started, 4),
         )
-        return True
+        return {RESERVOIR_NAME: version}
 
-    def _final_persist(self) -> None:
-        final_save("persist", self.persist, lambda: self.fenced, self._persist_backoff, log)
+    def tick(self, runtime: StreamRuntime) -> None:
+        if self.refit_due() and runtime.may_save():
+            self.refit(runtime)
 
-    def _save(
-        self,
-        name: str,
-        kind: str,
-        meta: dict[str, Any],
-        arrays: Mapping[str, np.ndarray],
-        keep_versions: int | None = None,
-    ) -> int | None:
-        """Fenced save with the current offsets; None on a transient error or when fenced."""
-        meta = {**meta, "writer": self.writer, "saved_ms": time.time_ns() // 1_000_000}
-        try:
-            version = fenced_save(
-                self.store,
-                name,
-                self.fences.setdefault(name, Fence()),
-                kind=kind,
-                meta=meta,
-                arrays=arrays,
-                offsets=self.offsets,
-                keep_versions=keep_versions,
-            )
-            metrics.mark_checkpoint(name)
-            return version
-        except FencingError as exc:
-            self.fenced = True
-            metrics.FENCING_ERRORS.labels(model=name).inc()
-            log_event(
-                log,
-                "fenced: a newer writer owns the model; stopping",
-                level=logging.ERROR,
-                model=name,
-                expected=exc.expected,
-                actual=exc.actual,
-            )
-        except self._transient as exc:
-            metrics.CHECKPOINT_FAILURES.inc()
-            log_event(
-                log, "save failed; will retry", level=logging.WARNING, model=name, error=repr(exc)
-            )
-        return None
-
-    # --- refitting ------------------------------------------------------------------
+    # --- refitting ------------------------------------------------------------------------
     def refit_due(self) -> bool:
-        if self.fenced or self.reservoir.size < self.options.min_triplets:
+        if self.reservoir.size < self.options.min_triplets:
             return False
-        if self.reservoir.n_seen == self._refitted_at_n_seen or not self._persist_backoff.ready():
+        if self.reservoir.n_seen == self._refitted_at_n_seen:
             return False
-        return (
-            self.counters.since_refit >= self.options.refit_records
-            or time.monotonic() - self._last_refit >= self.options.refit_seconds
-        )
+        return self._refit_due.due()
 
-    def refit(self) -> dict[str, int]:
+    def refit(self, runtime: StreamRuntime) -> dict[str, int]:
         """Persist the reservoir, fit every model on it and publish; {model: new version}.
 
         A model whose fit fails on this sample (e.g. one relevance grade only) is
-        skipped with a warning and tried again at the next refit.
+        skipped with a warning and tried again at the next refit. A store error
+        propagates (the runtime backs off, or stops when fenced).
         """
-        self._last_refit = time.monotonic()
+        self._refit_due.reset()
         self.counters.since_refit = 0
-        if self.reservoir.size < 1 or not self.persist():
+        if self.reservoir.size < 1:
             return {}
+        self.checkpoint(runtime)
         from threadpoolctl import threadpool_limits
 
-        self._refitted_at_n_seen = self.reservoir.n_seen
         sample = TripletSample.from_columns(self.reservoir.columns)
         published: dict[str, int] = {}
         for name in self.options.models:
@@ -470,11 +308,7 @@ class BatchWorker:
                 reservoir_version=self.reservoir_version,
                 refit_seconds=round(seconds, 4),
             )
-            version = self._save(name, name, meta, arrays)
-            if version is None:
-                if self.fenced:
-                    break
-                continue
+            version = self._save(runtime, name, name, meta, arrays)
             metrics.MODEL_VERSION.labels(model=name).set(version)
             published[name] = version
             log_event(
@@ -486,5 +320,89 @@ class BatchWorker:
                 n_triplets=len(sample),
                 n_seen=self.reservoir.n_seen,
             )
+        self._refitted_at_n_seen = self.reservoir.n_seen
         self.counters.refits += 1
         return published
+
+    def _save(
+        self,
+        runtime: StreamRuntime,
+        name: str,
+        kind: str,
+        meta: dict[str, Any],
+        arrays: Mapping[str, np.ndarray],
+        keep_versions: int | None = None,
+    ) -> int:
+        """Fenced save with the current offsets (FencingError / transient errors raise)."""
+        meta = {**meta, "writer": runtime.writer, "saved_ms": time.time_ns() // 1_000_000}
+        version = fenced_save(
+            runtime.store,
+            name,
+            self.fences.setdefault(name, Fence()),
+            kind=kind,
+            meta=meta,
+            arrays=arrays,
+            offsets=self.offsets,
+            keep_versions=keep_versions,
+        )
+        metrics.mark_checkpoint(name)
+        return version
+
+    def summary(self) -> dict[str, Any]:
+        return {"n_seen": self.reservoir.n_seen, "refits": self.counters.refits}
+
+
+class BatchWorker(StreamRuntime):
+    """The stream runtime running the batch handler."""
+
+    handler: BatchHandler
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: BatchOptions | None = None,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+    ) -> None:
+        options = options or BatchOptions()
+        handler = BatchHandler(settings, options)
+        super().__init__(settings, handler, options.runtime(), transport=transport, store=store)
+        self.options = options
+
+    @property
+    def reservoir(self) -> Reservoir:
+        return self.handler.reservoir
+
+    @property
+    def counters(self) -> BatchCounters:
+        return self.handler.counters
+
+    @property
+    def offsets(self) -> dict[str, dict[int, int]]:
+        return self.handler.offsets
+
+    @property
+    def reservoir_version(self) -> int:
+        return self.handler.reservoir_version
+
+    @property
+    def model_versions(self) -> dict[str, int]:
+        return self.handler.model_versions
+
+    def refit_due(self) -> bool:
+        return self.handler.refit_due()
+
+    def covers(self, topic: str, partition: int, offset: int) -> bool:
+        return self.handler.covers(topic, partition, offset)
+
+    def refit(self) -> dict[str, int]:
+        """Refit now (persisting the reservoir first); {model: new version}."""
+        self.start()
+        published: dict[str, int] = {}
+        self.guarded("refit", lambda: published.update(self.handler.refit(self)))
+        return published
+
+    def persist(self) -> bool:
+        """Persist the reservoir now; False if fenced or a transient error deferred it."""
+        return self.checkpoint()

@@ -29,9 +29,9 @@ import numpy as np
 from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.store import Fence, ModelStore, StoredModel, fenced_save
+from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
 
 MODEL_KIND = "online"
-DEFAULT_SCALER_ROWS = 2000
 
 
 @dataclass
@@ -201,7 +201,7 @@ class TrackedModel:
         return cls(
             name=stored.name,
             algo=ranker.algo,
-            params={"C": ranker.C, "eta": ranker.eta, "r": ranker.r},
+            params=ranker.params,
             ranker=ranker,
             scaler_rows=int(stored.meta.get("scaler_rows", DEFAULT_SCALER_ROWS)),
             fence=Fence.of(stored),

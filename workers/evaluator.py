@@ -21,40 +21,38 @@ and resumes after the last published query. Queries evaluated after the last pub
 are evaluated again on restart, which only repeats values already in the window's
 place (the window is restored as published, then those queries are re-added).
 
-`Evaluator.process(messages)` is the whole per-message step and `step()` one poll of
-it plus a publish when due, so the embedded demo can drive it without threads; `run()`
-loops `step()` with idle exit, signals and back-off on transient transport/store errors.
+`EvaluatorHandler` is the evaluator's own part, run by the stream runtime
+(`workers.runtime`): the runtime's checkpoint is the publish of the scores record
+(every `publish_every` queries or `publish_seconds`, and at once on a new champion).
+`Evaluator.process(messages)` is the whole per-message step and `step()` one poll of it
+plus a publish when due, so the embedded demo can drive it without threads; `run()`
+loops `step()` with idle exit, signals and back-off on transient transport/store errors
+(a query whose scoring met a store outage is scored again once the store is back).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from rankstream.ranking.metrics import average_precision, ndcg_at_k
-from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, FencingError, ModelStore, fenced_save
-from rankstream.stream.transport import Consumer, Message, Producer, Transport
+from rankstream.stream.store import Fence, ModelStore, fenced_save
+from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
-from rankstream.workers.deadletters import send_dead_letter
 from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.online import EXIT_FENCED, EXIT_OK
-from rankstream.workers.resilience import (
-    Backoff,
-    poll_or_back_off,
-    retry_until_stopped,
-    transient_errors,
-)
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
+
+__all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
 NDCG_K = 50
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
@@ -69,7 +67,7 @@ class EvaluatorOptions:
     window: int = 200
     exit_when_idle: float | None = None
     publish_every: int = 20  # queries between publishes of the scores record
-    publish_seconds: float = 2.0  # ... or this often while there is something new
+    publish_seconds: float | None = 2.0  # ... or this often while there is something new
     history: int = 10_000  # per-query results kept in memory for reports
     cache_size: int = 64  # (model, version) scorers kept loaded
     poll_ms: int = 200
@@ -81,8 +79,16 @@ class EvaluatorOptions:
             raise ValueError("window and publish_every must be >= 1, history >= 0")
         if self.exit_when_idle is not None and not self.exit_when_idle > 0:
             raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
-        if not self.publish_seconds > 0:
-            raise ValueError(f"publish_seconds must be > 0, got {self.publish_seconds}")
+        self.runtime()  # the publish cadence, idle exit and polling are checked there
+
+    def runtime(self) -> RuntimeOptions:
+        """The runtime's checkpoint is the publish of the scores record."""
+        return RuntimeOptions(
+            checkpoint=Cadence(records=self.publish_every, seconds=self.publish_seconds),
+            exit_when_idle=self.exit_when_idle,
+            poll_ms=self.poll_ms,
+            max_poll_records=self.max_poll_records,
+        )
 
 
 @dataclass(frozen=True)
@@ -135,42 +141,24 @@ class RollingScores:
         return rolling
 
 
-class Evaluator:
-    """Consume judged queries, score every stamped model, publish rolling scores (module doc)."""
+class EvaluatorHandler(Handler):
+    """Score judged queries, keep rolling scores and the champion (module docstring)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        options: EvaluatorOptions | None = None,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
-    ) -> None:
+    name = "evaluator"
+
+    def __init__(self, settings: Settings, options: EvaluatorOptions, store: ModelStore) -> None:
         self.settings = settings
-        self.options = options or EvaluatorOptions()
-        self.transport = transport if transport is not None else open_transport(settings)
-        self.store = store if store is not None else open_store(settings)
-        self._owned = ([self.transport] if transport is None else []) + (
-            [self.store] if store is None else []
-        )
-        self.cache = ScorerCache(self.store, self.options.cache_size)
-        self.rolling = RollingScores(self.options.window)
-        self.history: deque[QueryScores] = deque(maxlen=self.options.history)
-        self.champion = self.options.policy.default
+        self.options = options
+        self.cache = ScorerCache(store, options.cache_size)
+        self.rolling = RollingScores(options.window)
+        self.history: deque[QueryScores] = deque(maxlen=options.history)
+        self.champion = options.policy.default
         self.queries_evaluated = 0
         self.dead_letters = 0
-        self.fenced = False
         self.offsets: dict[int, int] = {}  # queries-topic partition -> next offset
         self._record_fence = Fence()  # the record last loaded or published here
-        self._unpublished = 0
-        self._last_publish = time.monotonic()
-        self._stop = threading.Event()
-        self._transient = transient_errors()
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._poll_backoff = Backoff()
-        self._publish_backoff = Backoff()
-        self._polled_last = False  # the last step read messages (dead letters included)
+        self._dirty = False  # evaluated or moved past a message since the last publish
+        self._champion_changed = False
 
     # --- scoring (pure given the store) -----------------------------------------------
     def evaluate(self, query: JudgedQuery) -> QueryScores:
@@ -179,28 +167,9 @@ class Evaluator:
         ap: dict[str, float] = {}
         skipped: dict[str, str] = {}
         for model, version in sorted(query.model_versions.items()):
-            if self.cache.scorable(model) is False:
-                skipped[model] = NO_SCORER
-                continue
-            try:
-                scorer = self.cache.get(model, version)
-                if scorer is None:
-                    skipped[model] = MISSING_VERSION
-                    continue
-                scores = scorer.score(query.phi)
-            except ValueError as exc:
-                skipped[model] = NO_SCORER if self.cache.scorable(model) is False else SCORE_ERROR
-                log_event(
-                    log,
-                    "model not scored",
-                    level=logging.WARNING,
-                    model=model,
-                    version=version,
-                    error=str(exc)[:200],
-                )
-                continue
-            ndcg[model] = ndcg_at_k(scores, query.relevance, NDCG_K)
-            ap[model] = average_precision(scores, query.relevance)
+            reason = self._score(model, version, query, ndcg, ap)
+            if reason is not None:
+                skipped[model] = reason
         for model in ndcg:  # only once every model scored: a raise leaves no partial query
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
@@ -210,13 +179,43 @@ class Evaluator:
         )
         self.history.append(result)
         self.queries_evaluated += 1
-        self._unpublished += 1
+        self._dirty = True
         metrics.QUERIES_EVALUATED.inc()
         self._export(ndcg)
         self._choose_champion()
         return result
 
-    def _export(self, changed: dict[str, float]) -> None:
+    def _score(
+        self,
+        model: str,
+        version: int,
+        query: JudgedQuery,
+        ndcg: dict[str, float],
+        ap: dict[str, float],
+    ) -> str | None:
+        """One model's NDCG@50 and AP into `ndcg`/`ap`; else why it was skipped."""
+        if self.cache.scorable(model) is False:
+            return NO_SCORER
+        try:
+            scorer = self.cache.get(model, version)
+            if scorer is None:
+                return MISSING_VERSION
+            scores = scorer.score(query.phi)
+        except ValueError as exc:
+            log_event(
+                log,
+                "model not scored",
+                level=logging.WARNING,
+                model=model,
+                version=version,
+                error=str(exc)[:200],
+            )
+            return NO_SCORER if self.cache.scorable(model) is False else SCORE_ERROR
+        ndcg[model] = ndcg_at_k(scores, query.relevance, NDCG_K)
+        ap[model] = average_precision(scores, query.relevance)
+        return None
+
+    def _export(self, changed: dict[str, float] | dict[str, deque[float]]) -> None:
         ndcg, ap = self.rolling.means()
         for model in changed:
             metrics.NDCG_AT_50.labels(model=model).set(ndcg[model])
@@ -238,12 +237,9 @@ class Evaluator:
         )
         metrics.CHAMPION_SWITCHES.inc()
         self.champion = choice
-        self._publish_soon()
+        self._champion_changed = True  # published at once (`process`)
 
-    def _publish_soon(self) -> None:
-        self._unpublished = max(self._unpublished, self.options.publish_every)
-
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Rolling NDCG@50/MAP per model, counts and the champion (for reports and --json)."""
         ndcg, ap = self.rolling.means()
         return {
@@ -256,206 +252,149 @@ class Evaluator:
             "dead_letters": self.dead_letters,
         }
 
-    # --- the scores record ----------------------------------------------------------------
-    def restore(self) -> None:
-        """Load the published scores record: windows, champion and the offsets it covers."""
-        record = self.store.load(EVALUATOR_RECORD)
-        if record is None:
-            return
-        if record.kind != SCORES_KIND:
-            raise ValueError(
-                f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, not {SCORES_KIND!r}"
-            )
-        self._record_fence = Fence.of(record)
-        self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
-        self.champion = str(record.meta.get("champion", self.champion))
-        self.queries_evaluated = int(record.meta.get("queries_evaluated", 0))
-        self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
-        self._export(self.rolling.ndcg)
+    # --- the runtime's calls --------------------------------------------------------------
+    def topics(self) -> dict[str, int]:
+        return {self.settings.queries_topic: 1}
 
-    def publish(self) -> bool:
-        """Save the scores record (fenced); False if a transient error deferred it."""
-        ndcg, ap = self.rolling.means()
-        meta = {**self.summary(), "rolling_ndcg": ndcg, "rolling_map": ap}
-        meta.pop("dead_letters")
-        try:
-            fenced_save(
-                self.store,
-                EVALUATOR_RECORD,
-                self._record_fence,
-                kind=SCORES_KIND,
-                meta=meta,
-                arrays=self.rolling.to_arrays(),
-                offsets={self.settings.queries_topic: self.offsets},
-            )
-        except FencingError as exc:
-            self.fenced = True
-            log_event(
-                log,
-                "fenced: another evaluator publishes scores; stopping",
-                level=logging.ERROR,
-                expected=exc.expected,
-                actual=exc.actual,
-            )
-            return False
-        except self._transient as exc:
-            delay = self._publish_backoff.failed()
-            log_event(
-                log,
-                "publish failed; will retry",
-                level=logging.WARNING,
-                error=repr(exc),
-                retry_in_s=delay,
-            )
-            return False
-        self._publish_backoff.succeeded()
-        self._unpublished = 0
-        self._last_publish = time.monotonic()
-        return True
+    def extra_topics(self) -> dict[str, int]:
+        return {self.settings.dead_letter_topic: 1}
 
-    def _maybe_publish(self) -> None:
-        due = self._unpublished >= self.options.publish_every or (
-            self._unpublished
-            and time.monotonic() - self._last_publish >= self.options.publish_seconds
-        )
-        if due and self._publish_backoff.ready():
-            self.publish()
-
-    # --- consuming ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Create topics, restore the published record, and seek past what it covers."""
-        topic = self.settings.queries_topic
-        self._retry(
-            "ensure topics",
-            lambda: self.transport.ensure_topics({topic: 1, self.settings.dead_letter_topic: 1}),
-        )
-        self._retry("restore scores", self.restore)
-        self._producer = self.transport.producer()
-        self._consumer = self.transport.consumer()
-        partitions = self.transport.partitions_for(topic)
-        self._consumer.assign([(topic, p) for p in partitions])
-        for p in partitions:
-            if p in self.offsets:
-                self._consumer.seek(topic, p, self.offsets[p])
-            else:
-                self._consumer.seek_to_beginning(topic, p)
+    def load(self, runtime: StreamRuntime) -> None:
+        """Restore the published scores record: windows, champion and the offsets it covers."""
+        record = runtime.store.load(EVALUATOR_RECORD)
+        if record is not None:
+            if record.kind != SCORES_KIND:
+                raise ValueError(
+                    f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, not {SCORES_KIND!r}"
+                )
+            self._record_fence = Fence.of(record)
+            self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
+            self.champion = str(record.meta.get("champion", self.champion))
+            self.queries_evaluated = int(record.meta.get("queries_evaluated", 0))
+            self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
+            self._export(self.rolling.ndcg)
         log_event(
             log,
             "evaluator started",
-            topic=topic,
             champion=self.champion,
             window=self.options.window,
             resumed_from={str(p): o for p, o in self.offsets.items()},
         )
 
-    def process(self, messages: Sequence[Message]) -> int:
+    def positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return {(t, p): self.offsets.get(p) for t, p in partitions}
+
+    def process(self, runtime: StreamRuntime, messages: Sequence[Message]) -> int:
         """Decode and evaluate each message; bad ones go to the dead-letter topic.
 
         A query that decodes but cannot be evaluated (anything but a transient
         store/transport error, e.g. a corrupt stored model whose scorer raises) is
-        dead-lettered as `evaluation_failed`, so it cannot kill the evaluator.
+        dead-lettered as `evaluation_failed`, so it cannot kill the evaluator; during a
+        store outage the query is scored again, with back-off, until the store answers.
         """
         evaluated = 0
         for message in messages:
             try:
                 query = decode_query(message.value)
             except SchemaError as exc:
-                self._dead_letter(message, exc.reason, exc.detail)
+                self._dead_letter(runtime, message, exc.reason, exc.detail)
                 self.offsets[message.partition] = message.offset + 1
+                self._dirty = True
                 continue
             try:
-                self.evaluate(query)
-            except self._transient:
-                raise  # a store/broker outage: run() backs off and this query is retried
+                runtime.retry("evaluate", lambda q=query: self.evaluate(q))
+            except TRANSIENT:
+                raise  # stopping while the store is away: the query is read again on restart
             except Exception as exc:  # one poison query must not stop the evaluator
-                self._dead_letter(message, EVALUATION_FAILED, f"{type(exc).__name__}: {exc}")
+                detail = f"{type(exc).__name__}: {exc}"
+                self._dead_letter(runtime, message, EVALUATION_FAILED, detail)
             else:
                 evaluated += 1
             self.offsets[message.partition] = message.offset + 1
+            self._dirty = True
+        if self._champion_changed:
+            self._champion_changed = False
+            runtime.request_checkpoint()
         return evaluated
 
-    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
+    def _dead_letter(
+        self, runtime: StreamRuntime, message: Message, reason: str, detail: str
+    ) -> None:
         self.dead_letters += 1
-        send_dead_letter(
-            self._producer,
-            self.settings.dead_letter_topic,
-            message,
-            reason,
-            detail,
-            transient=self._transient,
-            logger=log,
+        runtime.dead_letter(message, reason, detail)
+
+    def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
+        """Publish the scores record (fenced) when something new was read."""
+        if not self._dirty:
+            return {}
+        ndcg, ap = self.rolling.means()
+        meta = {**self.summary(), "rolling_ndcg": ndcg, "rolling_map": ap}
+        meta.pop("dead_letters")
+        version = fenced_save(
+            runtime.store,
+            EVALUATOR_RECORD,
+            self._record_fence,
+            kind=SCORES_KIND,
+            meta=meta,
+            arrays=self.rolling.to_arrays(),
+            offsets={self.settings.queries_topic: self.offsets},
         )
+        self._dirty = False
+        return {EVALUATOR_RECORD: version}
 
-    def stop(self) -> None:
-        self._stop.set()
 
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT -> publish once more and return (main thread only)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
+class Evaluator(StreamRuntime):
+    """The stream runtime running the evaluator handler."""
 
-    def run(self, until: Callable[[Evaluator], bool] | None = None) -> int:
-        """Poll, evaluate and publish until stopped, idle, `until(self)` or fenced."""
-        if self._consumer is None:
-            self.start()
-        idle_since = time.monotonic()
-        try:
-            while not self._stop.is_set() and not self.fenced:
-                self.step()
-                if self._polled_last:
-                    idle_since = time.monotonic()
-                if until is not None and until(self):
-                    break
-                idle = self.options.exit_when_idle
-                if idle is not None and time.monotonic() - idle_since >= idle:
-                    log_event(log, "idle, exiting", idle_seconds=idle)
-                    break
-            if not self.fenced and self._unpublished:
-                for _ in range(5):
-                    if self.publish() or self.fenced:
-                        break
-                    time.sleep(self._publish_backoff.delay)
-        finally:
-            self.close()
-        log_event(log, "evaluator stopped", **self.summary())
-        return EXIT_FENCED if self.fenced else EXIT_OK
+    handler: EvaluatorHandler
 
-    def step(self, timeout_ms: int | None = None) -> int:
-        """One poll, its evaluation and a publish when due; returns queries evaluated.
+    def __init__(
+        self,
+        settings: Settings,
+        options: EvaluatorOptions | None = None,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+    ) -> None:
+        options = options or EvaluatorOptions()
+        super().__init__(settings, Handler(), options.runtime(), transport=transport, store=store)
+        self.options = options
+        self.handler = EvaluatorHandler(settings, options, self.store)  # the scorers' store
 
-        The body of `run`, public so a caller can interleave workers without threads.
-        """
-        messages = self.poll(timeout_ms)
-        self._polled_last = bool(messages)
-        evaluated = self.process(messages) if messages else 0
-        self._maybe_publish()
-        return evaluated
+    def evaluate(self, query: JudgedQuery) -> QueryScores:
+        return self.handler.evaluate(query)
 
-    def poll(self, timeout_ms: int | None = None) -> list[Message]:
-        """Messages from the consumer (waiting up to `timeout_ms`, default `poll_ms`);
-        [] after a back-off when the broker is away."""
-        assert self._consumer is not None, "call start() first"
-        wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        return poll_or_back_off(
-            self._consumer,
-            wait,
-            self.options.max_poll_records,
-            self._transient,
-            self._poll_backoff,
-            self._stop,
-            log,
-        )
+    def summary(self) -> dict[str, Any]:
+        return self.handler.summary()
 
-    def _retry(self, what: str, action: Callable[[], None]) -> None:
-        retry_until_stopped(what, action, self._stop, self._transient, log)
+    def publish(self) -> bool:
+        """Publish the scores record now; False if fenced or a transient error deferred it."""
+        return self.checkpoint()
 
-    def close(self) -> None:
-        """Close the consumer and producer, and the transport/store if opened here."""
-        for closable in (self._consumer, self._producer, *self._owned):
-            if closable is not None:
-                try:
-                    closable.close()
-                except self._transient as exc:
-                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
-        self._consumer = self._producer = None
-        self._owned = []
+    @property
+    def champion(self) -> str:
+        return self.handler.champion
+
+    @property
+    def rolling(self) -> RollingScores:
+        return self.handler.rolling
+
+    @property
+    def history(self) -> deque[QueryScores]:
+        return self.handler.history
+
+    @property
+    def queries_evaluated(self) -> int:
+        return self.handler.queries_evaluated
+
+    @property
+    def dead_letters(self) -> int:
+        return self.handler.dead_letters
+
+    @property
+    def cache(self) -> ScorerCache:
+        return self.handler.cache
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        return self.handler.offsets

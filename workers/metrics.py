@@ -97,6 +97,12 @@ NDCG_AT_50 = Gauge(
     "Rolling mean NDCG@50 over recent judged queries, scored before the update they cause.",
     ["model"],
 )
+LAST_POLL_TIMESTAMP = Gauge(
+    "rankstream_worker_last_poll_timestamp_seconds",
+    "Unix time of a worker's last successful poll of its topics (health: connected and "
+    "consuming, or idle with nothing to read).",
+    ["worker"],
+)
 MEAN_AVERAGE_PRECISION = Gauge(
     "rankstream_map", "Rolling mean average precision over recent judged queries.", ["model"]
 )

@@ -1,9 +1,10 @@
 """The online worker: triplets from the stream -> every online ranker -> fenced checkpoints.
 
-One consumer reads `settings.triplets_topic`; each message is decoded once and applied
-to every named model (one `learn_many` per model). Each model's weights are saved with
-the offsets they cover (`workers.checkpoint`), every `checkpoint_records` triplets or
-`checkpoint_seconds`, and on a clean stop (SIGTERM/SIGINT, `exit_when_idle`).
+`OnlineHandler` is the worker's own part, run by the stream runtime (`workers.runtime`):
+each message is decoded once and applied to every named model (`ranking.learners` names
+them; one compiled pass for the linear ones), and each model is saved with the offsets
+it covers (`workers.checkpoint`) when the runtime's checkpoint cadence says so
+(`checkpoint_records` triplets or `checkpoint_seconds`), and on a clean stop.
 
 Exact resume: on start each model is loaded with its offsets, and every partition is
 sought to the *minimum* next-offset over the models (the beginning when any model has
@@ -14,270 +15,119 @@ bit-identical to an uninterrupted run when the per-model order of messages is th
 that holds within a partition, so single-partition topics give bit-identical resumes,
 while across partitions the interleaving depends on fetch timing (still exactly once).
 
-Scale-out (`per_partition`, in a consumer group): each partition k has its own models
-`{algo}.p{k}`, loaded on assignment and checkpointed on revocation, and the owner of
-partition 0 publishes their parameter mix as `{algo}` (see `workers.scaleout`).
+Scale-out (`per_partition`, in a consumer group): the runtime keeps one handler per
+partition k with its own models `{algo}.p{k}` (`workers.runtime.PerPartition`), and the
+handler of partition 0 publishes their parameter mix as `{algo}` (`workers.scaleout`).
 
-Fencing: a FencingError means another worker saved the model after us, so this worker
-is stale. It stops at once (no further saves of any model), logs and counts it, and
-`run` returns EXIT_FENCED; its supervisor restarts it, and the restart loads the newer
-checkpoint. Reloading in place would let two live workers keep taking turns.
+Fencing: a FencingError on a save means another worker saved the model after us, so
+this worker is stale; the runtime stops it at once (no further saves) and it exits
+with EXIT_FENCED; its supervisor restarts it, which loads the newer checkpoint.
 
-Dead letters: a message that fails to decode is sent to `settings.dead_letter_topic`
-with the reason and its source offset, and every model moves past it. Row-level
-rejects (NaN/Inf, bad labels) are learned around: the good rows are applied and the
+Dead letters: a message that fails to decode is sent to the dead-letter topic with the
+reason and its source offset, and every model moves past it. Row-level rejects
+(NaN/Inf, tied relevance) are learned around: the good rows are applied and the
 message is dead-lettered with the bad rows' indices. A message is dead-lettered only
 when it lies beyond every model's stored position at start-up; messages between the
 last checkpoint and a crash may be dead-lettered twice, which is why a dead letter's
 key is "topic:partition:offset" (consumers can deduplicate on it).
-
-Consumer lag is reported in records: message lag (end offset - position) times the
-mean records per message this worker has decoded so far (an estimate: blocks vary).
-
-Transient errors (broker or Redis unreachable) never kill the worker: polls back off
-and retry, and a failed checkpoint keeps its models dirty and is retried after a back-
-off, the stored offsets never moving without the weights they belong to.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
-import socket
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from rankstream.stream.connect import open_store, open_transport
+from rankstream.ranking import learners
 from rankstream.stream.schema import NON_FINITE, SchemaError, TripletBlock, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import FencingError, ModelStore
-from rankstream.stream.transport import Consumer, Message, Producer, Transport
+from rankstream.stream.store import ModelStore
+from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
 from rankstream.workers.checkpoint import (
-    DEFAULT_SCALER_ROWS,
     TrackedModel,
     learn_together,
     load_or_create,
     save_checkpoint,
 )
-from rankstream.workers.deadletters import send_dead_letter
 from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.resilience import Backoff as _Backoff
-from rankstream.workers.resilience import (
-    final_save,
-    poll_or_back_off,
-    retry_until_stopped,
-    transient_errors,
-)
-from rankstream.workers.scaleout import PartitionModels
+from rankstream.workers.online_options import LINEAR_ALGOS, WorkerOptions
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, PerPartition, StreamRuntime
+from rankstream.workers.scaleout import MIXER_PARTITION, partition_model_name, publish_mix
 
-EXIT_OK = 0
-EXIT_FENCED = 3
-LINEAR_ALGOS = ("opr", "opar1", "opar2", "ogdr")
-_LAG_REFRESH_SECONDS = 2.0
+__all__ = [
+    "EXIT_FENCED",
+    "EXIT_OK",
+    "LINEAR_ALGOS",
+    "OnlineHandler",
+    "OnlineWorker",
+    "WorkerOptions",
+]
+
 
 log = get_logger("rankstream.worker.online")
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """What `rankstream worker online` can be told, beyond the environment's Settings."""
-
-    algos: tuple[str, ...] = LINEAR_ALGOS
-    checkpoint_records: int = 100_000
-    checkpoint_seconds: float = 5.0
-    exit_when_idle: float | None = None  # in a group, counted only while partitions are owned
-    group: str | None = None
-    scaler_rows: int = DEFAULT_SCALER_ROWS
-    C: float = 0.1
-    eta: float = 0.01
-    poll_ms: int = 200
-    max_poll_records: int = 500
-    partitions: int = 1  # created with this many partitions when the topic is missing
-    per_partition: bool = False  # group scale-out: models {algo}.p{k}, mixed (workers.scaleout)
-    mix_seconds: float = 10.0  # how often the owner of partition 0 publishes the mix
-
-    def __post_init__(self) -> None:
-        if self.per_partition and self.group is None:
-            raise ValueError("per_partition models need a consumer group (group=...)")
-        if not self.mix_seconds > 0:
-            raise ValueError(f"mix_seconds must be > 0, got {self.mix_seconds}")
-        if not self.algos or len(set(self.algos)) != len(self.algos):
-            raise ValueError(f"algos must be distinct and non-empty, got {self.algos}")
-        if self.checkpoint_records < 1 or not self.checkpoint_seconds > 0:
-            raise ValueError("checkpoint_records must be >= 1 and checkpoint_seconds > 0")
-        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
-            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
-        if self.scaler_rows < 1:
-            raise ValueError(f"scaler_rows must be >= 1, got {self.scaler_rows}")
-
-
-BlockObserver = Callable[[Message, object], None]
+BlockObserver = Callable[[Message, TripletBlock], None]
 
 
 @dataclass
-class _Counters:
-    records: int = 0
+class OnlineCounters:
+    records: int = 0  # triplets learned (decoded rows of messages some model still needed)
     messages: int = 0  # messages applied to at least one model
-    polled: int = 0  # messages read from the consumer (replays included)
-    since_checkpoint: int = 0
-    checkpoints: int = 0
     dead_letters: int = 0
-    lag_records: dict[int, int] = field(default_factory=dict)
 
 
-class OnlineWorker:
-    """Consume triplets, update every named model, checkpoint with offsets (see module doc)."""
+class OnlineHandler(Handler):
+    """Every named online model, learning the triplets topic (see the module docstring).
+
+    `partition` set: the handler of one partition in scale-out, with models
+    `{algo}.p{partition}`; the one of partition 0 also publishes the parameter mix.
+    """
+
+    name = "online"
 
     def __init__(
         self,
         settings: Settings,
         options: WorkerOptions,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
+        partition: int | None = None,
         on_block: BlockObserver | None = None,
     ) -> None:
         self.settings = settings
         self.options = options
-        self.transport = transport if transport is not None else open_transport(settings)
-        self._owns_transport = transport is None  # closed by close(); it reopens lazily
-        self.store = store if store is not None else open_store(settings)
-        self.writer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.partition = partition
         self.models: list[TrackedModel] = []
-        self.counters = _Counters()
+        self.counters = OnlineCounters()
         # CPU seconds each model spent learning in this process (see `_learn_timed`)
-        self.learn_seconds: dict[str, float] = (
-            {} if options.per_partition else dict.fromkeys(options.algos, 0.0)
-        )
-        self.fenced = False
+        self.learn_seconds: dict[str, float] = dict.fromkeys(self._names(), 0.0)
         self._on_block = on_block
-        self._stop = threading.Event()
-        self._transient = transient_errors()
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
         self._dead_letter_from: dict[int, int] = {}
-        self._checkpoint_backoff = _Backoff()
-        self._poll_backoff = _Backoff()
-        self._last_checkpoint = time.monotonic()
-        self._last_lag = 0.0
-        self._partitioned: PartitionModels | None = (
-            PartitionModels(self, options.mix_seconds, self._retry_until_stopped)
-            if options.per_partition
-            else None
-        )
+        self._last_mix = time.monotonic()
 
-    # --- lifecycle ------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the loop to finish: a final checkpoint, then `run` returns."""
-        self._stop.set()
+    def _names(self) -> list[str]:
+        if self.partition is None:
+            return list(self.options.algos)
+        return [partition_model_name(a, self.partition) for a in self.options.algos]
 
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT -> clean stop (main thread only)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.stop())
+    # --- the runtime's calls --------------------------------------------------------------
+    def topics(self) -> dict[str, int]:
+        return {self.settings.triplets_topic: self.options.partitions}
 
-    def run(self, until: Callable[[OnlineWorker], bool] | None = None) -> int:
-        """Loop until stopped, idle for `exit_when_idle`, `until(self)` or fenced.
+    def extra_topics(self) -> dict[str, int]:
+        return {self.settings.dead_letter_topic: 1}
 
-        Starts the worker first unless `start()` was already called.
-        """
-        if self._consumer is None:
-            self.start()
-        idle_since = time.monotonic()
-        clean = False
-        try:
-            while not self._stop.is_set() and not self.fenced:
-                polled = self.counters.polled
-                self.step()
-                if self.counters.polled != polled or self._awaiting_partitions():
-                    idle_since = time.monotonic()
-                if until is not None and until(self):
-                    break
-                idle = self.options.exit_when_idle
-                if idle is not None and time.monotonic() - idle_since >= idle:
-                    log_event(log, "idle, exiting", idle_seconds=idle)
-                    break
-            clean = True
-        finally:
-            self.close(final_checkpoint=clean)
-        log_event(
-            log,
-            "worker stopped",
-            records=self.counters.records,
-            checkpoints=self.counters.checkpoints,
-            fenced=self.fenced,
-        )
-        return EXIT_FENCED if self.fenced else EXIT_OK
-
-    def _awaiting_partitions(self) -> bool:
-        """A group member that owns no partition yet is not idle: it waits for a rebalance."""
-        return self.options.group is not None and not self._consumer.assignment()
-
-    def step(self, timeout_ms: int | None = None) -> int:
-        """One poll, its processing and a checkpoint when due; returns records learned.
-
-        The body of `run`, public so a caller can interleave workers without threads
-        (the embedded demo). Checkpoints are considered after every message, so they
-        come every `checkpoint_records` records, not every N polls.
-        """
-        before = self.counters.records
-        messages = self.poll(timeout_ms)
-        for message in messages:
-            if self.fenced:
-                break
-            self.process([message])
-            self._maybe_checkpoint()
-        if not messages:
-            self._maybe_checkpoint()
-        self._maybe_report_lag()
-        if self._partitioned is not None:
-            self._partitioned.tick()
-        return self.counters.records - before
-
-    def close(self, final_checkpoint: bool = False) -> None:
-        """Close the consumer, producer and (if opened here) the transport; idempotent.
-
-        With `final_checkpoint` (and not fenced) every model with unsaved progress is
-        saved first, and in scale-out the parameter mix is published once more.
-        """
-        if final_checkpoint and not self.fenced and self._consumer is not None:
-            self._final_checkpoint()
-            if self._partitioned is not None:
-                self._partitioned.maybe_mix(force=True)
-        owned = [self.transport] if self._owns_transport else []
-        for closable in (self._consumer, self._producer, *owned):
-            if closable is not None:
-                try:
-                    closable.close()
-                except self._transient as exc:
-                    log_event(log, "close failed", level=logging.WARNING, error=repr(exc))
-        self._consumer = self._producer = None
-
-    def start(self) -> None:
-        """Create topics, load every model with its offsets, and seek the consumer there."""
-        opts = self.options
+    def load(self, runtime: StreamRuntime) -> None:
+        """Each model with its offsets, or a fresh one that starts at the beginning."""
+        self.models = [
+            load_or_create(
+                runtime.store, name, self.options.hyper, self.options.scaler_rows, algo=algo
+            )
+            for name, algo in zip(self._names(), self.options.algos, strict=True)
+        ]
         topic = self.settings.triplets_topic
-        self._retry_until_stopped(
-            "ensure topics",
-            lambda: self.transport.ensure_topics(
-                {topic: opts.partitions, self.settings.dead_letter_topic: 1}
-            ),
-        )
-
-        def load_all() -> None:
-            params = {"C": opts.C, "eta": opts.eta}
-            self.models = [
-                load_or_create(self.store, name, params, opts.scaler_rows) for name in opts.algos
-            ]
-
-        if self._partitioned is None:  # else each partition's models load on assignment
-            self._retry_until_stopped("load models", load_all)
         for model in self.models:
             metrics.MODEL_VERSION.labels(model=model.name).set(model.version)
             log_event(
@@ -288,77 +138,24 @@ class OnlineWorker:
                 triplets_seen=model.triplets_seen,
                 offsets={str(p): o for p, o in model.offsets.get(topic, {}).items()},
             )
-        self._retry_until_stopped("connect", self._connect)
 
-    def _connect(self) -> None:
-        """Open the producer (dead letters) and the consumer at the models' positions."""
-        topic = self.settings.triplets_topic
-        if self._producer is None:
-            self._producer = self.transport.producer()
-        if self._consumer is None:
-            self._consumer = self.transport.consumer(self.options.group)
-        consumer = self._consumer
-        if self.options.group is None:
-            partitions = [(topic, p) for p in self.transport.partitions_for(topic)]
-            consumer.assign(partitions)
-            self._seek_to_models(partitions)
-        elif self._partitioned is not None:
-            consumer.subscribe(
-                [topic],
-                on_assign=self._partitioned.on_assign,
-                on_revoke=self._partitioned.on_revoke,
-            )
-        else:
-            consumer.subscribe([topic], on_assign=self._seek_to_models)
-
-    def _seek_to_models(self, partitions: Sequence[tuple[str, int]]) -> None:
-        """Seek each partition to the earliest position any model still needs."""
-        assert self._consumer is not None
+    def positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The earliest position any model still needs (None: some model has none)."""
+        found: dict[TopicPartition, int | None] = {}
         for topic, partition in partitions:
-            positions = [m.next_offset(topic, partition) for m in self._models_for(partition)]
-            stored = [p for p in positions if p is not None]
-            self._dead_letter_from[partition] = max(stored, default=0)
-            if len(stored) < len(positions):
-                self._consumer.seek_to_beginning(topic, partition)
-                where = "beginning"
-            else:
-                self._consumer.seek(topic, partition, min(stored))
-                where = min(stored)
-            log_event(log, "seek", topic=topic, partition=partition, offset=where)
+            stored = [m.next_offset(topic, partition) for m in self.models]
+            known = [o for o in stored if o is not None]
+            self._dead_letter_from[partition] = max(known, default=0)
+            found[(topic, partition)] = min(known) if len(known) == len(stored) else None
+        return found
 
-    def _models_for(self, partition: int) -> list[TrackedModel]:
-        """The models that learn this partition: all of them, or its own in scale-out."""
-        if self._partitioned is None:
-            return self.models
-        return self._partitioned.models_for(partition)
-
-    def _retry_until_stopped(self, what: str, action: Callable[[], None]) -> None:
-        retry_until_stopped(what, action, self._stop, self._transient, log)
-
-    # --- consuming ------------------------------------------------------------------
-    def poll(self, timeout_ms: int | None = None) -> list[Message]:
-        """Messages from the consumer (waiting up to `timeout_ms`, default the options'
-        `poll_ms`); [] after a back-off when the broker is away."""
-        assert self._consumer is not None, "call start() first"
-        wait = self.options.poll_ms if timeout_ms is None else timeout_ms
-        messages = poll_or_back_off(
-            self._consumer,
-            wait,
-            self.options.max_poll_records,
-            self._transient,
-            self._poll_backoff,
-            self._stop,
-            log,
-        )
-        self.counters.polled += len(messages)
-        return messages
-
-    def process(self, messages: Sequence[Message]) -> None:
+    def process(self, runtime: StreamRuntime, messages: Sequence[Message]) -> int:
         """Decode each message once and apply it to every model that has not covered it."""
+        learned = 0
         for message in messages:
             targets = [
                 m
-                for m in self._models_for(message.partition)
+                for m in self.models
                 if not m.covers(message.topic, message.partition, message.offset)
             ]
             if not targets:
@@ -367,21 +164,65 @@ class OnlineWorker:
             try:
                 block = decode_triplets(message.value)
             except SchemaError as exc:
-                self._dead_letter(message, exc.reason, exc.detail)
+                self._dead_letter(runtime, message, exc.reason, exc.detail)
                 for model in targets:
                     model.skip(message.topic, message.partition, message.offset)
                 continue
             if block.rejects:
-                self._dead_letter_rows(message, block.rejects)
-            self._learn(message, block, targets)
+                self._dead_letter_rows(runtime, message, block.rejects)
+            learned += self._learn(runtime, message, block, targets)
             if self._on_block is not None:
                 self._on_block(message, block)
+        return learned
 
-    def _learn(self, message: Message, block: TripletBlock, targets: list[TrackedModel]) -> None:
+    def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
+        """Save every model with unsaved progress (fenced); {name: new version}."""
+        saved: dict[str, int] = {}
+        for model in self.models:
+            if model.checkpointable:
+                version = save_checkpoint(runtime.store, model, runtime.writer)
+                metrics.MODEL_VERSION.labels(model=model.name).set(version)
+                saved[model.name] = version
+        return saved
+
+    def tick(self, runtime: StreamRuntime) -> None:
+        """In scale-out, the handler of partition 0 publishes the mix when it is due."""
+        if self.partition == MIXER_PARTITION:
+            now = time.monotonic()
+            if now - self._last_mix >= self.options.mix_seconds:
+                self._last_mix = now
+                self.publish_mix(runtime)
+
+    def on_stop(self, runtime: StreamRuntime) -> None:
+        """The last mix on the way out (the partition models were just saved)."""
+        if self.partition == MIXER_PARTITION:
+            self.publish_mix(runtime)
+
+    def publish_mix(self, runtime: StreamRuntime) -> None:
+        topic = self.settings.triplets_topic
+        partitions = runtime.transport.partitions_for(topic)
+        versions = {
+            algo: publish_mix(runtime.store, topic, algo, partitions, runtime.writer)
+            for algo in self.options.algos
+        }
+        published = {a: v for a, v in versions.items() if v is not None}
+        if published:
+            log_event(log, "mix published", versions=published)
+
+    def summary(self) -> dict[str, Any]:
+        return {"learned": self.counters.records}
+
+    # --- learning -------------------------------------------------------------------------
+    def _learn(
+        self,
+        runtime: StreamRuntime,
+        message: Message,
+        block: TripletBlock,
+        targets: list[TrackedModel],
+    ) -> int:
         """Every model learns the block in one compiled pass; a model that refuses it skips it."""
         n = len(block)
         self.counters.records += n
-        self.counters.since_checkpoint += n
         metrics.TRIPLETS_CONSUMED.inc(n)
         results = self._learn_timed(targets, message, block)
         refused: list[str] = []
@@ -392,7 +233,8 @@ class OnlineWorker:
                 continue
             metrics.MODEL_UPDATES.labels(model=model.name).inc(result)
         if refused:
-            self._dead_letter(message, NON_FINITE, "; ".join(refused))
+            self._dead_letter(runtime, message, NON_FINITE, "; ".join(refused))
+        return n
 
     def _learn_timed(
         self, targets: list[TrackedModel], message: Message, block: TripletBlock
@@ -404,12 +246,16 @@ class OnlineWorker:
         The linear models whose scaler is fitted share one compiled pass (x formed once
         per row, then every model's margin and update), so that pass is timed once and
         split equally among them: each does the same per-row work on the shared x.
-        AROW learns on its own (its own kernel), and a model still holding messages for
-        its scaler learns alone too (it may fit the scaler and replay what it held);
-        each is charged its own time. Splitting the call changes no weights: models are
-        independent inside `learn_together`.
+        A learner with a kernel of its own (AROW) learns on its own, and a model still
+        holding messages for its scaler learns alone too (it may fit the scaler and
+        replay what it held); each is charged its own time. Splitting the call changes
+        no weights: models are independent inside `learn_together`.
         """
-        shared = [m for m in targets if m.ranker is not None and m.algo != "arow"]
+        shared = [
+            m
+            for m in targets
+            if m.ranker is not None and learners.learner(m.algo).linear_rule is not None
+        ]
         shared_ids = {id(m) for m in shared}
         groups = ([shared] if shared else []) + [[m] for m in targets if id(m) not in shared_ids]
         y = block.y()
@@ -426,110 +272,77 @@ class OnlineWorker:
                 metrics.LEARN_SECONDS.labels(model=model.name).inc(share)
         return [results[id(m)] for m in targets]
 
-    def _dead_letter_rows(self, message: Message, rejects: list[tuple[int, str]]) -> None:
+    # --- dead letters ---------------------------------------------------------------------
+    def _dead_letter_rows(
+        self, runtime: StreamRuntime, message: Message, rejects: list[tuple[int, str]]
+    ) -> None:
         reasons = Counter(reason for _, reason in rejects)
         detail = f"{len(rejects)} rejected rows: " + ", ".join(
             f"{count} {reason}" for reason, count in reasons.most_common()
         )
-        self._dead_letter(
-            message, reasons.most_common(1)[0][0], detail, rows=[row for row, _ in rejects]
-        )
+        rows = [row for row, _ in rejects]
+        self._dead_letter(runtime, message, reasons.most_common(1)[0][0], detail, rows)
 
     def _dead_letter(
-        self, message: Message, reason: str, detail: str, rows: list[int] | None = None
+        self,
+        runtime: StreamRuntime,
+        message: Message,
+        reason: str,
+        detail: str,
+        rows: list[int] | None = None,
     ) -> None:
-        """Send the original bytes, reason and source offset to the dead-letter topic."""
+        """Dead-letter a message, unless a previous worker already did (before its save)."""
         if message.offset < self._dead_letter_from.get(message.partition, 0):
-            return  # a previous worker already dead-lettered it (covered by a checkpoint)
-        assert self._producer is not None
-        send_dead_letter(
-            self._producer,
-            self.settings.dead_letter_topic,
-            message,
-            reason,
-            detail,
-            transient=self._transient,
-            logger=log,
-            rows=rows,
-        )
+            return
+        runtime.dead_letter(message, reason, detail, rows)
         self.counters.dead_letters += 1
 
-    # --- checkpoints ----------------------------------------------------------------
-    def _maybe_checkpoint(self) -> None:
-        due = (
-            self.counters.since_checkpoint >= self.options.checkpoint_records
-            or time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds
-        )
-        if due and self._checkpoint_backoff.ready():
-            self.checkpoint()
 
-    def checkpoint(self) -> bool:
-        """Save every model with unsaved progress; False if a transient error deferred it."""
-        dirty = [m for m in self.models if m.checkpointable]
-        self._last_checkpoint = time.monotonic()
-        if not dirty:
-            self.counters.since_checkpoint = 0
-            return True
-        started = time.perf_counter()
-        try:
-            for model in dirty:
-                version = save_checkpoint(self.store, model, self.writer)
-                metrics.MODEL_VERSION.labels(model=model.name).set(version)
-        except FencingError as exc:
-            self.fenced = True
-            metrics.FENCING_ERRORS.labels(model=exc.name).inc()
-            log_event(
-                log,
-                "fenced: a newer writer owns the model; stopping",
-                level=logging.ERROR,
-                model=exc.name,
-                expected=exc.expected,
-                actual=exc.actual,
+class OnlineWorker(StreamRuntime):
+    """The stream runtime running the online handler (one per partition in scale-out)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: WorkerOptions | None = None,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+        on_block: BlockObserver | None = None,
+    ) -> None:
+        options = options or WorkerOptions()
+        handler: Handler
+        if options.per_partition:
+            handler = PerPartition(
+                "online",
+                {settings.triplets_topic: options.partitions},
+                lambda k: OnlineHandler(settings, options, partition=k, on_block=on_block),
+                extra_topics={settings.dead_letter_topic: 1},
             )
-            return False
-        except self._transient as exc:
-            metrics.CHECKPOINT_FAILURES.inc()
-            delay = self._checkpoint_backoff.failed()
-            log_event(
-                log,
-                "checkpoint failed; will retry",
-                level=logging.WARNING,
-                error=repr(exc),
-                retry_in_s=delay,
-            )
-            return False
-        self._checkpoint_backoff.succeeded()
-        metrics.CHECKPOINT_SECONDS.observe(time.perf_counter() - started)
-        self.counters.checkpoints += 1
-        self.counters.since_checkpoint = 0
-        log_event(
-            log,
-            "checkpoint",
-            models={m.name: m.version for m in dirty},
-            seconds=round(time.perf_counter() - started, 4),
-        )
-        return True
+        else:
+            handler = OnlineHandler(settings, options, on_block=on_block)
+        super().__init__(settings, handler, options.runtime(), transport=transport, store=store)
+        self.options = options
 
-    def _final_checkpoint(self) -> None:
-        final_save(
-            "checkpoint", self.checkpoint, lambda: self.fenced, self._checkpoint_backoff, log
+    def _handlers(self) -> list[OnlineHandler]:
+        if isinstance(self.handler, PerPartition):
+            return [h for _, h in sorted(self.handler.by_partition.items())]  # type: ignore[misc]
+        return [self.handler]  # type: ignore[list-item]
+
+    @property
+    def models(self) -> list[TrackedModel]:
+        """Every model this worker learns now (in scale-out: of the partitions it owns)."""
+        return [m for h in self._handlers() for m in h.models]
+
+    @property
+    def counters(self) -> OnlineCounters:
+        handlers = self._handlers()
+        return OnlineCounters(
+            records=sum(h.counters.records for h in handlers),
+            messages=sum(h.counters.messages for h in handlers),
+            dead_letters=sum(h.counters.dead_letters for h in handlers),
         )
 
-    # --- lag --------------------------------------------------------------------------
-    def _maybe_report_lag(self) -> None:
-        now = time.monotonic()
-        if now - self._last_lag < _LAG_REFRESH_SECONDS or self._consumer is None:
-            return
-        self._last_lag = now
-        topic = self.settings.triplets_topic
-        try:
-            ends = self.transport.end_offsets(topic)
-            assignment = self._consumer.assignment()
-            per_message = self.counters.records / max(self.counters.messages, 1)
-            for t, partition in assignment:
-                lag = max(0, ends.get(partition, 0) - self._consumer.position(t, partition))
-                records = round(lag * per_message)
-                self.counters.lag_records[partition] = records
-                metrics.CONSUMER_LAG_RECORDS.labels(topic=t, partition=str(partition)).set(records)
-        except self._transient as exc:
-            log_event(log, "lag refresh failed", level=logging.WARNING, error=repr(exc))
+    @property
+    def learn_seconds(self) -> dict[str, float]:
+        return {k: v for h in self._handlers() for k, v in h.learn_seconds.items()}

@@ -27,13 +27,14 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rankstream.ranking import learners
 from rankstream.stream.recording import (
     ReadCounts,
     RecordingError,
@@ -41,12 +42,11 @@ from rankstream.stream.recording import (
     iter_triplet_chunks,
     nonfinite_rows,
 )
+from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
 
 if TYPE_CHECKING:
     from rankstream.workers.checkpoint import TrackedModel
 
-LINEAR_ALGOS = ("opr", "opar1", "opar2", "ogdr")  # workers.online's default set
-DEFAULT_SCALER_ROWS = 2000  # workers.checkpoint.DEFAULT_SCALER_ROWS (not imported: numba)
 _PREFETCH_CHUNKS = 3
 # Rows per learn_many once scalers are fitted: x and its scaled copy (~2 x 4.7 MB in
 # float64) stay in cache across the four models instead of streaming from memory.
@@ -57,17 +57,14 @@ _SPAN_ROWS = 16_384
 class DirectOptions:
     """The hyper-parameters a back-test varies; defaults match `rankstream worker online`."""
 
-    algos: tuple[str, ...] = LINEAR_ALGOS
-    C: float = 0.1
-    eta: float = 0.01
+    algos: tuple[str, ...] = field(default_factory=learners.worker_defaults)
+    hyper: Mapping[str, float] = field(default_factory=dict)  # ranking.learners.HYPERPARAMETERS
     scaler_rows: int = DEFAULT_SCALER_ROWS
     skip_bad: bool = False
 
     def __post_init__(self) -> None:
-        if not self.algos or len(set(self.algos)) != len(self.algos):
-            raise ValueError(f"algos must be distinct and non-empty, got {self.algos}")
-        if not (self.C > 0 and self.eta > 0 and np.isfinite(self.C) and np.isfinite(self.eta)):
-            raise ValueError(f"C and eta must be finite and > 0, got C={self.C} eta={self.eta}")
+        learners.check_names(self.algos)
+        object.__setattr__(self, "hyper", learners.hyperparameters(self.hyper))
         if self.scaler_rows < 1:
             raise ValueError(f"scaler_rows must be >= 1, got {self.scaler_rows}")
 
@@ -119,15 +116,10 @@ def train_from_log(
     options = options or DirectOptions()
     counts = ReadCounts()
     chunks = _prefetch(iter_triplet_chunks(directory, skip_bad=options.skip_bad, counts=counts))
-    from rankstream.ranking.online import ALGOS
     from rankstream.workers.checkpoint import TrackedModel
 
-    unknown = [a for a in options.algos if a not in ALGOS]
-    if unknown:
-        raise ValueError(f"unknown algos {unknown}; choose from {ALGOS}")
-    params = {"C": options.C, "eta": options.eta}
     models = [
-        TrackedModel(name=a, algo=a, params=dict(params), scaler_rows=options.scaler_rows)
+        TrackedModel(name=a, algo=a, params=dict(options.hyper), scaler_rows=options.scaler_rows)
         for a in options.algos
     ]
     for chunk in chunks:
@@ -167,7 +159,7 @@ def _learn_chunk(
     models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool, counts: ReadCounts
 ) -> None:
     """Scaler phase message by message, then the rest of the chunk in one span."""
-    y = np.where(chunk.rel1.astype(np.int16) > chunk.rel2, 1.0, -1.0)  # TripletBlock.y
+    y = chunk.block.y()
     start = 0
     if any(m.ranker is None for m in models):
         bounds = chunk.message_bounds()
@@ -198,8 +190,8 @@ def _learn_span(
         topic,
         int(chunk.partition[last]),
         int(chunk.offset[last]),
-        chunk.phi1[a:b],
-        chunk.phi2[a:b],
+        chunk.block.phi1[a:b],
+        chunk.block.phi2[a:b],
         y[a:b],
     )
     refused = [m for m, r in zip(models, results, strict=True) if isinstance(r, ValueError)]
@@ -232,7 +224,7 @@ def _learn_messages(
     for s, e in itertools.pairwise(sub.message_bounds()):
         topic, p, o = chunk.topic, int(sub.partition[s]), int(sub.offset[s])
         try:
-            model.learn(topic, p, o, sub.phi1[s:e], sub.phi2[s:e], y[a:b][s:e])
+            model.learn(topic, p, o, sub.block.phi1[s:e], sub.block.phi2[s:e], y[a:b][s:e])
         except ValueError:
             model.skip(topic, p, o)
 

@@ -41,7 +41,8 @@ every shard: feeding it back would make each partition model depend on when mixe
 happened, losing exact per-partition replay. The mix covers the offsets of its
 inputs (reported as its offsets) and names them in meta `mixed_from`.
 
-Who mixes: the worker that owns partition 0. The mix is a pure function of stored
+Who mixes: the worker that owns partition 0 (its `workers.online.OnlineHandler` for
+that partition, run by the runtime's `PerPartition`). The mix is a pure function of stored
 inputs, and its save is fenced on the `{algo}` version that worker read just before,
 so during a rebalance two would-be mixers cannot interleave: the loser of a race skips
 that round (its content would have been identical) and nothing is published twice for
@@ -50,22 +51,17 @@ the same inputs.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.store import FencingError, ModelStore, StoredModel
-from rankstream.workers.checkpoint import MODEL_KIND, TrackedModel, load_or_create
+from rankstream.workers.checkpoint import MODEL_KIND
 from rankstream.workers.logging import get_logger, log_event
-
-if TYPE_CHECKING:
-    from rankstream.workers.online import OnlineWorker
 
 log = get_logger("rankstream.worker.scaleout")
 MIXER_PARTITION = 0
@@ -119,7 +115,7 @@ def mix_rankers(rankers: Sequence[OnlineRanker]) -> OnlineRanker:
             a * r.sigma / np.outer(s, s)  # type: ignore[operator]
             for a, r, s in zip(share, rankers, stds, strict=True)
         )
-        mixed._sigma = raw_sigma * np.outer(std, std)
+        mixed._state["sigma"] = raw_sigma * np.outer(std, std)
     mixed.n_seen = int(seen.sum())
     mixed.n_updates = int(sum(r.n_updates for r in rankers))
     if not np.isfinite(mixed.weights).all():
@@ -175,124 +171,3 @@ def publish_mix(
             actual=exc.actual,
         )
         return None
-
-
-# --- the worker's side ---------------------------------------------------------------
-
-
-class PartitionModels:
-    """The per-partition models of the partitions one worker owns; rebalance callbacks.
-
-    The worker keeps learning and checkpointing `worker.models` as usual; this object
-    decides which models those are and which of them see a partition's messages.
-    """
-
-    def __init__(
-        self,
-        worker: OnlineWorker,
-        mix_seconds: float,
-        retry: Callable[[str, Callable[[], None]], None],
-    ) -> None:
-        self.worker = worker
-        self.mix_seconds = mix_seconds
-        self._retry = retry
-        self._by_partition: dict[int, list[TrackedModel]] = {}
-        self._last_mix = time.monotonic()
-        self._failure: BaseException | None = None
-
-    @property
-    def owned(self) -> list[int]:
-        return sorted(self._by_partition)
-
-    def models_for(self, partition: int) -> list[TrackedModel]:
-        return self._by_partition.get(partition, [])
-
-    def on_assign(self, partitions: list[tuple[str, int]]) -> None:
-        """Load each new partition's models with their offsets, then seek every partition.
-
-        The consumer calls this inside `poll` and swallows what it raises (kafka-python
-        logs "rebalance callback throws"), which would leave partitions assigned but
-        never learned; so a failure is kept and re-raised by `tick` in the worker loop.
-        """
-        try:
-            self._assign(partitions)
-        except BaseException as exc:
-            self._failure = exc
-            self.worker.stop()
-            raise
-
-    def _assign(self, partitions: list[tuple[str, int]]) -> None:
-        opts = self.worker.options
-        params = {"C": opts.C, "eta": opts.eta}
-        for _, partition in partitions:
-            if partition in self._by_partition:
-                continue  # still ours (not revoked): in-memory state is ahead of the store
-
-            def load(partition: int = partition) -> None:
-                self._by_partition[partition] = [
-                    load_or_create(
-                        self.worker.store,
-                        partition_model_name(algo, partition),
-                        params,
-                        opts.scaler_rows,
-                        algo=algo,
-                    )
-                    for algo in opts.algos
-                ]
-
-            self._retry(f"load partition {partition} models", load)
-            log_event(
-                log,
-                "partition assigned",
-                partition=partition,
-                models={m.name: m.version for m in self._by_partition[partition]},
-            )
-        self._sync()
-        self.worker._seek_to_models(partitions)
-
-    def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
-        """Checkpoint before releasing, so the next owner resumes where we stopped.
-
-        A failed checkpoint (Redis away, or fenced) still releases the partition: the
-        next owner resumes from the last checkpoint that did succeed.
-        """
-        if not self.worker.fenced:
-            self.worker.checkpoint()
-        for _, partition in partitions:
-            self._by_partition.pop(partition, None)
-            log_event(log, "partition revoked", partition=partition)
-        self._sync()
-
-    def tick(self) -> None:
-        """Called once per poll: re-raise a failed assignment, publish the mix when due."""
-        if self._failure is not None:
-            raise RuntimeError(
-                f"loading assigned partitions failed: {self._failure!r}"
-            ) from self._failure
-        self.maybe_mix()
-
-    def maybe_mix(self, force: bool = False) -> None:
-        """Publish every algorithm's mix when this worker owns the mixer partition."""
-        now = time.monotonic()
-        if MIXER_PARTITION not in self._by_partition or self.worker.fenced:
-            return
-        if not force and now - self._last_mix < self.mix_seconds:
-            return
-        self._last_mix = now
-        worker = self.worker
-        topic = worker.settings.triplets_topic
-        try:
-            partitions = worker.transport.partitions_for(topic)
-            versions = {
-                algo: publish_mix(worker.store, topic, algo, partitions, worker.writer)
-                for algo in worker.options.algos
-            }
-        except worker._transient as exc:
-            log_event(log, "mix failed; next round retries", level=logging.WARNING, error=repr(exc))
-            return
-        published = {a: v for a, v in versions.items() if v is not None}
-        if published:
-            log_event(log, "mix published", versions=published)
-
-    def _sync(self) -> None:
-        self.worker.models = [m for p in sorted(self._by_partition) for m in self._by_partition[p]]

@@ -13,9 +13,13 @@ Before the first query Uni-Con (equal weights on standardized phi) is published 
 `FeedbackSimulator.calibration_phi`, candidate phi of queries from a seed stream of
 their own, never from the queries that are served and evaluated.
 
+`SimulatorHandler` is the producer's own part, a *source* for the stream runtime
+(`workers.runtime`: it consumes nothing; each of the runtime's steps serves one query).
+`Simulation` runs it: `run()` steps until enough triplets are out (with signals and
+the runtime's clean close), the embedded demo calls `step()` itself.
+
 Determinism: the records depend only on the seed, the collection and the sequence of
 serving models (the feedback loop's own guarantee); the rate limit only delays sends.
-The CLI's `run()` is `step()` in a loop; the embedded demo calls `step()` itself.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from pathlib import Path
 from rankstream.simulators.collection import PAPER_N_IMAGES, Collection
 from rankstream.simulators.feedback import FeedbackSimulator
 from rankstream.simulators.retrieval import CandidateIndex
-from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError, ModelStore
-from rankstream.stream.transport import Producer, Transport
+from rankstream.stream.transport import Transport
 from rankstream.workers import metrics
 from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.runtime import Handler, StreamRuntime
+from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.serving import CHAMPION, UNI_CON, Served, ServingModel
 
 log = get_logger("rankstream.workers.simulator")
@@ -44,7 +49,7 @@ log = get_logger("rankstream.workers.simulator")
 class SimulateOptions:
     """What `rankstream simulate` can be told, beyond the environment's Settings."""
 
-    triplets: int = 100_000  # stop after at least this many triplets
+    triplets: int | None = 100_000  # stop after at least this many triplets; None: never
     seed: int = 0  # query stream seed (order, orientation coins, calibration)
     images: int = PAPER_N_IMAGES
     collection_seed: int = 0  # the collection is cached per (images, collection_seed)
@@ -56,7 +61,7 @@ class SimulateOptions:
     partitions: int = 1  # of the topics, when they must be created
 
     def __post_init__(self) -> None:
-        if self.triplets < 1:
+        if self.triplets is not None and self.triplets < 1:
             raise ValueError(f"triplets must be >= 1, got {self.triplets}")
         if self.rate is not None and not self.rate > 0:
             raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
@@ -156,8 +161,91 @@ class StepResult:
     served: Served
 
 
+class SimulatorHandler(Handler):
+    """The search engine and its users: a source that serves one query per step."""
+
+    name = "simulator"
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: SimulateOptions,
+        simulator: FeedbackSimulator,
+        store: ModelStore,
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self.simulator = simulator
+        self.serving = ServingModel(store, options.serving)
+        self.bucket = TokenBucket(options.rate) if options.rate is not None else None
+        self.triplets_produced = 0
+        self.queries_produced = 0
+        self.served_by: dict[str, int] = {}
+        self.last: StepResult | None = None
+        self.on_step: Callable[[StepResult], None] | None = None
+
+    def extra_topics(self) -> dict[str, int]:
+        parts = self.options.partitions
+        return {self.settings.triplets_topic: parts, self.settings.queries_topic: parts}
+
+    def load(self, runtime: StreamRuntime) -> None:
+        """Publish Uni-Con unless the store has it."""
+        publish_unicon(runtime.store, self.simulator, self.options.calibration_queries)
+
+    @property
+    def done(self) -> bool:
+        target = self.options.triplets
+        return target is not None and self.triplets_produced >= target
+
+    def produce(self, runtime: StreamRuntime) -> int:
+        """Serve, judge and publish one query (its triplet block, then its judged query)."""
+        served = self.serving.refresh()
+        query = self.simulator.next_query()
+        record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
+        n = len(triplets)
+        if self.bucket is not None and n:
+            self.bucket.take(n)
+        key = triplet_key(record.query_id)
+        if n:
+            runtime.producer.send(self.settings.triplets_topic, encode_triplets(triplets), key=key)
+        judged = JudgedQuery(
+            seq=self.queries_produced,
+            query_id=record.query_id,
+            candidate_ids=record.candidate_ids,
+            phi=record.phi,
+            relevance=record.relevance,
+            served_by=served.name,
+            served_version=served.version,
+            model_versions=served.model_versions,
+            judged=record.n_judged,
+        )
+        runtime.producer.send(self.settings.queries_topic, encode_query(judged), key=key)
+        metrics.TRIPLETS_PRODUCED.inc(n)
+        self.triplets_produced += n
+        self.queries_produced += 1
+        self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
+        self.last = StepResult(record.query_id, n, served)
+        if self.on_step is not None:
+            self.on_step(self.last)
+        return n
+
+    def on_stop(self, runtime: StreamRuntime) -> None:
+        """Everything sent is acknowledged before the process reports success."""
+        runtime.producer.flush()
+
+    def summary(self) -> dict:
+        return {
+            "triplets": self.triplets_produced,
+            "queries": self.queries_produced,
+            "served_by": dict(sorted(self.served_by.items())),
+            "serving_switches": self.serving.switches,
+            "seed": self.options.seed,
+            "images": self.simulator.collection.n_images,
+        }
+
+
 class Simulation:
-    """The search engine and its users on the transport; `step()` serves one query."""
+    """The simulator handler on a stream runtime; `step()` serves one query."""
 
     def __init__(
         self,
@@ -172,93 +260,72 @@ class Simulation:
     ) -> None:
         self.settings = settings
         self.options = options
-        self.transport = transport if transport is not None else open_transport(settings)
-        self.store = store if store is not None else open_store(settings)
-        self._owned = ([self.transport] if transport is None else []) + (
-            [self.store] if store is None else []
-        )
         if collection is None:
             collection, index = load_collection(settings, options, progress)
-        self.simulator = FeedbackSimulator(
+        simulator = FeedbackSimulator(
             collection,
             seed=options.seed,
             candidates=options.candidates,
             judged=options.judged,
             index=index,
         )
-        self.serving = ServingModel(self.store, options.serving)
-        self.bucket = TokenBucket(options.rate) if options.rate is not None else None
-        self.triplets_produced = 0
-        self.queries_produced = 0
-        self.served_by: dict[str, int] = {}
-        self._producer: Producer | None = None
+        self.runtime = StreamRuntime(
+            settings,
+            Handler(),
+            RuntimeOptions(checkpoint=Cadence.on_demand()),
+            transport=transport,
+            store=store,
+        )
+        self.handler = SimulatorHandler(settings, options, simulator, self.runtime.store)
+        self.runtime.handler = self.handler
+
+    @property
+    def simulator(self) -> FeedbackSimulator:
+        return self.handler.simulator
+
+    @property
+    def store(self) -> ModelStore:
+        return self.runtime.store
+
+    @property
+    def transport(self) -> Transport:
+        return self.runtime.transport
+
+    @property
+    def served_by(self) -> dict[str, int]:
+        return self.handler.served_by
+
+    @property
+    def serving(self) -> ServingModel:
+        return self.handler.serving
+
+    @property
+    def triplets_produced(self) -> int:
+        return self.handler.triplets_produced
+
+    @property
+    def queries_produced(self) -> int:
+        return self.handler.queries_produced
 
     @property
     def done(self) -> bool:
-        return self.triplets_produced >= self.options.triplets
+        return self.handler.done
 
     def start(self) -> None:
         """Create the topics and publish Uni-Con; idempotent."""
-        if self._producer is not None:
-            return
-        parts = self.options.partitions
-        self.transport.ensure_topics(
-            {self.settings.triplets_topic: parts, self.settings.queries_topic: parts}
-        )
-        publish_unicon(self.store, self.simulator, self.options.calibration_queries)
-        self._producer = self.transport.producer()
+        self.runtime.start()
 
     def step(self) -> StepResult:
-        """Serve, judge and publish one query (its triplet block, then its judged query)."""
-        if self._producer is None:
-            self.start()
-        assert self._producer is not None
-        served = self.serving.refresh()
-        query = self.simulator.next_query()
-        record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
-        n = len(triplets)
-        if self.bucket is not None and n:
-            self.bucket.take(n)
-        key = triplet_key(record.query_id)
-        if n:
-            value = encode_triplets(
-                seq=triplets.seq,
-                query_id=triplets.query_id,
-                p1_id=triplets.p1_id,
-                p2_id=triplets.p2_id,
-                rel1=triplets.rel1,
-                rel2=triplets.rel2,
-                phi1=triplets.phi1,
-                phi2=triplets.phi2,
-            )
-            self._producer.send(self.settings.triplets_topic, value, key=key)
-        judged = JudgedQuery(
-            seq=self.queries_produced,
-            query_id=record.query_id,
-            candidate_ids=record.candidate_ids,
-            phi=record.phi,
-            relevance=record.relevance,
-            served_by=served.name,
-            served_version=served.version,
-            model_versions=served.model_versions,
-            judged=record.n_judged,
-        )
-        self._producer.send(self.settings.queries_topic, encode_query(judged), key=key)
-        metrics.TRIPLETS_PRODUCED.inc(n)
-        self.triplets_produced += n
-        self.queries_produced += 1
-        self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
-        return StepResult(record.query_id, n, served)
+        """Serve, judge and publish one query."""
+        self.runtime.step()
+        assert self.handler.last is not None
+        return self.handler.last
 
     def run(self, on_step: Callable[[StepResult], None] | None = None) -> dict:
         """Step until at least `options.triplets` triplets are out; flush; return a summary."""
         started = time.perf_counter()
-        self.start()
-        while not self.done:
-            result = self.step()
-            if on_step is not None:
-                on_step(result)
-        self.close()
+        self.handler.on_step = on_step
+        self.runtime.run()
         seconds = time.perf_counter() - started
         summary = self.summary()
         summary["seconds"] = round(seconds, 3)
@@ -267,21 +334,8 @@ class Simulation:
         return summary
 
     def summary(self) -> dict:
-        return {
-            "triplets": self.triplets_produced,
-            "queries": self.queries_produced,
-            "served_by": dict(sorted(self.served_by.items())),
-            "serving_switches": self.serving.switches,
-            "seed": self.options.seed,
-            "images": self.simulator.collection.n_images,
-        }
+        return self.handler.summary()
 
     def close(self) -> None:
         """Flush what was sent; close the producer, and the transport/store if opened here."""
-        if self._producer is not None:
-            self._producer.flush()
-            self._producer.close()
-            self._producer = None
-        for owned in self._owned:
-            owned.close()
-        self._owned = []
+        self.runtime.close(final_checkpoint=True)

@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from rankstream.ranking.online import ALGOS
+    from rankstream.ranking.learners import names
+
+    algos = names()
 
     if args.triplets < 1 or args.repeats < 1:
         print("--triplets and --repeats must be >= 1", file=sys.stderr)
@@ -78,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
         X, y = make_stream(args.triplets, args.seed)
     results = {}
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(ALGOS))
-        for algo in ALGOS:
+        task = progress.add_task("benchmarking", total=len(algos))
+        for algo in algos:
             progress.update(task, description=f"benchmarking {algo}")
             results[algo] = bench_algo(algo, X, y, args.repeats)
             progress.advance(task)

@@ -16,7 +16,9 @@ import json
 import sys
 import time
 
-ALGOS = "opr,opar1,opar2,ogdr"
+from rankstream.ranking import learners
+
+ALGOS = ",".join(learners.worker_defaults())  # the online worker's default learners
 TOPIC = "bench.triplets"
 
 
@@ -34,13 +36,16 @@ def write_log(
     """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
     from rankstream.stream.generator import TripletGenerator
     from rankstream.stream.recording import RecordingWriter
+    from rankstream.stream.schema import block_key, encode_triplets
     from rankstream.stream.transport import Message
 
     writer = RecordingWriter(directory, "triplets", TOPIC)
     start_ms = 1_700_000_000_000
     blocks = TripletGenerator(seed=seed).blocks(n_triplets, block_size)
     for offset, block in enumerate(blocks):
-        writer.add(Message(TOPIC, 0, offset, block.key, block.encode(), start_ms + offset))
+        writer.add(
+            Message(TOPIC, 0, offset, block_key(block), encode_triplets(block), start_ms + offset)
+        )
         if writer.pending_messages >= 500:
             writer.commit()
         on_rows(len(block))

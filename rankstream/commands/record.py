@@ -45,14 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
     from dataclasses import asdict
 
     from rankstream.commands._choices import parse_choices
-    from rankstream.stream.connect import open_transport
-    from rankstream.stream.recording import Recorder, RecorderOptions
     from rankstream.stream.settings import Settings
     from rankstream.workers.logging import configure_logging, get_logger, log_event
+    from rankstream.workers.recorder import Recorder, RecorderOptions
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     if kinds is None:
@@ -70,14 +68,12 @@ def run(args: argparse.Namespace) -> int:
     log = get_logger("rankstream.record")
     settings = Settings.from_env()
     topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
-    transport = open_transport(settings)
 
     def committed(path, counts) -> None:
         log_event(log, "file committed", path=str(path), messages=counts.messages, rows=counts.rows)
 
-    recorder = Recorder(transport, args.out, topics, options, on_commit=committed)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: recorder.stop())
+    recorder = Recorder(settings, args.out, topics, options, on_commit=committed)
+    recorder.install_signal_handlers()
     log_event(
         log,
         "recording",
@@ -85,11 +81,8 @@ def run(args: argparse.Namespace) -> int:
         topics=topics,
         resume_from={t: w.positions for t, w in recorder.writers.items()},
     )
-    try:
-        counts = recorder.run()
-    finally:
-        transport.close()
-    summary = {topic: asdict(c) for topic, c in counts.items()}
+    recorder.run()
+    summary = {topic: asdict(c) for topic, c in recorder.counts.items()}
     log_event(log, "recording stopped", **{"counts": summary})
     if args.json:
         print(json.dumps({"out": args.out, "topics": summary}))

@@ -17,10 +17,11 @@ import json
 import os
 import sys
 
-DEFAULT_ALGOS = "opr,opar1,opar2,ogdr"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rankstream.ranking import learners  # numpy-free, like everything imported here
+    from rankstream.workers.options import add_hyperparameter_arguments
+
     parser.add_argument("directory", metavar="DIR", help="a directory written by `record`")
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
@@ -43,11 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--algo",
-        default=DEFAULT_ALGOS,
-        help="--direct: comma-separated models (opr,opar1,opar2,ogdr,arow)",
+        default=",".join(learners.worker_defaults()),
+        help=f"--direct: comma-separated learners, from {', '.join(learners.names())} "
+        "(default %(default)s)",
     )
-    parser.add_argument("--C", type=float, default=0.1, help="--direct: OPAR-I/II C")
-    parser.add_argument("--eta", type=float, default=0.01, help="--direct: OGDR step size")
+    add_hyperparameter_arguments(parser)
     parser.add_argument(
         "--scaler-rows",
         type=int,
@@ -82,14 +83,14 @@ def _run_direct(args: argparse.Namespace) -> int:
         # scipy) would each start a thread pool at import: ~0.1 s of CPU for nothing.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from rankstream.stream.recording import RecordingError
+    from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
     try:
         options = DirectOptions(
             algos=algos,
-            C=args.C,
-            eta=args.eta,
+            hyper=hyperparameter_values(args),
             scaler_rows=args.scaler_rows,
             skip_bad=args.skip_bad,
         )

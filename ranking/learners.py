@@ -1,0 +1,200 @@
+"""The online learners, each declared once: its name, label, hyper-parameters and kernel.
+
+Everything that names a learner derives from `LEARNERS`: `OnlineRanker`, the online
+worker and its CLI options (`--algo`, one `--<hyper-parameter>` per entry of
+`HYPERPARAMETERS`, with its default and help), direct replay, the benchmarks, the demo,
+its plots and the chaos run. Adding a learner, or a hyper-parameter, touches this
+module (and the kernel it names) and nothing else; `register` adds one at run time.
+
+A learner learns in one of two ways:
+
+* `linear_rule`: one of the four step-size rules of Gao et al. (IJCAI 2015), which
+  share the fused compiled pass of `ranking.kernels` (several models per sweep over the
+  rows, each row's x formed once);
+* `kernel`: its own sequential update, `kernel(w, state, X, y, params) -> updates`,
+  given copies of the weights and of its extra state arrays (AROW's covariance) to
+  update in place, the rows x = phi1 - phi2 already widened to float64 and scaled, the
+  labels (+1/-1, checked), and its hyper-parameters by name. Rows and labels are
+  validated before the call and the result after it (non-finite weights or state
+  refuse the batch), so a kernel is only the update rule.
+
+This module imports neither numba nor numpy (both on first use): the command line is
+built from it before `rankstream replay --direct` tunes numpy's start-up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rankstream.ranking.rules import OGDR_RULE, OPAR1_RULE, OPAR2_RULE, OPR_RULE
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Kernel = Callable[["np.ndarray", dict[str, "np.ndarray"], "np.ndarray", "np.ndarray", dict], int]
+StateFactory = Callable[[int], dict[str, "np.ndarray"]]
+
+
+@dataclass(frozen=True)
+class HyperParameter:
+    """A learner's tunable constant: its default and what it means (the CLI's help)."""
+
+    name: str
+    default: float
+    help: str
+
+    def check(self, value: object) -> float:
+        """The value as a float; ValueError unless finite and > 0."""
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name} must be a number, got {value!r}") from None
+        if not (math.isfinite(number) and number > 0):
+            raise ValueError(f"{self.name} must be finite and > 0, got {value!r}")
+        return number
+
+
+HYPERPARAMETERS: dict[str, HyperParameter] = {
+    h.name: h
+    for h in (
+        HyperParameter("C", 0.1, "aggressiveness of OPAR-I (largest step) and OPAR-II"),
+        HyperParameter("eta", 0.01, "OGDR's learning rate"),
+        HyperParameter("r", 1.0, "AROW's regulariser (larger: smaller confidence updates)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """One online learner (see the module docstring for `linear_rule` and `kernel`)."""
+
+    name: str  # the algo name, also the stored model's name: "opar1"
+    label: str  # for tables and plots: "OPAR-I"
+    update: str  # the update rule in one line, for help texts
+    uses: tuple[str, ...] = ()  # the HYPERPARAMETERS it reads
+    linear_rule: int | None = None  # a step-size code of the fused linear kernel
+    kernel: Kernel | None = None
+    initial_state: StateFactory = field(default=lambda dim: {})
+    in_worker_default: bool = False  # learned by `rankstream worker online` by default
+
+    def __post_init__(self) -> None:
+        if (self.linear_rule is None) == (self.kernel is None):
+            raise ValueError(f"learner {self.name!r} needs exactly one of linear_rule, kernel")
+        unknown = set(self.uses) - set(HYPERPARAMETERS)
+        if unknown:
+            raise ValueError(f"learner {self.name!r} uses unknown hyper-parameters {unknown}")
+        if not self.name.replace("_", "").isalnum() or not self.name.islower():
+            raise ValueError(f"learner name {self.name!r} must be lower-case [a-z0-9_]")
+
+
+def _arow(
+    w: np.ndarray, state: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray, params: dict
+) -> int:
+    """AROW's compiled pass; a row whose |x|^2 overflows refuses the batch."""
+    from rankstream.ranking.kernels import OK, learn_arow  # numba: on first use only
+
+    n_updates, bad_row, status = learn_arow(w, state["sigma"], X, y, params["r"])
+    if status != OK:
+        raise ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
+    return int(n_updates)
+
+
+def _identity(dim: int) -> np.ndarray:
+    import numpy as np
+
+    return np.eye(dim)
+
+
+LEARNERS: dict[str, LearnerSpec] = {}
+
+
+def register(spec: LearnerSpec) -> LearnerSpec:
+    """Add a learner (or replace one of the same name); returns it."""
+    LEARNERS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a learner added with `register` (tests clean up with it)."""
+    LEARNERS.pop(name, None)
+
+
+for _spec in (
+    LearnerSpec("opr", "OPR", "w += y x when y w.x <= 0", (), OPR_RULE, in_worker_default=True),
+    LearnerSpec(
+        "opar1", "OPAR-I", "w += min(C, l/|x|^2) y x", ("C",), OPAR1_RULE, in_worker_default=True
+    ),
+    LearnerSpec(
+        "opar2",
+        "OPAR-II",
+        "w += l/(|x|^2 + 1/(2C)) y x",
+        ("C",),
+        OPAR2_RULE,
+        in_worker_default=True,
+    ),
+    LearnerSpec(
+        "ogdr", "OGDR", "w += eta y x when l > 0", ("eta",), OGDR_RULE, in_worker_default=True
+    ),
+    LearnerSpec(
+        "arow",
+        "AROW",
+        "w += l beta y Sigma x, Sigma -= beta Sigma x x' Sigma, beta = 1/(x' Sigma x + r)",
+        ("r",),
+        kernel=_arow,
+        initial_state=lambda dim: {"sigma": _identity(dim)},
+    ),
+):
+    register(_spec)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered learner, in registration order."""
+    return tuple(LEARNERS)
+
+
+def worker_defaults() -> tuple[str, ...]:
+    """The learners `rankstream worker online` runs unless told otherwise."""
+    return tuple(n for n, s in LEARNERS.items() if s.in_worker_default)
+
+
+def learner(name: str) -> LearnerSpec:
+    """The spec of `name`; ValueError naming the choices otherwise."""
+    try:
+        return LEARNERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown learner (algo) {name!r}; choose from {', '.join(LEARNERS)}"
+        ) from None
+
+
+def check_names(algos: Iterable[str]) -> tuple[str, ...]:
+    """Distinct, known learner names (ValueError otherwise)."""
+    found = tuple(algos)
+    if not found or len(set(found)) != len(found):
+        raise ValueError(f"learners must be distinct and non-empty, got {found}")
+    for name in found:
+        learner(name)
+    return found
+
+
+def hyperparameters(values: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Every hyper-parameter, checked: the given values over the defaults."""
+    given = dict(values or {})
+    unknown = set(given) - set(HYPERPARAMETERS)
+    if unknown:
+        raise ValueError(
+            f"unknown hyper-parameters {sorted(unknown)}; known: {', '.join(HYPERPARAMETERS)}"
+        )
+    return {
+        name: h.check(given[name]) if name in given else h.default
+        for name, h in HYPERPARAMETERS.items()
+    }
+
+
+def label(name: str) -> str:
+    """A learner's display label, or the name itself for a model that is not a learner."""
+    spec = LEARNERS.get(name)
+    return spec.label if spec is not None else name

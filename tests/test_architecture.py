@@ -1,0 +1,179 @@
+"""The layers import one way, and no module imports itself back through others.
+
+Read from the source with `ast` (every import statement, at module level, inside
+functions and under `if TYPE_CHECKING:` alike: a type-only arrow is still an arrow):
+
+    ranking        <- simulators
+    ranking, simulators?, stream  <- workers  <- harness  <- rankstream (CLI, demo, evals)
+
+`stream` and `simulators` are siblings: neither imports the other. The client libraries
+stay where DESIGN.md puts them: `ranking` never imports Kafka, Redis, Prometheus or
+pyarrow; `simulators` none of the services; `workers` never Kafka or Redis (their
+exceptions are translated inside `stream`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# folder -> the installed package it becomes (pyproject.toml's package-dir)
+FOLDERS = {
+    "ranking": "rankstream.ranking",
+    "simulators": "rankstream.simulators",
+    "stream": "rankstream.stream",
+    "workers": "rankstream.workers",
+    "harness": "rankstream.harness",
+    "rankstream": "rankstream",
+}
+# layer -> the layers it may import (itself included)
+ALLOWED = {
+    "ranking": {"ranking"},
+    "simulators": {"ranking", "simulators"},
+    "stream": {"stream"},
+    "workers": {"ranking", "simulators", "stream", "workers"},
+    "harness": {"ranking", "simulators", "stream", "workers", "harness"},
+    "rankstream": set(FOLDERS),
+}
+# The one sanctioned crossing: the record type of the stream, defined with the learners
+# whose input it is (`ranking.triplets`: numpy only), is encoded and stored by `stream`.
+CROSSINGS = {("stream", "rankstream.ranking.triplets")}
+# layer -> third-party top-level names it must never import
+FORBIDDEN = {
+    "ranking": {"kafka", "redis", "prometheus_client", "pyarrow"},
+    "simulators": {"kafka", "redis", "prometheus_client"},
+    "workers": {"kafka", "redis"},
+}
+
+
+def module_files() -> Iterator[tuple[str, str, Path]]:
+    """(layer, dotted module name, path) of every source module."""
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield folder, ".".join([package, *parts]), path
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every dotted name the file imports (`from a import b` gives a and a.b)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".")
+                keep = len(package) - node.level + (1 if is_package else 0)
+                base = ".".join(package[:keep] + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULES = {name: (layer, path) for layer, name, path in module_files()}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a rankstream module belongs to (the longest matching package)."""
+    best = None
+    for folder, package in FOLDERS.items():
+        if (module == package or module.startswith(package + ".")) and (
+            best is None or len(package) > len(FOLDERS[best])
+        ):
+            best = folder
+    return best
+
+
+def internal_imports(module: str) -> set[str]:
+    """The rankstream modules this module imports (names resolved to real modules)."""
+    _, path = MODULES[module]
+    found = set()
+    for name in imported_names(path, module):
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module and name.startswith("rankstream"):
+            found.add(name)
+    return found
+
+
+def test_the_source_tree_is_found() -> None:
+    layers = {layer for layer, _ in MODULES.values()}
+    assert layers == set(FOLDERS)
+    assert "rankstream.ranking.online" in MODULES
+    assert "rankstream.workers.online" in MODULES
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module: str) -> None:
+    layer, path = MODULES[module]
+    upward = sorted(
+        f"{name} ({layer_of(name)})"
+        for name in internal_imports(module)
+        if name != "rankstream"  # the root package: __version__
+        and layer_of(name) not in ALLOWED[layer]
+        and (layer, name) not in CROSSINGS
+    )
+    assert not upward, f"{module} ({layer}) imports upward: {upward}"
+    banned = {n.split(".")[0] for n in imported_names(path, module)} & FORBIDDEN.get(layer, set())
+    assert not banned, f"{module} ({layer}) imports {sorted(banned)}"
+
+
+def test_no_import_cycles() -> None:
+    graph = {module: internal_imports(module) for module in MODULES}
+    # a package's __init__ importing its own submodules is not a cycle of meaning
+    for module, targets in graph.items():
+        graph[module] = {t for t in targets if not module.startswith(t + ".")}
+    cycles = strongly_connected(graph)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm: the components of more than one module (each a cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The parser itself: a planted upward import and a cycle are caught."""
+    planted = tmp_path / "x.py"
+    planted.write_text("def f():\n    from rankstream.workers.online import OnlineWorker\n")
+    assert "rankstream.workers.online" in imported_names(planted, "rankstream.ranking.x")
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
