@@ -448,7 +448,7 @@ class _Supervisor:
 
 def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict, int, int]:
     """An uninterrupted in-process worker on the same topic: per-model sha256, seq lost/dup."""
-    from rankstream.harness.pipeline_bench import _SeqCounter
+    from rankstream.harness.accounting import SeqCounter
     from rankstream.stream.connect import open_transport
     from rankstream.stream.embedded_store import EmbeddedModelStore
     from rankstream.workers.checkpoint import weights_sha256
@@ -456,7 +456,7 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
 
     transport = open_transport(settings)
     ends = transport.end_offsets(settings.triplets_topic)
-    seqs = _SeqCounter()
+    seqs = SeqCounter()
     worker = OnlineWorker(
         settings,
         dataclasses.replace(options, exit_when_idle=30.0),

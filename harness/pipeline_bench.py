@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rankstream.harness.accounting import SeqCounter
 from rankstream.stream.settings import Settings
 
 if TYPE_CHECKING:
@@ -93,19 +94,7 @@ def _produce(
             base = pool[len(blocks) % len(pool)]
             n = min(len(base), n_triplets - start)
             seq = np.arange(start, start + n, dtype=np.int64)
-            blocks.append(
-                dataclasses.replace(
-                    base,
-                    seq=seq,
-                    query_id=base.query_id[:n],
-                    p1_id=base.p1_id[:n],
-                    p2_id=base.p2_id[:n],
-                    rel1=base.rel1[:n],
-                    rel2=base.rel2[:n],
-                    phi1=base.phi1[:n],
-                    phi2=base.phi2[:n],
-                )
-            )
+            blocks.append(dataclasses.replace(base.select(slice(0, n)), seq=seq))
             start += n
         transport = open_transport(settings)
         producer = transport.producer()
@@ -180,24 +169,6 @@ def _warm_up(algos: tuple[str, ...]) -> None:
         )
 
 
-class _SeqCounter:
-    """Counts how often each produced seq was consumed (copies seq, not the block)."""
-
-    def __init__(self) -> None:
-        self.chunks: list[np.ndarray] = []
-
-    def __call__(self, _message: object, block: object) -> None:
-        self.chunks.append(np.array(block.seq, dtype=np.int64))  # type: ignore[attr-defined]
-
-    def lost_and_duplicated(self, n: int) -> tuple[int, int]:
-        seen = np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int64)
-        outside = int(np.count_nonzero((seen < 0) | (seen >= n)))
-        counts = np.bincount(seen[(seen >= 0) & (seen < n)], minlength=n)
-        lost = int(np.count_nonzero(counts == 0))
-        duplicated = int(np.maximum(counts - 1, 0).sum()) + outside
-        return lost, duplicated
-
-
 def run_once(
     settings: Settings,
     n_triplets: int,
@@ -255,7 +226,7 @@ def _timed_run(
     go, status, producer_list = start_producers(
         run_settings, n_triplets, block_size, seed, producers
     )
-    seqs = _SeqCounter()
+    seqs = SeqCounter()
     options = WorkerOptions(
         algos=LINEAR_ALGOS,
         checkpoint_records=checkpoint_records,

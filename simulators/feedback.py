@@ -92,13 +92,13 @@ def judge(
     triplets = TripletBlock(
         seq=first_seq + np.arange(n, dtype=np.int64),
         query_id=np.full(n, query.query_id, dtype=np.int64),
-        p1_id=ids[first],
-        p2_id=ids[second],
+        p1=first.astype(np.int32),
+        p2=second.astype(np.int32),
         rel1=rel[first],
         rel2=rel[second],
-        phi1=phi[first],
-        phi2=phi[second],
-    )
+        image_id=ids[:n_judged],
+        phi=phi[:n_judged],
+    ).compact()  # the judged images some triplet references, each once
     record = JudgedQueryRecord(query.query_id, query.image_id, ids, phi, rel, n_judged)
     return record, triplets
 

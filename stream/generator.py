@@ -48,7 +48,7 @@ class TripletGenerator:
         ids = self._rng.integers(0, self.n_images, size=(2, n), dtype=np.int64)
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
-        return TripletBlock(seq, query_ids, ids[0], ids[1], rel1, rel2, phi1, phi2)
+        return TripletBlock.from_pairs(seq, query_ids, ids[0], ids[1], rel1, rel2, phi1, phi2)
 
     def query_block(self, min_pairs: int = 20, max_pairs: int = 200) -> TripletBlock:
         """All triplets of one new query: the block the simulator's users produce."""

@@ -51,7 +51,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rankstream.ranking.triplets import COLUMNS as TRIPLET_COLUMNS
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.schema import (
     PHI_DIM,
@@ -432,15 +431,15 @@ def iter_triplet_chunks(
     `find_nonfinite` is asked (the learners detect non-finite rows themselves).
     """
     counts = counts if counts is not None else ReadCounts()
-    wanted = ["partition", "offset", *TRIPLET_COLUMNS, *extra_columns]
+    wanted = ["partition", "offset", *TRIPLETS_FIELDS.names, *extra_columns]
     for info, handle in _open_files(directory, "triplets", skip_bad, counts):
         first_row = 0
         for group in range(handle.num_row_groups):
             n = handle.metadata.row_group(group).num_rows
             try:
                 table = handle.read_row_group(group, columns=wanted, use_threads=False)
-                block = TripletBlock(
-                    *(_numpy(table.column(c)) for c in TRIPLET_COLUMNS[:6]),
+                block = TripletBlock.from_pairs(
+                    *(_numpy(table.column(c)) for c in _ID_COLUMNS),
                     phi_view(table.column("phi1")),
                     phi_view(table.column("phi2")),
                 )

@@ -18,6 +18,7 @@ rows pays for a copy of its good rows.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -279,12 +280,13 @@ def decode_triplets(
     untied = cols[4] != cols[5]
     ok = finite & untied
     if ok.all():
-        return TripletBlock(*cols, phi1, phi2)
+        return TripletBlock.from_pairs(*cols, phi1, phi2)
     rejects = [
         (int(i), NON_FINITE if not finite[i] else TIED_RELEVANCE) for i in np.flatnonzero(~ok)
     ]
     kept = [c[ok] for c in cols]
-    return TripletBlock(*kept, phi1[ok], phi2[ok], rejects=rejects)
+    block = TripletBlock.from_pairs(*kept, phi1[ok], phi2[ok])
+    return dataclasses.replace(block, rejects=rejects)
 
 
 # --- judged queries ---------------------------------------------------------------------

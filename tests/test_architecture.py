@@ -177,3 +177,22 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     planted.write_text("def f():\n    from rankstream.workers.online import OnlineWorker\n")
     assert "rankstream.workers.online" in imported_names(planted, "rankstream.ranking.x")
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+LONG_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(m for m, (layer, _) in MODULES.items() if layer == "workers" or ".commands." in m),
+)
+def test_worker_handler_and_command_functions_stay_short(module: str) -> None:
+    """A function of a worker, handler or command module fits on a screen (<= 60 lines)."""
+    _, path = MODULES[module]
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES  # type: ignore[operator]
+    ]
+    assert not long, f"{module}: {long}"

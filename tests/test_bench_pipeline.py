@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.harness.pipeline_bench import _SeqCounter, run_once
+from rankstream.harness.accounting import SeqCounter
+from rankstream.harness.pipeline_bench import run_once
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.settings import Settings
 
@@ -24,7 +25,7 @@ class _Block:
 
 
 def test_seq_counter_finds_lost_and_duplicated() -> None:
-    counter = _SeqCounter()
+    counter = SeqCounter()
     for seq in ([0, 1, 2], [2, 3], [5, 9]):
         counter(None, _Block(seq))
     assert counter.lost_and_duplicated(6) == (1, 2)  # 4 lost; 2 twice, 9 out of range

@@ -119,7 +119,7 @@ def valid_triplets(seed: int, n: int) -> bytes:
     rng = np.random.default_rng(seed)
     rel1 = rng.integers(1, 4, n).astype(np.int8)
     return encode_triplets(
-        TripletBlock(
+        TripletBlock.from_pairs(
             seq=np.arange(n, dtype=np.int64),
             query_id=rng.integers(0, 9, n),
             p1_id=rng.integers(0, 10**6, n),

@@ -79,7 +79,7 @@ def triplet_columns(draw):
 @settings(max_examples=40, deadline=None)
 @given(triplet_columns())
 def test_any_valid_block_round_trips_exactly(columns):
-    block = decode_triplets(encode_triplets(TripletBlock(**columns)))
+    block = decode_triplets(encode_triplets(TripletBlock.from_pairs(**columns)))
     assert block.rejects == [] and len(block) == len(columns["seq"])
     for name in FIELDS:
         got = getattr(block, name)
@@ -90,10 +90,13 @@ def test_any_valid_block_round_trips_exactly(columns):
     assert np.array_equal(block.y(), np.sign(columns["rel1"].astype(int) - columns["rel2"]))
 
 
-def test_decoded_phi_is_a_zero_copy_read_only_view():
-    block = decode_triplets(encode_triplets(TripletBlock(**_columns(5))))
-    assert block.phi1.shape == (5, PHI_DIM) and block.phi1.dtype == np.float32
-    assert not block.phi1.flags.writeable and not block.phi1.flags.owndata
+def test_decoded_columns_are_zero_copy_views_and_the_table_is_read_only():
+    """A version-1 message's ids are views of its buffers; its phi1 and phi2 become one
+    read-only image table (one copy: the normalized form every consumer reads)."""
+    block = decode_triplets(encode_triplets(TripletBlock.from_pairs(**_columns(5))))
+    assert block.phi.shape == (10, PHI_DIM) and block.phi.dtype == np.float32
+    assert not block.phi.flags.writeable
+    assert not block.seq.flags.writeable and not block.seq.flags.owndata
 
 
 def test_generator_blocks_are_learnable_deterministic_and_tie_free():
@@ -135,7 +138,7 @@ def _expect(reason: str, data: bytes, decode=decode_triplets) -> SchemaError:
 
 
 def test_bad_and_truncated_bytes_are_refused():
-    good = encode_triplets(TripletBlock(**_columns(20)))
+    good = encode_triplets(TripletBlock.from_pairs(**_columns(20)))
     for data in [b"", b"\x00" * 7, b"hello world" * 10, good[: len(good) // 2], good[:-9]]:
         _expect("bad_bytes", data)
 
@@ -180,7 +183,7 @@ def test_nulls_are_refused():
 
 
 def test_oversized_messages_are_refused_before_parsing():
-    data = encode_triplets(TripletBlock(**_columns(50)))
+    data = encode_triplets(TripletBlock.from_pairs(**_columns(50)))
     with pytest.raises(SchemaError) as info:
         decode_triplets(data, max_bytes=len(data) - 1)
     assert info.value.reason == "oversized"
@@ -199,7 +202,7 @@ def test_the_encoder_refuses_bad_input_with_value_errors():
     ]
     for change, match in cases:
         with pytest.raises(ValueError, match=match):
-            encode_triplets(TripletBlock(**{**cols, **change}))
+            encode_triplets(TripletBlock.from_pairs(**{**cols, **change}))
 
 
 def _query(k: int = 8) -> JudgedQuery:
@@ -241,7 +244,7 @@ def test_bad_judged_queries_are_refused():
         encode_query(JudgedQuery(**{**q.__dict__, "relevance": q.relevance[:3]}))
     with pytest.raises(ValueError, match="NaN"):
         encode_query(JudgedQuery(**{**q.__dict__, "phi": q.phi * np.nan}))
-    _expect("bad_schema", encode_triplets(TripletBlock(**_columns(3))), decode_query)
+    _expect("bad_schema", encode_triplets(TripletBlock.from_pairs(**_columns(3))), decode_query)
     _expect("bad_bytes", encode_query(q)[:-20], decode_query)
 
 
@@ -260,4 +263,6 @@ def test_dead_letters_carry_the_original_bytes_reason_and_source():
     assert rows.rows == [3, 9]
     with pytest.raises(ValueError, match="reason"):
         dead_letter(b"x", "made_up", "", source)
-    _expect("bad_schema", encode_triplets(TripletBlock(**_columns(3))), decode_dead_letter)
+    _expect(
+        "bad_schema", encode_triplets(TripletBlock.from_pairs(**_columns(3))), decode_dead_letter
+    )

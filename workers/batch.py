@@ -47,8 +47,8 @@ import numpy as np
 from rankstream.ranking.reservoir import Reservoir
 from rankstream.stream.schema import SchemaError, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, ModelStore, fenced_save
-from rankstream.stream.transport import Message, TopicPartition, Transport
+from rankstream.stream.store import Fence, fenced_save
+from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.batch_models import (
     BATCH_KINDS,
@@ -358,16 +358,12 @@ class BatchWorker(StreamRuntime):
     handler: BatchHandler
 
     def __init__(
-        self,
-        settings: Settings,
-        options: BatchOptions | None = None,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
+        self, settings: Settings, options: BatchOptions | None = None, **services: Any
     ) -> None:
+        """`services`: `transport=` and/or `store=` to use instead of opening the configured."""
         options = options or BatchOptions()
         handler = BatchHandler(settings, options)
-        super().__init__(settings, handler, options.runtime(), transport=transport, store=store)
+        super().__init__(settings, handler, options.runtime(), **services)
         self.options = options
 
     @property

@@ -45,7 +45,7 @@ from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
-from rankstream.stream.transport import Message, TopicPartition, Transport
+from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
@@ -349,15 +349,11 @@ class Evaluator(StreamRuntime):
     handler: EvaluatorHandler
 
     def __init__(
-        self,
-        settings: Settings,
-        options: EvaluatorOptions | None = None,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
+        self, settings: Settings, options: EvaluatorOptions | None = None, **services: Any
     ) -> None:
+        """`services`: `transport=` and/or `store=` to use instead of opening the configured."""
         options = options or EvaluatorOptions()
-        super().__init__(settings, Handler(), options.runtime(), transport=transport, store=store)
+        super().__init__(settings, Handler(), options.runtime(), **services)
         self.options = options
         self.handler = EvaluatorHandler(settings, options, self.store)  # the scorers' store
 

@@ -12,66 +12,37 @@ import argparse
 import json
 from pathlib import Path
 
-_FAULT_OPTIONS = {  # option -> fault kind (rankstream.harness.chaos.EVENT_KINDS)
-    "restart_kafka": "restart-kafka",
-    "restart_redis": "restart-redis",
-    "crash_redis": "crash-redis",
-    "lose_checkpoints": "lose-checkpoint",
-    "zombies": "zombie",
+# fault kind (rankstream.harness.chaos.EVENT_KINDS) -> what one occurrence does
+_FAULTS = {
+    "restart-kafka": "clean broker restarts mid-stream (needs --services-root)",
+    "restart-redis": "clean Redis restarts mid-stream (needs --services-root)",
+    "crash-redis": "SIGKILLs of redis-server, restarted from its AOF",
+    "lose-checkpoint": "roll every model back one version in Redis (lost AOF tail)",
+    "zombie": "freeze the worker, let a successor take over, wake it",
 }
+_FAULT_FLAGS = {"lose-checkpoint": "--lose-checkpoints", "zombie": "--zombies"}
+
+
+def _fault_flag(kind: str) -> str:
+    return _FAULT_FLAGS.get(kind, f"--{kind}")
+
+
+def _fault_dest(kind: str) -> str:
+    return _fault_flag(kind)[2:].replace("-", "_")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kills",
-        type=int,
-        default=10,
-        metavar="K",
-        help="SIGKILLs of the worker at seeded points (default 10)",
+        "--kills", type=int, default=10, metavar="K", help="SIGKILLs of the worker at seeded points"
     )
     parser.add_argument(
-        "--triplets",
-        type=int,
-        default=3_000_000,
-        metavar="N",
-        help="triplets produced (default 3,000,000)",
+        "--triplets", type=int, default=3_000_000, metavar="N", help="triplets produced"
     )
     parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
-    parser.add_argument(
-        "--restart-kafka",
-        type=int,
-        default=0,
-        metavar="R",
-        help="clean broker restarts mid-stream (needs --services-root)",
-    )
-    parser.add_argument(
-        "--restart-redis",
-        type=int,
-        default=0,
-        metavar="R",
-        help="clean Redis restarts mid-stream (needs --services-root)",
-    )
-    parser.add_argument(
-        "--crash-redis",
-        type=int,
-        default=0,
-        metavar="R",
-        help="SIGKILLs of redis-server, restarted from its AOF",
-    )
-    parser.add_argument(
-        "--lose-checkpoints",
-        type=int,
-        default=0,
-        metavar="R",
-        help="roll every model back one version in Redis (lost AOF tail)",
-    )
-    parser.add_argument(
-        "--zombies",
-        type=int,
-        default=0,
-        metavar="Z",
-        help="freeze the worker, let a successor take over, wake it",
-    )
+    for kind, what in _FAULTS.items():
+        parser.add_argument(
+            _fault_flag(kind), dest=_fault_dest(kind), type=int, default=0, metavar="R", help=what
+        )
     parser.add_argument(
         "--checkpoint-records",
         type=int,
@@ -87,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="root of `rankstream services` (default: $RANKSTREAM_DATA_DIR/services)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter  # every default shown
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,11 +71,8 @@ def run(args: argparse.Namespace) -> int:
     settings = real_services_settings("chaos", err)
     if settings is None:
         return 2
-    counts = {
-        kind: getattr(args, option)
-        for option, kind in _FAULT_OPTIONS.items()
-        if getattr(args, option)
-    }
+    counts = {kind: getattr(args, _fault_dest(kind)) for kind in _FAULTS}
+    counts = {kind: n for kind, n in counts.items() if n}
     try:
         plan = ChaosPlan(
             triplets=args.triplets,
