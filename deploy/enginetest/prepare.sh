@@ -185,7 +185,7 @@ stage standins
 build_standin() {  # name image context
   local before after
   before="$("$DOCKER" image inspect -f '{{.Id}}' "$2" 2> /dev/null || true)"
-  "$DOCKER" build --network host --build-arg "BASE_IMAGE=$PYTHON_IMAGE" -t "$2" "$3" \
+  "$DOCKER" build --force-rm --network host --build-arg "BASE_IMAGE=$PYTHON_IMAGE" -t "$2" "$3" \
     > "$CACHE/build-$1.log" 2>&1 || { tail -30 "$CACHE/build-$1.log" >&2; exit 1; }
   after="$("$DOCKER" image inspect -f '{{.Id}}' "$2")"
   [[ $before == "$after" ]] || STAGE_HOW=built
@@ -219,7 +219,7 @@ install_compose
 # ---------------------------------------------------------------------------------------
 stage image
 before="$("$DOCKER" image inspect -f '{{.Id}}' "$APP_IMAGE" 2> /dev/null || true)"
-"$DOCKER" build --network host --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" \
+"$DOCKER" build --force-rm --network host --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" \
   -f "$REPO/deploy/Dockerfile" -t "$APP_IMAGE" "$REPO" > "$CACHE/build-image.log" 2>&1 \
   || { tail -40 "$CACHE/build-image.log" >&2; exit 1; }
 [[ $before == "$("$DOCKER" image inspect -f '{{.Id}}' "$APP_IMAGE")" ]] || STAGE_HOW=built
