@@ -366,6 +366,18 @@ def test_prometheus_graph_page_draws_every_model(stack: Stack, tmp_path: Path) -
     print(f"screenshot: {screenshot}")
 
 
+def test_memory_stays_under_the_limits(stack: Stack) -> None:
+    """Usage of every container against its mem_limit (kept in the artifacts), no OOM kill."""
+    ids = stack.compose("ps", "-q").stdout.split()
+    stats = [json.loads(line) for line in docker(
+        "stats", "--no-stream", "--format", "{{json .}}", *ids).stdout.splitlines()]  # fmt: skip
+    (ARTIFACTS / "docker-stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    for entry in stats:
+        assert float(entry["MemPerc"].rstrip("%")) < 90.0, entry
+    for container in ids:
+        assert inspect(container, "{{.State.OOMKilled}}") == "false", container
+
+
 def test_alert_rules_are_loaded(stack: Stack) -> None:
     with urllib.request.urlopen(f"{PROMETHEUS}/api/v1/rules", timeout=10) as reply:
         groups = json.load(reply)["data"]["groups"]
