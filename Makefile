@@ -26,7 +26,7 @@ test: $(STAMP)
 # ~/.cache/rankstream/cache/compose-test; ~10 min fresh, ~4 min cached). Artifacts:
 # report/compose-test/ (Prometheus graph screenshot, stage timings, container logs).
 compose-test: $(STAMP)
-	$(BIN)/python -m pytest -q -m engine tests/test_compose_engine.py
+	$(BIN)/python -m pytest -q --durations=0 -m engine tests/test_compose_engine.py
 
 # Regenerate deploy/constraints.txt (the image's pins) from pyproject.toml, inside the
 # bookworm Python base the engine test builds (its Python 3.11.2 decides environment
