@@ -52,7 +52,9 @@ ARTIFACTS = REPO / "report" / "compose-test"
 PREPARE = DEPLOY / "enginetest" / "prepare.sh"
 STANDINS = DEPLOY / "enginetest" / "docker-compose.standins.yml"
 COMPOSE_FILES = [DEPLOY / "docker-compose.yml", STANDINS]
-PROJECT = COMPOSE["name"]
+# Not the compose file's own name (rankstream): a user's stack on this machine is never
+# touched, and a stack left by an interrupted test run is recognised and removed.
+PROJECT = f"{COMPOSE['name']}-enginetest"
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 PROMETHEUS = "http://127.0.0.1:9090"
 KAFKA = "127.0.0.1:29092"
@@ -196,7 +198,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stage, seconds, how = line.split("\t")
         timings[f"prepare.{stage} ({how})"] = float(seconds)
 
-    if _project_resources()["containers"]:  # a stack left by an interrupted run
+    if any(_project_resources().values()):  # left by an interrupted run of this test
         subprocess.run([DOCKER, "compose", "-p", PROJECT, "down", "-v"], capture_output=True)
     busy = [f"{s} 127.0.0.1:{p}" for s, p in PUBLISHED.items() if _port_in_use(p)]
     assert not busy, f"the compose file publishes ports already in use here: {busy}"
