@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast lint bench chaos soak fuzz services-up services-down clean
+.PHONY: demo test test-fast compose-test lock lint bench chaos soak fuzz services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,24 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -m "not engine" tests
+	$(MAKE) compose-test
+
+# deploy/docker-compose.yml on a real Docker engine (root; installs docker.io and
+# chromium, builds Compose v2, a Debian base and the images, caches them under
+# ~/.cache/rankstream/cache/compose-test; ~10 min fresh, ~4 min cached). Artifacts:
+# report/compose-test/ (Prometheus graph screenshot, stage timings, container logs).
+compose-test: $(STAMP)
+	$(BIN)/python -m pytest -q --durations=0 -m engine tests/test_compose_engine.py
+
+# Regenerate deploy/constraints.txt (the image's pins) from pyproject.toml, inside the
+# bookworm Python base the engine test builds (its Python 3.11.2 decides environment
+# markers), or with the host's python3 if that image is not there.
+lock:
+	if docker image inspect rankstream-test/python:3.11-bookworm > /dev/null 2>&1; then \
+		docker run --rm --network host -v "$(CURDIR):/src" -w /src \
+			rankstream-test/python:3.11-bookworm python deploy/lock.py; \
+	else $(PYTHON) deploy/lock.py; fi
 
 # Unit tests only: no Kafka, Redis or Prometheus.
 test-fast: $(STAMP)

@@ -25,6 +25,14 @@ from rankstream.stream.settings import Settings
 # -- markers ------------------------------------------------------------------------
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "engine: runs docker compose on a real Docker engine (`make compose-test`; "
+        "tests/test_compose_engine.py)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that (transitively) uses the `services` fixture."""
     for item in items:

@@ -13,6 +13,7 @@ import argparse
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from rankstream.stream.settings import ENV_PREFIX, Settings
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
-ENV_EXAMPLE = DEPLOY / ".env.example"
+ENV_EXAMPLE = DEPLOY / ".env.example"  # the secrets a user sets in deploy/.env
+SETTINGS_ENV = DEPLOY / "rankstream.env"  # the shared, non-secret settings
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.compose.yml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -81,12 +83,14 @@ def env_file_paths(service: dict[str, Any]) -> list[tuple[Path, bool]]:
 
 
 def effective_environment(service: dict[str, Any]) -> dict[str, str]:
-    """What a container sees with only the committed files: env files, then environment."""
+    """What a container sees: env files, then `environment:`, where a required ${VAR}
+    (which compose takes from deploy/.env) stands for a value the user sets."""
     env: dict[str, str] = {}
     for path, _required in env_file_paths(service):
         if path.exists():
             env.update(read_env_file(path))
-    env.update(service_environment(service))
+    for key, value in service_environment(service).items():
+        env[key] = INTERPOLATION.sub(lambda m: f"<{m.group(1)}>", value)
     return env
 
 
@@ -199,6 +203,7 @@ def test_redis_appends_every_write_and_keeps_it_on_a_volume() -> None:
     assert "--appendonly yes" in command
     assert "--appendfsync everysec" in command
     assert '--requirepass "$$RANKSTREAM_REDIS_PASSWORD"' in command  # $$: container's env
+    assert "exit 78" in command  # a placeholder password is refused (test_compose_engine)
     assert any(m.split(":")[1] == "/data" for m in redis["volumes"])
 
 
@@ -206,7 +211,7 @@ def test_kafka_runs_kraft_and_advertises_what_the_workers_use() -> None:
     env = service_environment(SERVICES["kafka"])
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     advertised = env["KAFKA_ADVERTISED_LISTENERS"].split(",")
-    bootstrap = read_env_file(ENV_EXAMPLE)[ENV_PREFIX + "KAFKA_BOOTSTRAP"]
+    bootstrap = read_env_file(SETTINGS_ENV)[ENV_PREFIX + "KAFKA_BOOTSTRAP"]
     assert any(listener.endswith("://" + bootstrap) for listener in advertised)
     assert bootstrap.split(":")[0] == "kafka"
 
@@ -251,7 +256,8 @@ def test_the_simulator_serves_the_champion() -> None:
 
 
 def _rankstream_names() -> set[str]:
-    names = {k for k in read_env_file(ENV_EXAMPLE) if k.startswith(ENV_PREFIX)}
+    names = {k for k in read_env_file(SETTINGS_ENV) if k.startswith(ENV_PREFIX)}
+    names |= {k for k in read_env_file(ENV_EXAMPLE) if k.startswith(ENV_PREFIX)}
     for service in SERVICES.values():
         names |= {k for k in service_environment(service) if k.startswith(ENV_PREFIX)}
     return names
@@ -282,24 +288,38 @@ def test_each_service_environment_makes_valid_settings(
     assert settings.metrics_port is not None
 
 
-def test_env_files_exist_and_the_example_is_required() -> None:
-    for service in SERVICES.values():
+def test_env_files_exist_and_hold_no_secrets() -> None:
+    """Containers read only the committed settings file; deploy/.env (the secrets) is
+    compose's interpolation source, never an env_file that every container would get."""
+    for name, service in SERVICES.items():
         for path, required in env_file_paths(service):
-            assert path.exists() or not required, f"{path} is required but missing"
-            if path.name == ".env":
-                assert not required, ".env is the user's optional override"
+            assert path == SETTINGS_ENV and path.exists() and required, (name, path)
+    for key in read_env_file(SETTINGS_ENV):
+        assert not re.search(r"PASSWORD|SECRET|TOKEN|KEY", key), f"secret {key} in {SETTINGS_ENV}"
 
 
-def test_every_interpolated_variable_is_in_the_example_with_the_same_default() -> None:
+def test_every_secret_is_required_and_has_no_default() -> None:
+    """Each ${VAR} is in .env.example, empty there, and required (`:?`): compose refuses
+    to start until the user sets it in deploy/.env."""
     example = read_env_file(ENV_EXAMPLE)
-    text = COMPOSE_FILE.read_text()
-    interpolated = {m.group(1): m for m in INTERPOLATION.finditer(text)}
+    interpolated = {m.group(1): m for m in INTERPOLATION.finditer(COMPOSE_FILE.read_text())}
+    assert set(interpolated) == set(example)
     for name, match in interpolated.items():
-        assert name in example, f"${{{name}}} is not in .env.example"
-        if match.group(2) in (":-", "-"):
-            assert match.group(3) == example[name], f"{name}: default differs from example"
-    others = {k for k in example if not k.startswith(ENV_PREFIX)}
-    assert others <= set(interpolated), f"unused in compose: {others - set(interpolated)}"
+        assert match.group(2) == ":?", f"${{{name}}} must be required (:?)"
+        assert example[name] == "", f"{name} has a default in .env.example"
+
+
+def test_secrets_reach_only_the_services_that_need_them() -> None:
+    def secrets_of(service: dict[str, Any]) -> set[str]:
+        return {m.group(1) for v in service_environment(service).values()
+                for m in INTERPOLATION.finditer(v)}  # fmt: skip
+
+    talks_to_redis = {"redis", *APP_SERVICES}
+    for name, service in SERVICES.items():
+        expected = {"RANKSTREAM_REDIS_PASSWORD"} if name in talks_to_redis else set()
+        if name == "grafana":
+            expected = {"GRAFANA_ADMIN_PASSWORD"}
+        assert secrets_of(service) == expected, name
 
 
 def test_metrics_ports_are_distinct() -> None:
@@ -330,7 +350,7 @@ def test_prometheus_url_and_mounted_config_match_the_prometheus_service() -> Non
     config_path = next(a for a in prometheus["command"] if a.startswith("--config.file="))
     assert mounts["./prometheus/prometheus.compose.yml"] == config_path.split("=", 1)[1]
     listen = next(a for a in prometheus["command"] if a.startswith("--web.listen-address="))
-    url = read_env_file(ENV_EXAMPLE)[ENV_PREFIX + "PROMETHEUS_URL"]
+    url = read_env_file(SETTINGS_ENV)[ENV_PREFIX + "PROMETHEUS_URL"]
     assert url == "http://prometheus" + listen.split("=", 1)[1]
 
 
@@ -378,18 +398,54 @@ def test_dockerfile_runs_the_console_script_as_a_non_root_user() -> None:
     assert users and users[-1].split(":")[0] not in ("root", "0")
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     entrypoints = [yaml.safe_load(args) for k, args in stage if k == "ENTRYPOINT"]
-    assert entrypoints and entrypoints[-1] == ["rankstream"]
+    # the wrapper refuses a placeholder Redis password, then execs the console script
+    assert entrypoints and entrypoints[-1] == ["rankstream-entrypoint"]
+    wrapper = (DEPLOY / "image" / "entrypoint.sh").read_text()
+    assert wrapper.rstrip().endswith('exec rankstream "$@"')
     assert scripts["rankstream"] == "rankstream.cli:program"
 
 
+def _dockerignored() -> set[str]:
+    return {
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+
+
+def _installed_top_level_folders() -> set[str]:
+    """The top-level folders pyproject.toml installs code from (package-dir or find)."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {d.split("/")[0] for d in (setuptools.get("package-dir") or {}).values() if d}
+    packages = setuptools.get("packages") or {}
+    find = packages.get("find", {}) if isinstance(packages, dict) else {}
+    folders |= {p.rstrip("*").split(".")[0] for p in find.get("include", [])}
+    return {f for f in folders if f and (REPO / f).is_dir()}
+
+
 def test_docker_context_has_what_the_build_copies_and_no_secrets() -> None:
-    ignored = {line.strip() for line in DOCKERIGNORE.read_text().splitlines()}
+    ignored = _dockerignored()
     assert {".git", ".venv", "deploy/.env"} <= ignored
-    for keyword, args in _dockerfile_instructions():
-        if keyword == "COPY" and not args.startswith("--from="):
+    copies = [args for k, args in _dockerfile_instructions() if k == "COPY"]
+    assert ". ." in copies, "the build stage copies the whole context (every package)"
+    for args in copies:
+        if not args.startswith("--from="):
             for source in args.split()[:-1]:
                 assert (REPO / source).exists(), f"COPY source {source} missing"
                 assert source not in ignored, f"COPY source {source} is .dockerignored"
+    needed = {"pyproject.toml", "README.md", "deploy/constraints.txt", "deploy/image"}
+    needed |= _installed_top_level_folders()
+    assert _installed_top_level_folders() >= {"ranking", "stream", "workers", "rankstream"}
+    for path in needed:
+        assert not any(path == i or path.startswith(i.rstrip("/") + "/") for i in ignored), path
+
+
+def test_constraints_pin_every_dependency_of_the_image() -> None:
+    result = subprocess.run(
+        [sys.executable, str(DEPLOY / "lock.py"), "--check"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_online_workers_split_the_online_rankers_between_them() -> None:
@@ -403,4 +459,4 @@ def test_online_workers_split_the_online_rankers_between_them() -> None:
             owned += command[command.index("--algo") + 1].split(",")
     assert len(owned) == len(set(owned)), f"a model has two writers: {owned}"
     assert set(owned) <= set(learner_names())
-    assert {"opr", "opar1", "opar2", "ogdr"} <= set(owned)
+    assert {"opr", "opar1", "opar2", "ogdr", "arow"} <= set(owned)
