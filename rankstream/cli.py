@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from rankstream import __version__
+
 # (command words) -> (module under rankstream.commands, one-line help)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("demo",): ("demo", "embedded pipeline, no services; writes DIR/report.json and plots"),
@@ -44,11 +46,25 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
 }
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already names one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text.lower() or any(default is v for v in (None, False, argparse.SUPPRESS)):
+            return text
+        if not action.option_strings and action.nargs is None:
+            return text  # a required positional argument has no default to show
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser(only: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
     """The full parser; with `only` (a command's words) just that command gets its arguments."""
     parser = argparse.ArgumentParser(
         prog="rankstream", description="Learn image rankings from a stream of feedback."
     )
+    parser.add_argument("--version", action="version", version=f"rankstream {__version__}")
     groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
         (): parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     }
@@ -60,7 +76,12 @@ def build_parser(only: tuple[str, ...] | None = None) -> argparse.ArgumentParser
                 groups[prefix] = sub.add_subparsers(
                     dest=f"command_{depth}", metavar="COMMAND", required=True
                 )
-        leaf = groups[words[:-1]].add_parser(words[-1], help=help_text, description=help_text)
+        leaf = groups[words[:-1]].add_parser(
+            words[-1],
+            help=help_text,
+            description=help_text,
+            formatter_class=DefaultsFormatter,
+        )
         if only is None or words == only:
             module = importlib.import_module(f"rankstream.commands.{module_name}")
             module.add_arguments(leaf)

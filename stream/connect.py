@@ -7,9 +7,26 @@ without importing each other back.
 
 from __future__ import annotations
 
+import logging
+
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import DEFAULT_KEEP_VERSIONS, ModelStore
 from rankstream.stream.transport import Transport
+
+log = logging.getLogger("rankstream.stream")
+_NOTICED: set[str] = set()
+
+
+def _notice_embedded(what: str, variable: str) -> None:
+    """Say once per process that the embedded (in-process, not shared) one is in use."""
+    if what not in _NOTICED:
+        _NOTICED.add(what)
+        log.warning(
+            "%s is unset: using the embedded %s (this process only; nothing is shared with "
+            "other processes or kept after exit)",
+            variable,
+            what,
+        )
 
 
 def open_transport(settings: Settings) -> Transport:
@@ -20,6 +37,7 @@ def open_transport(settings: Settings) -> Transport:
         return KafkaTransport(settings)
     from rankstream.stream.embedded import embedded_transport
 
+    _notice_embedded("transport", "RANKSTREAM_KAFKA_BOOTSTRAP")
     return embedded_transport()
 
 
@@ -31,4 +49,5 @@ def open_store(settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -
         return RedisModelStore(settings, keep_versions=keep_versions)
     from rankstream.stream.embedded_store import embedded_store
 
+    _notice_embedded("model store", "RANKSTREAM_REDIS_URL")
     return embedded_store(settings.topic_prefix, keep_versions=keep_versions)

@@ -58,7 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="root of `rankstream services` (default: $RANKSTREAM_DATA_DIR/services)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter  # every default shown
 
 
 def run(args: argparse.Namespace) -> int:
