@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -139,9 +140,22 @@ class Collection:
     super_topic_of: np.ndarray  # (n_topics,) int8 super-topic of each topic
     informativeness: np.ndarray  # (n_topics, 9) float32 s[t, d], for reports and tests
 
+    name: ClassVar[str] = "synthetic"  # the catalog name (`simulators.catalog`)
+
     @property
     def n_images(self) -> int:
         return int(self.features.shape[0])
+
+    @property
+    def cache_key(self) -> str:
+        """Names this collection's caches (its own and its candidate index's)."""
+        return self.params.cache_key()
+
+    def retrieval_features(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The first-stage retrieval's input for these images (`simulators.retrieval`)."""
+        from rankstream.simulators.retrieval import global_codes_input
+
+        return global_codes_input(self.features[rows])
 
     @property
     def descriptor_slices(self) -> tuple[slice, ...]:
