@@ -14,6 +14,7 @@ from rankstream.evals.cbir import (
     DATASETS,
     INITIALISATIONS,
     LARGE_SCALE_ROWS,
+    LEARNED,
     METHODS,
     ONLINE_GRIDS,
     PAPER_TABLE2_IMAGECLEF,
@@ -24,7 +25,11 @@ from rankstream.evals.cbir import (
 from rankstream.simulators.cbir_testbed import load_synthetic_testbed
 from rankstream.simulators.digits import load_digits_testbed
 
-LEARNED = ("ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
+
+@pytest.fixture(autouse=True)
+def plot_in_tmp(monkeypatch, tmp_path):
+    """Figures of runs without --plot go to a temporary report/ directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 def run_json(capsys, argv: list[str]) -> dict:
@@ -89,11 +94,31 @@ def test_warm_start_is_a_choice_validation_can_make() -> None:
             np.testing.assert_array_equal(build().weights, expected)
 
 
-def test_table_output_names_every_method(capsys) -> None:
+def test_table_output_names_every_method(capsys, tmp_path) -> None:
     main(["eval", "cbir", "--train-rows", "2000", "--max-queries", "5"])
     out = capsys.readouterr().out
     for method in METHODS:
         assert method in out
+    assert "paper ImageCLEF mAP" in out and "0.6174" in out  # Table 2 beside the result
+    assert (tmp_path / "report" / "cbir_digits.png").stat().st_size > 0
+
+
+def test_seeds_are_summarised_with_paired_gains(capsys, tmp_path) -> None:
+    argv = ["--seeds", "0", "1", "--train-rows", "2000", "--max-queries", "8"]
+    output = run_json(capsys, [*argv, "--plot", str(tmp_path / "cbir.png")])
+    runs, summary = output["runs"], output["summary"]
+    assert [run["seed"] for run in runs] == summary["seeds"] == [0, 1]
+    assert output["plot"] == str(tmp_path / "cbir.png") and (tmp_path / "cbir.png").stat().st_size
+    for method in LEARNED:
+        gains = [(run["map"][method] / run["map"]["uni_con"] - 1) * 100 for run in runs]
+        cell = summary["gain_over_uni_con_percent"][method]
+        assert cell["mean"] == pytest.approx(sum(gains) / 2)
+        assert cell["min"] == pytest.approx(min(gains)) and cell["std"] >= 0
+        above = all(
+            run["map"][method] > max(run["map"]["uni_con"], run["map"]["best_fea"]) for run in runs
+        )
+        assert summary["above_uni_con_and_best_fea_every_seed"][method] == above
+    assert set(summary["map"]) == set(METHODS)
 
 
 def test_unknown_dataset_is_rejected() -> None:

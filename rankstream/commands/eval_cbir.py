@@ -15,6 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", choices=list(DATASETS), default="digits")
     parser.add_argument("--seed", type=int, default=0, help="splits, sampling and stream order")
     parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="run each of these seeds (instead of --seed) and summarise the gains over them",
+    )
+    parser.add_argument(
         "--train-rows", type=int, default=None, help="training triplet rows (default 200,000)"
     )
     parser.add_argument(
@@ -25,11 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="train on the 3,000,000 triplets of the paper's §5.4 (its Table 3 beside the times)",
     )
+    parser.add_argument(
+        "--plot",
+        default=None,
+        help="figure path (default report/cbir_<dataset>.png): test mAP per method and seed, "
+        "the paper's ImageCLEF mAP beside it",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
 
 
-def run_evaluation(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the evaluation with a spinner on stderr (shared with `rankstream demo`)."""
+def run_evaluation(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Run the evaluation for one seed with a spinner on stderr."""
     from rich.console import Console
 
     from rankstream.evals.cbir import evaluate_cbir
@@ -44,7 +57,7 @@ def run_evaluation(args: argparse.Namespace) -> dict[str, Any]:
 
         return evaluate_cbir(
             args.dataset,
-            seed=args.seed,
+            seed=seed,
             train_rows=args.train_rows,
             max_queries=args.max_queries,
             progress=progress,
@@ -93,10 +106,48 @@ def print_result(result: dict[str, Any], stderr: bool = False) -> None:
     print_method_table(title, rows, formats=formats, stderr=stderr)
 
 
+def print_summary(summary: dict[str, Any]) -> None:
+    """Test mAP over the seeds and each learned method's paired gains, mean ± std."""
+    from rankstream.tables import print_method_table
+
+    def spread(cell: dict[str, float | None], unit: str = "") -> str:
+        std = "" if cell["std"] is None else f" ± {cell['std']:.{2 if unit else 4}f}"
+        return f"{cell['mean']:+.2f}{unit}{std}" if unit else f"{cell['mean']:.4f}{std}"
+
+    rows = {}
+    for method, cell in summary["map"].items():
+        rows[method] = {"test mAP": spread(cell), "NDCG@50": spread(summary["ndcg_at_50"][method])}
+        if method in summary["gain_over_uni_con_percent"]:
+            rows[method]["vs Uni-Con"] = spread(summary["gain_over_uni_con_percent"][method], "%")
+            rows[method]["vs Best-Fea"] = spread(summary["gain_over_best_fea_percent"][method], "%")
+            rows[method]["above both, every seed"] = str(
+                summary["above_uni_con_and_best_fea_every_seed"][method]
+            )
+    seeds = ", ".join(map(str, summary["seeds"]))
+    print_method_table(f"CBIR on {summary['dataset']}, seeds {seeds} (mean ± std)", rows)
+
+
 def run(args: argparse.Namespace) -> int:
-    result = run_evaluation(args)
+    from rankstream.evals.cbir import PAPER_TABLE2_IMAGECLEF, summarise_seeds
+    from rankstream.plots import plot_method_scores
+
+    seeds = args.seeds if args.seeds else [args.seed]
+    results = [run_evaluation(args, seed) for seed in seeds]
+    summary = summarise_seeds(results)
+    plot = plot_method_scores(
+        {m: [r["map"][m] for r in results] for m in results[0]["map"]},
+        args.plot or f"report/cbir_{args.dataset}.png",
+        reference=PAPER_TABLE2_IMAGECLEF,
+        reference_label="paper, ImageCLEF (Table 2)",
+        title=f"{args.dataset}: test mAP, seeds {', '.join(map(str, seeds))}",
+    )
     if args.json:
-        sys.stdout.write(json.dumps(result) + "\n")
+        output = results[0] if args.seeds is None else {"runs": results, "summary": summary}
+        sys.stdout.write(json.dumps({**output, "plot": str(plot)}) + "\n")
     else:
-        print_result(result)
+        for result in results:
+            print_result(result)
+        if args.seeds is not None:
+            print_summary(summary)
+        print(f"wrote {plot}")
     return 0

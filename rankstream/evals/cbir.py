@@ -44,6 +44,7 @@ from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.cbir_testbed import CBIRTestBed, RankedQuery
 
 METHODS = ("uni_con", "best_fea", "ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
+LEARNED = METHODS[2:]  # the methods that learn from the training triplets
 
 ONLINE_GRIDS: dict[str, dict[str, Sequence[float]]] = {
     "opr": {},
@@ -224,3 +225,42 @@ def evaluate_cbir(
         options["max_val_queries"] = options["max_test_queries"] = max_queries
     testbed = DATASETS[dataset](**options)
     return evaluate_testbed(testbed, seed=seed, progress=progress)
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, sample standard deviation (None for one value), min and max."""
+    array = np.asarray(values, dtype=np.float64)
+    std = float(array.std(ddof=1)) if array.size > 1 else None
+    return {
+        "mean": float(array.mean()),
+        "std": std,
+        "min": float(array.min()),
+        "max": float(array.max()),
+    }
+
+
+def summarise_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Test mAP per method over seeds, and each learned method's relative mAP gain over
+    Uni-Con and over Best-Fea, paired by seed (same folds and queries), in percent."""
+    if not runs:
+        raise ValueError("need at least one run to summarise")
+    maps = {m: [run["map"][m] for run in runs] for m in METHODS}
+    gains: dict[str, dict[str, Any]] = {}
+    for baseline in ("uni_con", "best_fea"):
+        gains[baseline] = {
+            m: _spread([(run["map"][m] / run["map"][baseline] - 1.0) * 100 for run in runs])
+            for m in LEARNED
+        }
+    above_both = {
+        m: all(run["map"][m] > max(run["map"]["uni_con"], run["map"]["best_fea"]) for run in runs)
+        for m in LEARNED
+    }
+    return {
+        "dataset": runs[0]["dataset"],
+        "seeds": [run["seed"] for run in runs],
+        "map": {m: _spread(values) for m, values in maps.items()},
+        "ndcg_at_50": {m: _spread([run["ndcg_at_50"][m] for run in runs]) for m in METHODS},
+        "gain_over_uni_con_percent": gains["uni_con"],
+        "gain_over_best_fea_percent": gains["best_fea"],
+        "above_uni_con_and_best_fea_every_seed": above_both,
+    }
