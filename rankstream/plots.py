@@ -215,24 +215,27 @@ def plot_method_scores(
     ylabel: str = "test mAP",
     title: str = "",
 ) -> Path:
-    """One bar per method: the mean of its scores (one per seed), the seeds as dots, and
-    a reference value per method (the paper's, where it has one) as a hollow diamond."""
+    """One column per method: its scores (one per seed) as dots, their mean as a bar
+    across, and a reference value (the paper's, where it has one) as a hollow diamond.
+    The axis spans the values only, so gains of a few percent stay visible."""
     plt = _pyplot()
     fig, axis = plt.subplots(figsize=(9, 4.5))
     names = list(scores)
     for i, name in enumerate(names):
         values = np.asarray(scores[name], dtype=np.float64)
-        style = _style(name)
-        axis.bar(i, values.mean(), 0.7, color=style.get("color"), alpha=0.55)
-        axis.plot(np.full(values.size, i), values, "o", color="black", markersize=3)
-    if reference:
-        marked = [(i, reference[n]) for i, n in enumerate(names) if reference.get(n) is not None]
-        if marked:
-            xs, ys = zip(*marked, strict=True)
-            axis.plot(xs, ys, "D", markerfacecolor="none", markeredgecolor="tab:red",
-                      markersize=7, linestyle="none", label=reference_label)  # fmt: skip
-            axis.legend(loc="lower right", fontsize=9)
+        color = _style(name).get("color", "tab:blue")
+        axis.hlines(values.mean(), i - 0.3, i + 0.3, color=color, linewidth=3)
+        axis.plot(np.full(values.size, i), values, "o", color=color, markersize=5, alpha=0.8)
+    marked = [
+        (i, reference[n]) for i, n in enumerate(names) if reference and reference.get(n) is not None
+    ]
+    if marked:
+        xs, ys = zip(*marked, strict=True)
+        axis.plot(xs, ys, "D", markerfacecolor="none", markeredgecolor="tab:red",
+                  markersize=7, linestyle="none", label=reference_label)  # fmt: skip
+        axis.legend(loc="lower right", fontsize=9)
     axis.set_xticks(range(len(names)), [_style(n)["label"] for n in names], rotation=20)
+    axis.set_xlim(-0.6, len(names) - 0.4)
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(True, axis="y", alpha=0.3)

@@ -224,7 +224,7 @@ def evaluate_cbir(
     if max_queries is not None:
         options["max_val_queries"] = options["max_test_queries"] = max_queries
     testbed = DATASETS[dataset](**options)
-    return evaluate_testbed(testbed, seed=seed, progress=progress)
+    return {**evaluate_testbed(testbed, seed=seed, progress=progress), "dataset": dataset}
 
 
 def _spread(values: Sequence[float]) -> dict[str, float | None]:
