@@ -60,6 +60,24 @@ class ImageCollection(Protocol):
         ...
 
 
+def check_image_id(image_id: int, n_images: int) -> int:
+    """The id as an int, or a ValueError if it names no image of the collection."""
+    i = int(image_id)
+    if not 0 <= i < n_images:
+        raise ValueError(f"image id {image_id} outside [0, {n_images})")
+    return i
+
+
+def check_image_ids(ids: np.ndarray, n_images: int) -> np.ndarray:
+    """Candidate ids as a 1-d integer array, or a ValueError saying what is wrong."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"candidate ids must be a 1-d integer array, got {arr.dtype}{arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() >= n_images):
+        raise ValueError(f"candidate ids outside [0, {n_images})")
+    return arr
+
+
 class CandidateRetriever(Protocol):
     """The search engine's first stage: the k images nearest a query, nearest first."""
 

@@ -281,16 +281,8 @@ def served_testbed(
         ids = served.index.candidates(query, candidates)
         return QueryCandidates(ids, collection.relevance(query, ids))
 
-    return build_testbed(
-        collection.name,
-        collection.feature_names,
-        collection.phi,
-        source,
-        collection.ground_truth_ids,
-        seed,
-        train_rows,
-        max_val_queries,
-        max_test_queries,
+    return _collection_testbed(
+        collection, source, seed, train_rows, max_val_queries, max_test_queries
     )
 
 
@@ -327,6 +319,20 @@ def sampled_testbed(
         ids[ids >= query] += 1  # every image but the query itself
         return QueryCandidates(ids, collection.relevance(query, ids))
 
+    return _collection_testbed(
+        collection, source, seed, train_rows, max_val_queries, max_test_queries
+    )
+
+
+def _collection_testbed(
+    collection: ImageCollection,
+    source: CandidateSource,
+    seed: int,
+    train_rows: int,
+    max_val_queries: int | None,
+    max_test_queries: int | None,
+) -> CBIRTestBed:
+    """`build_testbed` over a collection's ground-truth images, its phi and its names."""
     return build_testbed(
         collection.name,
         collection.feature_names,

@@ -38,9 +38,7 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -48,6 +46,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+
+from rankstream.simulators.cache_files import atomic_directory
+from rankstream.simulators.catalog import check_image_id, check_image_ids
 
 DISTRACTOR = -1
 GENERATOR_VERSION = 1  # bump when the generator changes: old caches then miss
@@ -175,8 +176,8 @@ class Collection:
 
     def relevance(self, query_id: int, candidate_ids: np.ndarray) -> np.ndarray:
         """Graded relevance (int8, 0/1/2) of candidates to the query image's topic."""
-        topic = int(self.topics[self._check_id(query_id)])
-        ids = self._check_ids(candidate_ids)
+        topic = int(self.topics[check_image_id(query_id, self.n_images)])
+        ids = check_image_ids(candidate_ids, self.n_images)
         if topic == DISTRACTOR:
             return np.zeros(len(ids), dtype=np.int8)
         cand = self.topics[ids].astype(np.int64)
@@ -195,8 +196,8 @@ class Collection:
         """
         from rankstream.simulators.similarity import SIMILARITIES
 
-        q = self.features[self._check_id(query_id)]
-        cands = self.features[self._check_ids(candidate_ids)]
+        q = self.features[check_image_id(query_id, self.n_images)]
+        cands = self.features[check_image_ids(candidate_ids, self.n_images)]
         columns = [
             measure(q[s], cands[:, s])
             for s in descriptor_slices()
@@ -204,40 +205,15 @@ class Collection:
         ]
         return np.column_stack(columns).astype(np.float32)
 
-    def _check_id(self, image_id: int) -> int:
-        i = int(image_id)
-        if not 0 <= i < self.n_images:
-            raise ValueError(f"image id {image_id} outside [0, {self.n_images})")
-        return i
-
-    def _check_ids(self, ids: np.ndarray) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(
-                f"candidate ids must be a 1-d integer array, got {arr.dtype}{arr.shape}"
-            )
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_images):
-            raise ValueError(f"candidate ids outside [0, {self.n_images})")
-        return arr
-
     # ---- on-disk cache -------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write npy arrays + JSON params atomically (temp dir, then rename)."""
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
+        """Write npy arrays + JSON params atomically (`cache_files.atomic_directory`)."""
+        with atomic_directory(directory) as tmp:
             for name in ("features", "topics", "super_topic_of", "informativeness"):
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
             (tmp / "params.json").write_text(json.dumps(asdict(self.params), sort_keys=True))
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = True) -> Collection:

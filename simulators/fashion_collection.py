@@ -36,8 +36,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -49,7 +47,8 @@ from typing import ClassVar
 import numpy as np
 
 from rankstream.simulators import batch_descriptors as batch
-from rankstream.simulators.catalog import ServedCollection
+from rankstream.simulators.cache_files import atomic_directory
+from rankstream.simulators.catalog import ServedCollection, check_image_id, check_image_ids
 from rankstream.simulators.cbir_testbed import (
     DATABASE_SAMPLE,
     DEFAULT_TRAIN_ROWS,
@@ -237,12 +236,14 @@ class FashionMNISTCollection:
 
     def phi(self, image_id: int, candidate_ids: np.ndarray) -> np.ndarray:
         """(k, 36) float32: the nine descriptors under the four measures, descriptor-major."""
-        ids = self._check_ids(candidate_ids)
-        return self.phi_map.phi(self._check_id(image_id), ids).astype(np.float32)
+        ids = check_image_ids(candidate_ids, self.n_images)
+        query = check_image_id(image_id, self.n_images)
+        return self.phi_map.phi(query, ids).astype(np.float32)
 
     def relevance(self, image_id: int, candidate_ids: np.ndarray) -> np.ndarray:
-        query = self.labels[self._check_id(image_id)]
-        return graded_relevance(int(query), self.labels[self._check_ids(candidate_ids)])
+        query = self.labels[check_image_id(image_id, self.n_images)]
+        ids = check_image_ids(candidate_ids, self.n_images)
+        return graded_relevance(int(query), self.labels[ids])
 
     def retrieval_features(self, rows: np.ndarray | slice) -> np.ndarray:
         """Standardised, block-equalised descriptors of these photos: (m, 543) float32."""
@@ -250,40 +251,17 @@ class FashionMNISTCollection:
         stacked = np.hstack([matrix[rows] for matrix in self.descriptors.values()])
         return ((stacked - mean) * scale).astype(np.float32)
 
-    def _check_id(self, image_id: int) -> int:
-        i = int(image_id)
-        if not 0 <= i < self.n_images:
-            raise ValueError(f"image id {image_id} outside [0, {self.n_images})")
-        return i
-
-    def _check_ids(self, ids: np.ndarray) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"candidate ids must be a 1-d integer array, got {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_images):
-            raise ValueError(f"candidate ids outside [0, {self.n_images})")
-        return arr.astype(np.int64)
-
     # ---- on-disk cache -------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write npy arrays + JSON meta atomically (temp dir, then rename)."""
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
+        """Write npy arrays + JSON meta atomically (`cache_files.atomic_directory`)."""
+        with atomic_directory(directory) as tmp:
             np.save(tmp / "labels.npy", self.labels)
             for name, matrix in self.descriptors.items():
                 np.save(tmp / f"{name}.npy", matrix)
             meta = {"key": self.key, "descriptors": descriptor_settings()}
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FashionMNISTCollection:
@@ -342,6 +320,20 @@ PAPER_VAL_QUERIES = 1_500
 PAPER_TEST_QUERIES = 750
 
 
+def _served_for_testbed(
+    cache_dir: str | os.PathLike | None,
+    progress: Callable[[str], None] | None,
+    directory: Path | str,
+    limit: int | None,
+) -> ServedCollection:
+    if cache_dir is None:
+        raise ValueError("the Fashion-MNIST test beds need a cache_dir for their descriptors")
+    served = load_served(cache_dir, progress=progress or False, directory=directory, limit=limit)
+    if progress is not None:
+        progress("sampling training pairs and judging validation and test queries")
+    return served
+
+
 def load_fashion_mnist_testbed(
     seed: int = 0,
     train_rows: int = DEFAULT_TRAIN_ROWS,
@@ -360,15 +352,9 @@ def load_fashion_mnist_testbed(
     each of five folds), each ranking a uniform sample of 1,000 photos of the whole
     collection. `cache_dir` (required) holds the descriptors.
     """
-    if cache_dir is None:
-        raise ValueError("the Fashion-MNIST test bed needs a cache_dir for its descriptors")
-    collection = FashionMNISTCollection.load_or_build(
-        cache_dir, progress or False, directory, limit
-    )
-    if progress is not None:
-        progress("sampling training pairs and judging validation and test queries")
+    served = _served_for_testbed(cache_dir, progress, directory, limit)
     return sampled_testbed(
-        collection, seed, train_rows, max_val_queries, max_test_queries, sample_size
+        served.collection, seed, train_rows, max_val_queries, max_test_queries, sample_size
     )
 
 
@@ -386,11 +372,7 @@ def load_fashion_mnist_retrieved_testbed(
     """As `load_fashion_mnist_testbed`, but each query ranks the 300 candidates the §5.5
     stream's first stage retrieves for it (`cbir_testbed.served_testbed`): what a learned
     model adds on top of the stream's retrieval."""
-    if cache_dir is None:
-        raise ValueError("the Fashion-MNIST test bed needs a cache_dir for its descriptors")
-    served = load_served(cache_dir, progress=progress or False, directory=directory, limit=limit)
-    if progress is not None:
-        progress("sampling training pairs and judging validation and test queries")
+    served = _served_for_testbed(cache_dir, progress, directory, limit)
     return served_testbed(
         served, seed, train_rows, max_val_queries, max_test_queries, candidates=candidates
     )

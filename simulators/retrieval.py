@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rankstream.simulators.cache_files import atomic_directory
 from rankstream.simulators.collection import descriptor_slices, progress_bar
 
 if TYPE_CHECKING:
@@ -136,20 +135,11 @@ class CandidateIndex:
     _ARRAYS = ("mean", "projection", "centroids", "cell_start", "ids", "codes", "position")
 
     def save(self, directory: str | os.PathLike) -> Path:
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
+        with atomic_directory(directory) as tmp:
             for name in self._ARRAYS:
                 np.save(tmp / f"{name}.npy", getattr(self, name))
             (tmp / "meta.json").write_text(json.dumps({"pool_factor": self.pool_factor}))
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> CandidateIndex:
