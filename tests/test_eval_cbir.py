@@ -170,3 +170,15 @@ def test_large_scale_trains_on_three_million_rows(monkeypatch) -> None:
     assert set(result["train_cpu_seconds"]) == set(METHODS)
     with pytest.raises(ValueError, match="large_scale"):
         evaluate_cbir("digits", large_scale=True, train_rows=1000)
+
+
+def test_a_missing_data_package_is_a_clear_error(capsys, monkeypatch, tmp_path) -> None:
+    from rankstream.simulators.fashion_collection import load_fashion_mnist_testbed
+    from rankstream.simulators.fashion_mnist import DEBIAN_PACKAGE
+
+    missing = partial(load_fashion_mnist_testbed, directory=tmp_path / "nowhere")
+    monkeypatch.setitem(cbir.DATASETS, "fashion-mnist", missing)
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path))
+    assert main(["eval", "cbir", "--dataset", "fashion-mnist", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"apt-get install -y {DEBIAN_PACKAGE}" in captured.err

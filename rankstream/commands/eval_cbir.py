@@ -130,9 +130,14 @@ def print_summary(summary: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankstream.evals.cbir import PAPER_TABLE2_IMAGECLEF, summarise_seeds
     from rankstream.plots import plot_method_scores
+    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
 
     seeds = args.seeds if args.seeds else [args.seed]
-    results = [run_evaluation(args, seed) for seed in seeds]
+    try:
+        results = [run_evaluation(args, seed) for seed in seeds]
+    except FashionMNISTMissingError as error:  # names the Debian package to install
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     summary = summarise_seeds(results)
     plot = plot_method_scores(
         {m: [r["map"][m] for r in results] for m in results[0]["map"]},
