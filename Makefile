@@ -1,11 +1,13 @@
 # Every target does its own set-up on a fresh machine: a virtual environment with the
-# project installed; the test harness installs and starts Kafka, Redis and Prometheus.
+# project installed, the Debian data packages the real test beds read (Fashion-MNIST:
+# `datasets`, a no-op once installed); the test harness installs and starts Kafka, Redis
+# and Prometheus.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast compose-test lock lint bench chaos soak fuzz services-up services-down clean
+.PHONY: demo test test-fast datasets compose-test lock lint bench chaos soak fuzz services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,10 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# apt-get install what is missing (as root; otherwise it names the package to install).
+datasets: $(STAMP)
+	$(BIN)/python -m rankstream.harness.datasets
+
+demo: $(STAMP) datasets
 	$(BIN)/rankstream demo --out report
 
-test: $(STAMP)
+test: $(STAMP) datasets
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not engine" tests
 	$(MAKE) compose-test
@@ -38,7 +44,7 @@ lock:
 	else $(PYTHON) deploy/lock.py; fi
 
 # Unit tests only: no Kafka, Redis or Prometheus.
-test-fast: $(STAMP)
+test-fast: $(STAMP) datasets
 	$(BIN)/python -m pytest -q -m "not services" tests
 
 lint: $(STAMP)

@@ -17,7 +17,7 @@ matplotlib runs on the Agg backend (files only, no display needed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,8 @@ import numpy as np
 # One colour per model across every figure; unknown models get the cycle's next colour.
 MODEL_COLORS: dict[str, str] = {
     "uni_con": "black",
+    "best_fea": "tab:gray",
+    "ranksvm": "tab:olive",
     "opr": "tab:blue",
     "opar1": "tab:orange",
     "opar2": "tab:green",
@@ -35,6 +37,8 @@ MODEL_COLORS: dict[str, str] = {
 }
 MODEL_LABELS: dict[str, str] = {
     "uni_con": "Uni-Con",
+    "best_fea": "Best-Fea",
+    "ranksvm": "RankSVM",
     "opr": "OPR",
     "opar1": "OPAR-I",
     "opar2": "OPAR-II",
@@ -200,6 +204,41 @@ def plot_ordinal_metrics(
     right.set_ylabel("cMDS-DML axis 2")
     right.set_title(f"held-out points in the learned space (K={int(ks[0])})")
     right.grid(True, alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def plot_method_scores(
+    scores: Mapping[str, Sequence[float]],
+    path: str | Path,
+    reference: Mapping[str, float | None] | None = None,
+    reference_label: str = "paper",
+    ylabel: str = "test mAP",
+    title: str = "",
+) -> Path:
+    """One column per method: its scores (one per seed) as dots, their mean as a bar
+    across, and a reference value (the paper's, where it has one) as a hollow diamond.
+    The axis spans the values only, so gains of a few percent stay visible."""
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(9, 4.5))
+    names = list(scores)
+    for i, name in enumerate(names):
+        values = np.asarray(scores[name], dtype=np.float64)
+        color = _style(name).get("color", "tab:blue")
+        axis.hlines(values.mean(), i - 0.3, i + 0.3, color=color, linewidth=3)
+        axis.plot(np.full(values.size, i), values, "o", color=color, markersize=5, alpha=0.8)
+    marked = [
+        (i, reference[n]) for i, n in enumerate(names) if reference and reference.get(n) is not None
+    ]
+    if marked:
+        xs, ys = zip(*marked, strict=True)
+        axis.plot(xs, ys, "D", markerfacecolor="none", markeredgecolor="tab:red",
+                  markersize=7, linestyle="none", label=reference_label)  # fmt: skip
+        axis.legend(loc="lower right", fontsize=9)
+    axis.set_xticks(range(len(names)), [_style(n)["label"] for n in names], rotation=20)
+    axis.set_xlim(-0.6, len(names) - 0.4)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, axis="y", alpha=0.3)
     return _save(fig, plt, path)
 
 

@@ -37,7 +37,10 @@ def print_method_table(
         table.add_row(
             method, *(_cell(metrics.get(column), formats.get(column)) for column in columns)
         )
-    Console(stderr=stderr).print(table)
+    console = Console(stderr=stderr)
+    if not console.is_terminal:  # a file or pipe has no width to wrap at: keep rows whole
+        console.width = max(console.width, 160)
+    console.print(table)
 
 
 def _cell(value: Cell, spec: str | None) -> str:

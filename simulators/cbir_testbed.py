@@ -1,8 +1,10 @@
 """A §5.1-style learning-to-rank test bed for any image collection with graded relevance.
 
 The online-LTR paper (§5.1) builds each learning-to-rank test bed the same way, and so
-does `build_testbed` here, whatever the collection (`simulators.digits`, and the
-synthetic ImageCLEF/Flickr-like collection through `load_synthetic_testbed`):
+does `build_testbed` here, whatever the collection (`simulators.digits`; the synthetic
+ImageCLEF/Flickr-like collection and Fashion-MNIST through `served_testbed`, which ranks
+what the §5.5 stream's first stage retrieves, or `sampled_testbed`, which ranks a sample
+of the whole database as the paper's standard datasets do):
 
 * a *candidate source* gives each query image its candidates and their graded
   relevance (0 = irrelevant; higher = more relevant), and optionally their phi;
@@ -14,7 +16,9 @@ synthetic ImageCLEF/Flickr-like collection through `load_synthetic_testbed`):
   rel(a) > rel(b), each a row x = phi(q, a) - phi(q, b), y = +1; a random half of the
   rows is flipped to (-x, -1) so both labels occur. The total is a budget (200,000 rows
   by default, as the paper's standard-dataset runs) spread evenly over the training
-  queries. Within a query, every candidate that is more relevant than some other is
+  queries that have a pair at all (a query whose candidates are all equally relevant,
+  e.g. 300 retrieved trousers for a trouser, gives none), so the budget is met. Within
+  a query, every candidate that is more relevant than some other is
   used once per cycle (a random subset when the share is smaller than that set), each
   against a random candidate of lower relevance: so every differently-relevant pair
   can occur, and the scarce relevant images are all used before any repeats;
@@ -27,9 +31,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rankstream.simulators.images import ImageCollection, ServedCollection
 
 N_FOLDS = 5
 DEFAULT_TRAIN_ROWS = 200_000
@@ -159,14 +166,15 @@ def build_testbed(
     rng = np.random.default_rng(seed)
     train_ids, val_ids, test_ids = fold_split(query_ids, rng, max_val_queries, max_test_queries)
 
+    found_by_query = [(int(query), source(int(query))) for query in train_ids]
+    usable = [(q, found) for q, found in found_by_query if np.ptp(found.relevance) > 0]
+    if not usable:
+        raise ValueError("no training query has candidates of differing relevance")
     rows, triplets, phi_blocks = [], [], []
-    for query, quota in zip(train_ids, _even_quotas(train_rows, train_ids.size), strict=True):
+    for (query, found), quota in zip(usable, _even_quotas(train_rows, len(usable)), strict=True):
         if quota == 0:
             continue
-        found = source(int(query))
         first, second = sample_graded_pairs(found.relevance, int(quota), rng)
-        if first.size == 0:
-            continue
         used, inverse = np.unique(np.concatenate([first, second]), return_inverse=True)
         if found.phi is None:
             values = np.asarray(phi(int(query), found.ids[used]), dtype=np.float64)
@@ -177,8 +185,6 @@ def build_testbed(
             np.column_stack([np.full(quota, query), found.ids[first], found.ids[second]])
         )
         phi_blocks.append(values.astype(np.float32))
-    if not rows:
-        raise ValueError("no training query has candidates of differing relevance")
     train_X = np.vstack(rows)
     train_triplets = np.vstack(triplets)
     flip = rng.random(train_X.shape[0]) < 0.5
@@ -247,49 +253,88 @@ def build_cbir_testbed(
 
 
 SYNTHETIC_IMAGES = 20_000
-SYNTHETIC_CANDIDATES = 300
+SERVED_CANDIDATES = 300
 
 
-def load_synthetic_testbed(
+def served_testbed(
+    served: ServedCollection,
     seed: int = 0,
     train_rows: int = DEFAULT_TRAIN_ROWS,
     max_val_queries: int | None = None,
     max_test_queries: int | None = None,
-    n_images: int = SYNTHETIC_IMAGES,
-    candidates: int = SYNTHETIC_CANDIDATES,
-    collection_seed: int = 0,
-    cache_dir: str | os.PathLike | None = None,
+    candidates: int = SERVED_CANDIDATES,
 ) -> CBIRTestBed:
-    """The synthetic collection (`simulators.collection`) as a graded-relevance test bed.
+    """A collection the feedback loop serves (`simulators.catalog`) as a test bed.
 
-    The collection and its candidate index are built once per `collection_seed` and
-    cached (`load_or_build`, under `cache_dir`, which it needs), like the
-    digits images the collection is fixed data and `seed` drives the folds and the
-    pair sampling. Query images are the ground-truth images (never distractors), as
-    in the feedback stream; each query's candidates are the `candidates` images the
-    simulated search engine retrieves (`FeedbackSimulator.retrieve`), with their phi
-    and graded relevance (2 same topic, 1 same super-topic, 0 otherwise).
+    Query images are the collection's ground-truth images, as in the feedback stream;
+    each query's candidates are the `candidates` images its first-stage retrieval
+    returns (`FeedbackSimulator.retrieve`), with their phi and graded relevance, so the
+    test bed ranks exactly what the §5.5 stream serves. The collection is fixed data;
+    `seed` drives the folds and the pair sampling.
     """
-    from rankstream.simulators.collection import Collection
-    from rankstream.simulators.feedback import FeedbackSimulator
-    from rankstream.simulators.retrieval import CandidateIndex
-
-    if cache_dir is None:
-        raise ValueError("the synthetic test bed needs a cache_dir for its collection")
-    collection = Collection.load_or_build(
-        cache_dir, progress=False, n_images=n_images, seed=collection_seed
-    )
-    index = CandidateIndex.load_or_build(
-        collection, cache_dir, seed=collection_seed, progress=False
-    )
-    simulator = FeedbackSimulator(collection, seed=seed, candidates=candidates, index=index)
+    collection = served.collection
+    if not 1 <= candidates < collection.n_images:
+        raise ValueError(f"need 1 <= candidates < {collection.n_images}, got {candidates}")
 
     def source(query: int) -> QueryCandidates:
-        found = simulator.retrieve(query)
-        return QueryCandidates(found.candidate_ids, found.relevance, found.phi)
+        """`FeedbackSimulator.retrieve`'s candidates and relevance; phi only where used."""
+        ids = served.index.candidates(query, candidates)
+        return QueryCandidates(ids, collection.relevance(query, ids))
 
+    return _collection_testbed(
+        collection, source, seed, train_rows, max_val_queries, max_test_queries
+    )
+
+
+DATABASE_SAMPLE = 1_000
+
+
+def sampled_testbed(
+    collection: ImageCollection,
+    seed: int = 0,
+    train_rows: int = DEFAULT_TRAIN_ROWS,
+    max_val_queries: int | None = None,
+    max_test_queries: int | None = None,
+    sample_size: int = DATABASE_SAMPLE,
+) -> CBIRTestBed:
+    """The paper's standard-dataset test bed (Table 2) on a collection too big to rank whole.
+
+    On Holiday, Caltech101, ImageCLEF and Corel the paper ranks the whole database for
+    each query. Here each query ranks a uniform random sample of `sample_size` other
+    images instead (its own sample, from `seed` and the query): precision at each
+    recall level, and so AP, is preserved in expectation under uniform sampling, so
+    the test mAP estimates the whole-database mAP at a fraction of the memory (phi of
+    70,000 candidates for each of 2,250 queries would be 23 GB). Training pairs come
+    from the training queries' samples, so they hold relevant images against a
+    random choice of the rest, as the paper's "all relevant images and a sample of
+    the irrelevant ones". Query images are the ground-truth images.
+    """
+    n = collection.n_images
+    if not 1 <= sample_size < n:
+        raise ValueError(f"need 1 <= sample_size < {n}, got {sample_size}")
+
+    def source(query: int) -> QueryCandidates:
+        rng = np.random.default_rng([seed, query])
+        ids = rng.choice(n - 1, size=sample_size, replace=False)
+        ids[ids >= query] += 1  # every image but the query itself
+        return QueryCandidates(ids, collection.relevance(query, ids))
+
+    return _collection_testbed(
+        collection, source, seed, train_rows, max_val_queries, max_test_queries
+    )
+
+
+def _collection_testbed(
+    collection: ImageCollection,
+    source: CandidateSource,
+    seed: int,
+    train_rows: int,
+    max_val_queries: int | None,
+    max_test_queries: int | None,
+) -> CBIRTestBed:
+    """`build_testbed` over a collection's ground-truth images, its phi and its names."""
     return build_testbed(
-        "synthetic",
+        collection.name,
         collection.feature_names,
         collection.phi,
         source,
@@ -298,4 +343,36 @@ def load_synthetic_testbed(
         train_rows,
         max_val_queries,
         max_test_queries,
+    )
+
+
+def load_synthetic_testbed(
+    seed: int = 0,
+    train_rows: int = DEFAULT_TRAIN_ROWS,
+    max_val_queries: int | None = None,
+    max_test_queries: int | None = None,
+    n_images: int = SYNTHETIC_IMAGES,
+    candidates: int = SERVED_CANDIDATES,
+    collection_seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CBIRTestBed:
+    """The synthetic collection (`simulators.collection`) as a graded-relevance test bed.
+
+    The collection and its candidate index are built once per `collection_seed` and
+    cached under `cache_dir`, which it needs (`simulators.collection.load_served`);
+    see `served_testbed` for queries and candidates (relevance: 2 same topic, 1 same
+    super-topic, 0 otherwise).
+    """
+    from rankstream.simulators.collection import load_served
+
+    if cache_dir is None:
+        raise ValueError("the synthetic test bed needs a cache_dir for its collection")
+    if progress is not None:
+        progress(f"synthetic collection of {n_images:,} images and its index")
+    served = load_served(
+        cache_dir, progress=False, n_images=n_images, collection_seed=collection_seed
+    )
+    return served_testbed(
+        served, seed, train_rows, max_val_queries, max_test_queries, candidates=candidates
     )

@@ -38,15 +38,15 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+
+from rankstream.simulators.cache_files import atomic_directory
+from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
+from rankstream.simulators.progress import progress_bar
 
 DISTRACTOR = -1
 GENERATOR_VERSION = 1  # bump when the generator changes: old caches then miss
@@ -139,9 +139,20 @@ class Collection:
     super_topic_of: np.ndarray  # (n_topics,) int8 super-topic of each topic
     informativeness: np.ndarray  # (n_topics, 9) float32 s[t, d], for reports and tests
 
+    name: ClassVar[str] = "synthetic"  # the catalog name (`simulators.catalog`)
+
     @property
     def n_images(self) -> int:
         return int(self.features.shape[0])
+
+    @property
+    def cache_key(self) -> str:
+        """Names this collection's caches (its own and its candidate index's)."""
+        return self.params.cache_key()
+
+    def retrieval_features(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The first-stage retrieval's input for these images (`simulators.retrieval`)."""
+        return global_codes_input(self.features[rows])
 
     @property
     def descriptor_slices(self) -> tuple[slice, ...]:
@@ -161,8 +172,8 @@ class Collection:
 
     def relevance(self, query_id: int, candidate_ids: np.ndarray) -> np.ndarray:
         """Graded relevance (int8, 0/1/2) of candidates to the query image's topic."""
-        topic = int(self.topics[self._check_id(query_id)])
-        ids = self._check_ids(candidate_ids)
+        topic = int(self.topics[check_image_id(query_id, self.n_images)])
+        ids = check_image_ids(candidate_ids, self.n_images)
         if topic == DISTRACTOR:
             return np.zeros(len(ids), dtype=np.int8)
         cand = self.topics[ids].astype(np.int64)
@@ -181,8 +192,8 @@ class Collection:
         """
         from rankstream.simulators.similarity import SIMILARITIES
 
-        q = self.features[self._check_id(query_id)]
-        cands = self.features[self._check_ids(candidate_ids)]
+        q = self.features[check_image_id(query_id, self.n_images)]
+        cands = self.features[check_image_ids(candidate_ids, self.n_images)]
         columns = [
             measure(q[s], cands[:, s])
             for s in descriptor_slices()
@@ -190,40 +201,15 @@ class Collection:
         ]
         return np.column_stack(columns).astype(np.float32)
 
-    def _check_id(self, image_id: int) -> int:
-        i = int(image_id)
-        if not 0 <= i < self.n_images:
-            raise ValueError(f"image id {image_id} outside [0, {self.n_images})")
-        return i
-
-    def _check_ids(self, ids: np.ndarray) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(
-                f"candidate ids must be a 1-d integer array, got {arr.dtype}{arr.shape}"
-            )
-        if arr.size and (arr.min() < 0 or arr.max() >= self.n_images):
-            raise ValueError(f"candidate ids outside [0, {self.n_images})")
-        return arr
-
     # ---- on-disk cache -------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write npy arrays + JSON params atomically (temp dir, then rename)."""
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
+        """Write npy arrays + JSON params atomically (`cache_files.atomic_directory`)."""
+        with atomic_directory(directory) as tmp:
             for name in ("features", "topics", "super_topic_of", "informativeness"):
                 np.save(tmp / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
             (tmp / "params.json").write_text(json.dumps(asdict(self.params), sort_keys=True))
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = True) -> Collection:
@@ -385,15 +371,32 @@ def _generate_chunk(p, topics, informativeness, prototypes, flickr, rng) -> np.n
     return np.concatenate(blocks, axis=1)
 
 
-@contextmanager
-def progress_bar(enabled: bool, label: str, total: int) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on stderr (or nothing); yields the `advance()` callable."""
-    if not enabled:
-        yield lambda: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
+def global_codes_input(features: np.ndarray) -> np.ndarray:
+    """Hellinger-mapped, block-equalised descriptors: (m, D) float32 for PCA/coding."""
+    x = np.asarray(features, dtype=np.float32)
+    out = np.empty_like(x)
+    weight = np.float32(1.0 / np.sqrt(len(descriptor_slices())))
+    for s in descriptor_slices():
+        block = x[:, s]
+        total = block.sum(axis=1, keepdims=True)
+        out[:, s] = np.sqrt(block / np.maximum(total, np.float32(1e-12))) * weight
+    return out
 
-    with Progress(console=Console(file=sys.stderr), transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
+
+def load_served(
+    cache_dir: str | os.PathLike,
+    progress: bool = True,
+    n_images: int | None = None,
+    collection_seed: int = 0,
+) -> ServedCollection:
+    """The synthetic collection (default: the paper's 1,007,157 images) and its index,
+    built once per parameters and cached under `cache_dir`."""
+    from rankstream.simulators.retrieval import CandidateIndex
+
+    collection = Collection.load_or_build(
+        cache_dir, progress=progress, n_images=n_images or PAPER_N_IMAGES, seed=collection_seed
+    )
+    index = CandidateIndex.load_or_build(
+        collection, cache_dir, seed=collection_seed, progress=progress
+    )
+    return ServedCollection(collection, index)

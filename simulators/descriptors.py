@@ -22,14 +22,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 
 import numpy as np
-from scipy import fft, signal
 from skimage.feature import hog, local_binary_pattern
-from skimage.filters import gabor_kernel
-from skimage.measure import moments_central, moments_hu, moments_normalized
 from skimage.transform import resize
+
+from rankstream.simulators import batch_descriptors as batch
 
 Descriptor = Callable[[np.ndarray], np.ndarray]
 
@@ -81,9 +79,7 @@ def intensity_histogram(
     image: np.ndarray, bins: int = 16, value_range: tuple[float, float] = (0.0, 1.0)
 ) -> np.ndarray:
     """Share of pixels in each of `bins` equal intensity bins; sums to 1."""
-    image = _check_image(image)
-    counts, _ = np.histogram(np.clip(image, *value_range), bins=bins, range=value_range)
-    return _normalised(counts.astype(np.float64))
+    return batch.intensity_histograms(_check_image(image)[None], bins, value_range)[0]
 
 
 def hog_descriptor(
@@ -134,16 +130,6 @@ def lbp_histogram(
     return np.concatenate(histograms).astype(np.float64)
 
 
-@lru_cache(maxsize=32)
-def _gabor_bank(frequencies: tuple[float, ...], orientations: int) -> tuple[np.ndarray, ...]:
-    """Complex Gabor kernels, built once per parameter set."""
-    return tuple(
-        gabor_kernel(frequency, theta=np.pi * k / orientations)
-        for frequency in frequencies
-        for k in range(orientations)
-    )
-
-
 def gabor_energies(
     image: np.ndarray,
     frequencies: tuple[float, ...] = (0.15, 0.3),
@@ -155,13 +141,7 @@ def gabor_energies(
     Length `len(frequencies) * orientations * grid[0] * grid[1]`, filter-major.
     """
     image = _check_image(image)
-    energies = []
-    for kernel in _gabor_bank(tuple(frequencies), orientations):
-        pad = (kernel.shape[0] // 2, kernel.shape[1] // 2)
-        padded = np.pad(image, (pad, pad), mode="symmetric")
-        magnitude = np.abs(signal.fftconvolve(padded, kernel, mode="valid"))
-        energies.extend(block.mean() for block in _grid_blocks(magnitude, grid))
-    return np.asarray(energies, dtype=np.float64)
+    return batch.gabor_energies(image[None], tuple(frequencies), orientations, grid)[0]
 
 
 def projection_profiles(image: np.ndarray, bins: int = 8) -> np.ndarray:
@@ -175,26 +155,16 @@ def projection_profiles(image: np.ndarray, bins: int = 8) -> np.ndarray:
 
 def zoning(image: np.ndarray, grid: tuple[int, int] = (4, 4)) -> np.ndarray:
     """Mean intensity in each zone of a rows x cols grid (the classic OCR zoning)."""
-    image = _check_image(image)
-    return np.array([block.mean() for block in _grid_blocks(image, grid)], dtype=np.float64)
+    return batch.zoning(_check_image(image)[None], grid)[0]
 
 
 def moments(image: np.ndarray) -> np.ndarray:
     """Seven Hu invariants and seven scale-normalised central moments (orders 2 and 3).
 
-    Hu invariants span many orders of magnitude, so they are reported as
-    sign(h) * log10(1 + |h| * 1e6): monotone, finite at zero, comparable in scale.
+    Hu invariants span many orders of magnitude, so they are reported log-scaled
+    (`batch_descriptors.signed_log`).
     """
-    image = _check_image(image)
-    if image.sum() <= 0:
-        return np.zeros(14)
-    central = moments_central(image, order=3)
-    normalised = moments_normalized(central, order=3)
-    hu = moments_hu(normalised)
-    hu_scaled = np.sign(hu) * np.log10(1.0 + np.abs(hu) * 1e6)
-    orders = [(2, 0), (1, 1), (0, 2), (3, 0), (2, 1), (1, 2), (0, 3)]
-    nu = np.array([normalised[p, q] for p, q in orders])
-    return np.nan_to_num(np.concatenate([hu_scaled, nu]), nan=0.0, posinf=0.0, neginf=0.0)
+    return batch.moment_features(_check_image(image)[None])[0]
 
 
 def dct_lowfreq(image: np.ndarray, size: int = 6) -> np.ndarray:
@@ -203,12 +173,7 @@ def dct_lowfreq(image: np.ndarray, size: int = 6) -> np.ndarray:
     Scaled by 1/sqrt(h*w) on top of the orthonormal DCT so the DC term is the mean
     intensity and the values do not grow with the image size.
     """
-    image = _check_image(image)
-    coefficients = fft.dctn(image, type=2, norm="ortho") / np.sqrt(image.size)
-    block = np.zeros((size, size))
-    rows, cols = min(size, image.shape[0]), min(size, image.shape[1])
-    block[:rows, :cols] = coefficients[:rows, :cols]
-    return block.ravel()
+    return batch.dct_lowfreq(_check_image(image)[None], size)[0]
 
 
 DESCRIPTORS: dict[str, Descriptor] = {

@@ -14,6 +14,7 @@ respond to them. Descriptors are computed once per process and cached.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -52,11 +53,12 @@ def load_digits_testbed(
     max_val_queries: int | None = None,
     max_test_queries: int | None = None,
     cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CBIRTestBed:
     """The digits CBIR test bed (1,797 images, 36-d phi), deterministic from `seed`.
 
-    `cache_dir` is part of every test-bed loader's signature; digits needs none (its
-    descriptors take about a second and are kept in memory).
+    `cache_dir` and `progress` are part of every test-bed loader's signature; digits
+    needs neither (its descriptors take about a second and are kept in memory).
     """
     descriptors, labels = digit_descriptors()
     return build_cbir_testbed(

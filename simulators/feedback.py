@@ -34,7 +34,8 @@ import numpy as np
 from rankstream.ranking import learners
 from rankstream.ranking.metrics import ndcg_at_k, ranked_order
 from rankstream.ranking.triplets import TripletBlock
-from rankstream.simulators.collection import Collection, progress_bar
+from rankstream.simulators.images import CandidateRetriever, ImageCollection
+from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
@@ -106,6 +107,9 @@ def judge(
 class FeedbackSimulator:
     """The search engine and its users over a collection (see the module docstring).
 
+    Any `simulators.catalog.ImageCollection` serves (the synthetic one, Fashion-MNIST);
+    without an `index` the collection's own `CandidateIndex` is built in memory.
+
     >>> from simulators.collection import build_collection
     >>> sim = FeedbackSimulator(build_collection(n_images=3000, progress=False), seed=1)
     >>> judged, triplets = sim.step(lambda phi: phi.sum(axis=1))
@@ -115,11 +119,11 @@ class FeedbackSimulator:
 
     def __init__(
         self,
-        collection: Collection,
+        collection: ImageCollection,
         seed: int = 0,
         candidates: int = 300,
         judged: int = 50,
-        index: CandidateIndex | None = None,
+        index: CandidateRetriever | None = None,
     ) -> None:
         if not 1 <= judged <= candidates < collection.n_images:
             raise ValueError(
@@ -190,11 +194,11 @@ class FeedbackSimulator:
 
 
 def run_online_experiment(
-    collection: Collection,
+    collection: ImageCollection,
     algos: Iterable[str] = learners.worker_defaults(),
     n_queries: int = 2000,
     seed: int = 0,
-    index: CandidateIndex | None = None,
+    index: CandidateRetriever | None = None,
     ranker_params: Mapping[str, Mapping[str, float]] | None = None,
     calibration_queries: int = 50,
     progress: bool = False,

@@ -5,10 +5,11 @@ only those get the 36 phi features and the serving model's ranking. Scanning 1M 
 with 36 measures per query is too slow for a stream, so this is an inverted-file (IVF)
 index, topic-agnostic like a real engine's first stage:
 
-1. every image gets a compact *global code*: each descriptor L1-normalised and
-   square-rooted (the Hellinger map, so Euclidean distance on it tracks the Bhattacharyya
-   similarity of histograms and ignores intensity), the nine blocks equally weighted,
-   then PCA to `code_dim` (32) dimensions;
+1. every image gets a compact *global code*: the collection's `retrieval_features`
+   (for the synthetic collection each descriptor L1-normalised and square-rooted, the
+   Hellinger map, so Euclidean distance on it tracks the Bhattacharyya similarity of
+   histograms and ignores intensity, the nine blocks equally weighted), then PCA to
+   `code_dim` (32) dimensions;
 2. k-means (Lloyd, on a sample) splits the codes into ~sqrt(n) cells; images are stored
    cell by cell so a cell's codes are one contiguous slice;
 3. a query probes cells nearest-centroid first until it has gathered at least
@@ -16,36 +17,29 @@ index, topic-agnostic like a real engine's first stage:
    nearest first, never the query image itself.
 
 At 1M images a query touches ~1% of the codes (a few ms). The index is deterministic
-from its seed and caches as npy arrays next to the collection.
+from its seed and caches as npy arrays next to the collection. It serves any
+`simulators.catalog.ImageCollection` (it reads `n_images`, `retrieval_features` and
+`cache_key`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rankstream.simulators.collection import Collection, descriptor_slices, progress_bar
+from rankstream.simulators.cache_files import atomic_directory
+from rankstream.simulators.progress import progress_bar
+
+if TYPE_CHECKING:
+    from rankstream.simulators.images import ImageCollection
 
 INDEX_VERSION = 1
 _ASSIGN_CHUNK = 65_536
-
-
-def global_codes_input(features: np.ndarray) -> np.ndarray:
-    """Hellinger-mapped, block-equalised descriptors: (m, D) float32 for PCA/coding."""
-    x = np.asarray(features, dtype=np.float32)
-    out = np.empty_like(x)
-    weight = np.float32(1.0 / np.sqrt(len(descriptor_slices())))
-    for s in descriptor_slices():
-        block = x[:, s]
-        total = block.sum(axis=1, keepdims=True)
-        out[:, s] = np.sqrt(block / np.maximum(total, np.float32(1e-12))) * weight
-    return out
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ class CandidateIndex:
     @classmethod
     def build(
         cls,
-        collection: Collection,
+        collection: ImageCollection,
         n_cells: int | None = None,
         code_dim: int = 32,
         seed: int = 0,
@@ -81,7 +75,7 @@ class CandidateIndex:
         n_cells = n_cells or max(8, round(np.sqrt(n)))
         rng = np.random.default_rng(np.random.SeedSequence([seed, INDEX_VERSION]))
         sample_ids = np.sort(rng.choice(n, size=min(n, n_cells * sample_per_cell), replace=False))
-        sample = global_codes_input(collection.features[sample_ids])
+        sample = collection.retrieval_features(sample_ids)
         mean = sample.mean(axis=0)
         _, vectors = np.linalg.eigh(np.cov(sample - mean, rowvar=False))
         projection = np.ascontiguousarray(vectors[:, ::-1][:, :code_dim], dtype=np.float32)
@@ -94,7 +88,7 @@ class CandidateIndex:
         with progress_bar(progress, "indexing collection", n_chunks) as advance:
             for start in range(0, n, _ASSIGN_CHUNK):
                 rows = slice(start, min(start + _ASSIGN_CHUNK, n))
-                block = (global_codes_input(collection.features[rows]) - mean) @ projection
+                block = (collection.retrieval_features(rows) - mean) @ projection
                 codes[rows] = block
                 cells[rows] = _nearest(block, centroids)
                 advance()
@@ -129,20 +123,11 @@ class CandidateIndex:
     _ARRAYS = ("mean", "projection", "centroids", "cell_start", "ids", "codes", "position")
 
     def save(self, directory: str | os.PathLike) -> Path:
-        target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
+        with atomic_directory(directory) as tmp:
             for name in self._ARRAYS:
                 np.save(tmp / f"{name}.npy", getattr(self, name))
             (tmp / "meta.json").write_text(json.dumps({"pool_factor": self.pool_factor}))
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> CandidateIndex:
@@ -154,13 +139,13 @@ class CandidateIndex:
     @classmethod
     def load_or_build(
         cls,
-        collection: Collection,
+        collection: ImageCollection,
         cache_dir: str | os.PathLike,
         seed: int = 0,
         progress: bool = True,
     ) -> CandidateIndex:
         """The cached index of this collection (same cache root as the collection)."""
-        key = f"index-{collection.params.cache_key()}-v{INDEX_VERSION}-s{seed}"
+        key = f"index-{collection.cache_key}-v{INDEX_VERSION}-s{seed}"
         directory = Path(cache_dir) / key
         if (directory / "meta.json").exists():
             return cls.load(directory)

@@ -111,7 +111,8 @@ SIMILARITIES: dict[str, Similarity] = {
 class PhiMap:
     """phi(q, p) over a fixed collection: descriptor-major, measure-minor, 36 columns.
 
-    Fit once on the collection's descriptors (name -> (n, d) matrix); then
+    Fit once on the collection's descriptors (name -> (n, d) matrix, kept as float32 if
+    given so, else float64; the measures accumulate in float64 either way); then
     `phi(query, candidates)` gives the (m, n_descriptors * n_measures) feature matrix
     between one query image and candidate images, all given as row indices.
     """
@@ -129,7 +130,9 @@ class PhiMap:
             raise ValueError(f"descriptor matrices disagree on the number of images: {sizes}")
         self.descriptors_ = {}
         for name, matrix in descriptors.items():
-            matrix = np.asarray(matrix, dtype=np.float64)
+            matrix = np.asarray(matrix)
+            if matrix.dtype not in (np.float32, np.float64):  # float32 stays: half the memory
+                matrix = matrix.astype(np.float64)
             if matrix.ndim != 2 or not np.all(np.isfinite(matrix)):
                 raise ValueError(f"descriptor {name!r} must be a finite (n, d) matrix")
             self.descriptors_[name] = matrix

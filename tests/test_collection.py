@@ -14,9 +14,10 @@ from rankstream.simulators.collection import (
     Collection,
     build_collection,
     descriptor_slices,
+    global_codes_input,
     total_dim,
 )
-from rankstream.simulators.retrieval import CandidateIndex, global_codes_input
+from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 8000
 

@@ -1,4 +1,5 @@
-"""`rankstream eval cbir` on small digits and synthetic configurations: JSON shape and sanity."""
+"""`rankstream eval cbir` on small digits, synthetic and Fashion-MNIST configurations: JSON
+shape and sanity."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ from rankstream.evals import cbir
 from rankstream.evals.cbir import (
     DATASETS,
     INITIALISATIONS,
+    LARGE_SCALE_ROWS,
+    LEARNED,
     METHODS,
     ONLINE_GRIDS,
+    PAPER_TABLE2_IMAGECLEF,
+    PAPER_TABLE3_SECONDS,
     RANKSVM_GRID,
     evaluate_cbir,
 )
 from rankstream.simulators.cbir_testbed import load_synthetic_testbed
+from rankstream.simulators.digits import load_digits_testbed
 
-LEARNED = ("ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
+
+@pytest.fixture(autouse=True)
+def plot_in_tmp(monkeypatch, tmp_path):
+    """Figures of runs without --plot go to a temporary report/ directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 def run_json(capsys, argv: list[str]) -> dict:
@@ -84,14 +94,91 @@ def test_warm_start_is_a_choice_validation_can_make() -> None:
             np.testing.assert_array_equal(build().weights, expected)
 
 
-def test_table_output_names_every_method(capsys) -> None:
+def test_table_output_names_every_method(capsys, tmp_path) -> None:
     main(["eval", "cbir", "--train-rows", "2000", "--max-queries", "5"])
     out = capsys.readouterr().out
     for method in METHODS:
         assert method in out
+    assert "paper ImageCLEF mAP" in out and "0.6174" in out  # Table 2 beside the result
+    assert (tmp_path / "report" / "cbir_digits.png").stat().st_size > 0
+
+
+def test_seeds_are_summarised_with_paired_gains(capsys, tmp_path) -> None:
+    argv = ["--seeds", "0", "1", "--train-rows", "2000", "--max-queries", "8"]
+    output = run_json(capsys, [*argv, "--plot", str(tmp_path / "cbir.png")])
+    runs, summary = output["runs"], output["summary"]
+    assert [run["seed"] for run in runs] == summary["seeds"] == [0, 1]
+    assert output["plot"] == str(tmp_path / "cbir.png") and (tmp_path / "cbir.png").stat().st_size
+    for method in LEARNED:
+        gains = [(run["map"][method] / run["map"]["uni_con"] - 1) * 100 for run in runs]
+        cell = summary["gain_over_uni_con_percent"][method]
+        assert cell["mean"] == pytest.approx(sum(gains) / 2)
+        assert cell["min"] == pytest.approx(min(gains)) and cell["std"] >= 0
+        above = all(
+            run["map"][method] > max(run["map"]["uni_con"], run["map"]["best_fea"]) for run in runs
+        )
+        assert summary["above_uni_con_and_best_fea_every_seed"][method] == above
+    assert set(summary["map"]) == set(METHODS)
 
 
 def test_unknown_dataset_is_rejected() -> None:
-    assert {"digits", "synthetic"} <= set(DATASETS)
+    assert {"digits", "synthetic", "fashion-mnist", "fashion-mnist-retrieved"} <= set(DATASETS)
     with pytest.raises(ValueError, match="unknown dataset"):
         evaluate_cbir("imagenet")
+
+
+def test_fashion_mnist_cli_json_on_a_slice_of_the_real_files(capsys, monkeypatch, tmp_path):
+    from rankstream.simulators.fashion_collection import load_fashion_mnist_testbed
+
+    small = partial(load_fashion_mnist_testbed, limit=150, sample_size=120)
+    monkeypatch.setitem(cbir.DATASETS, "fashion-mnist", small)
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path))
+    argv = ["--dataset", "fashion-mnist", "--train-rows", "3000", "--max-queries", "12"]
+    result = run_json(capsys, argv)
+    assert result["dataset"] == "fashion-mnist"
+    assert result["queries"] == {"train": 180, "val": 12, "test": 12}
+    assert result["train_rows"] == 3000
+    check_shape(result)
+    assert result["paper"]["table2_imageclef_map"] == PAPER_TABLE2_IMAGECLEF
+    assert result["paper"]["table3_seconds"] == PAPER_TABLE3_SECONDS
+    seconds = result["train_cpu_seconds"]
+    assert set(seconds) == set(METHODS) and seconds["uni_con"] is None
+    assert all(seconds[m] >= 0 for m in METHODS if m != "uni_con")
+    assert list((tmp_path / "collections").glob("fashion-mnist-*/hog.npy"))  # cached there
+
+
+def test_the_command_offers_exactly_the_registered_datasets() -> None:
+    from rankstream.cli import build_parser
+
+    parser = build_parser(("eval", "cbir"))
+    for name in DATASETS:
+        assert parser.parse_args(["eval", "cbir", "--dataset", name]).dataset == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", "cbir", "--dataset", "imagenet"])
+
+
+def test_large_scale_trains_on_three_million_rows(monkeypatch) -> None:
+    asked: dict = {}
+
+    def loader(**options):
+        asked.update(options)
+        return load_digits_testbed(seed=0, train_rows=500, max_val_queries=6, max_test_queries=6)
+
+    monkeypatch.setitem(cbir.DATASETS, "digits", loader)
+    result = evaluate_cbir("digits", large_scale=True)
+    assert asked["train_rows"] == LARGE_SCALE_ROWS == 3_000_000
+    assert set(result["train_cpu_seconds"]) == set(METHODS)
+    with pytest.raises(ValueError, match="large_scale"):
+        evaluate_cbir("digits", large_scale=True, train_rows=1000)
+
+
+def test_a_missing_data_package_is_a_clear_error(capsys, monkeypatch, tmp_path) -> None:
+    from rankstream.simulators.fashion_collection import load_fashion_mnist_testbed
+    from rankstream.simulators.fashion_mnist import DEBIAN_PACKAGE
+
+    missing = partial(load_fashion_mnist_testbed, directory=tmp_path / "nowhere")
+    monkeypatch.setitem(cbir.DATASETS, "fashion-mnist", missing)
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path))
+    assert main(["eval", "cbir", "--dataset", "fashion-mnist", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"apt-get install -y {DEBIAN_PACKAGE}" in captured.err

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["ranking.online", "ranking.scaling", "ranking.metrics", "ranking.reservoir"]
+MODULES = [f"rankstream.ranking.{name}" for name in ("online", "scaling", "metrics", "reservoir")]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,8 +46,22 @@ def _no_service_starts() -> Iterator[None]:
         POLICY_RC_D.unlink(missing_ok=True)
 
 
-def install_debian_packages(packages: list[str], log_path: Path, progress: Progress) -> None:
-    """apt-get install the packages (apt-get update first only if the install fails)."""
+def on_path(package: str) -> bool:
+    """A package whose binary has the package's name is installed if that is on PATH."""
+    return shutil.which(package) is not None
+
+
+def install_debian_packages(
+    packages: list[str],
+    log_path: Path,
+    progress: Progress,
+    installed: Callable[[str], bool] = on_path,
+) -> None:
+    """apt-get install the packages (apt-get update first only if the install fails).
+
+    `installed(package)` checks each afterwards: by default its binary on PATH (the
+    services' packages); a data package passes a check for the files it ships.
+    """
     if not packages:
         return
     if os.geteuid() != 0:
@@ -68,9 +82,9 @@ def install_debian_packages(packages: list[str], log_path: Path, progress: Progr
 
         if apt(*install) and (apt("apt-get", "update") or apt(*install)):
             raise ServiceError(f"apt-get install failed:\n{log_tail(log_path)}")
-    still_missing = [pkg for pkg in packages if pkg in missing_packages({p: p for p in packages})]
+    still_missing = [pkg for pkg in packages if not installed(pkg)]
     if still_missing:
-        raise ServiceError(f"installed but still not on PATH: {', '.join(still_missing)}")
+        raise ServiceError(f"apt-get installed but still missing: {', '.join(still_missing)}")
 
 
 def kafka_jar_dir(cache_dir: Path) -> Path:
