@@ -14,11 +14,13 @@ import unittest
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from rankstream.ranking.dml import CMDSDML, LDMLR, OrdinalKNNRegressor
+from rankstream.ranking.dml import CMDSDML, CMDSDMLCV, LDMLR, OrdinalKNNRegressor
 from rankstream.ranking.mkl import RankMKL
 
 ESTIMATORS = [
     CMDSDML(max_iter=50),
+    # a small grid keeps the many check fits quick; the validation loop is the same
+    CMDSDMLCV(mus=(1e-3,), betas=(0.0, 1.0), tols=(1e-3, 1e-5), cv=3, max_iter=50),
     LDMLR(max_iter=10),
     OrdinalKNNRegressor(),
     RankMKL(),  # chi2 kernels: the positive_only tag makes the checks feed X >= 0

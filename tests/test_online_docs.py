@@ -8,6 +8,12 @@ import importlib
 import pytest
 
 MODULES = ["ranking.online", "ranking.scaling", "ranking.metrics", "ranking.reservoir"]
+MODULES += [
+    "rankstream.ranking.pairs",
+    "rankstream.ranking.mkl.model",
+    "rankstream.ranking.dml.cmds_dml",
+    "rankstream.ranking.dml.cmds_dml_cv",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
