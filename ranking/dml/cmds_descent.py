@@ -117,40 +117,6 @@ def _line_coefficients(theta, direction, s, d, gram, cross, y_sq, V, mu, LG, LV,
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def cmds_steepest_descent(
-    theta0,
-    s,
-    d,
-    gram,
-    cross,
-    y_sq,
-    V,
-    mu,
-    gamma,
-    rho,
-    sigma,
-    max_backtracks,
-    max_iter,
-    tol,
-    adaptive_gamma,
-):
-    """Algorithm 2's S4-S6 on theta = [vec(L), c]; the iterates of `armijo.steepest_descent`.
-
-    Returns (theta, f, n_iter, grad_norm, converged). Same readings as the reference:
-    S4's test relative to the first gradient, Barzilai-Borwein trial steps (gamma when
-    s^T y <= 0), and a stop without a step when no m <= max_backtracks passes Armijo.
-    One stage of `cmds_staged_descent`.
-    """
-    tols = np.empty(1)
-    tols[0] = tol
-    thetas, values, iterations, norms, converged = cmds_staged_descent(
-        theta0, s, d, gram, cross, y_sq, V, mu, gamma, rho, sigma, max_backtracks, max_iter,
-        tols, adaptive_gamma,
-    )  # fmt: skip
-    return thetas[0], values[0], iterations[0], norms[0], converged[0]
-
-
-@njit(cache=True, fastmath=_FASTMATH)
 def cmds_staged_descent(
     theta0,
     s,
@@ -168,7 +134,11 @@ def cmds_staged_descent(
     tols,
     adaptive_gamma,
 ):
-    """One descent, stopped at every tolerance in `tols` (non-increasing) along the way.
+    """Algorithm 2's S4-S6 on theta = [vec(L), c], stopped at every tol in `tols` on the way.
+
+    The iterates of `armijo.steepest_descent`, with the same readings: S4's test relative
+    to the first gradient, Barzilai-Borwein trial steps (gamma when s^T y <= 0), and a stop
+    without a step when no m <= max_backtracks passes Armijo. `tols` is non-increasing.
 
     The stopping test only decides where a run ends, never where it goes: the run with a
     smaller tol passes through the exact iterate at which a larger tol stops. So row k of
