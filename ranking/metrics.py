@@ -5,6 +5,16 @@ candidates and rank by a stable sort on descending score, so equal scores keep
 their input order (ties go to the lower index). That makes every metric a pure,
 deterministic function of its inputs, which is what a streamed evaluation that is
 replayed after a restart needs.
+
+Conventions against scikit-learn's (tests/test_metrics_sklearn.py checks both ways):
+`ndcg_at_k` uses exponential gains 2^rel - 1 (the paper's and the usual LTR choice)
+where `sklearn.metrics.ndcg_score` uses the relevance itself as the gain, and breaks
+ties by input order where sklearn averages the gains of tied candidates (its default
+`ignore_ties=False`). So ndcg_at_k(s, rel, k) == ndcg_score([2**rel - 1], [s], k=k)
+whenever s has no ties; with ties, it equals sklearn's on scores with the ties broken
+by index. `average_precision` (rel > 0 is relevant) equals
+`sklearn.metrics.average_precision_score(rel > 0, s)` when s has no ties; sklearn
+treats a run of tied scores as one threshold, so with ties the two differ.
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ def dcg_at_k(relevance_in_ranked_order: np.ndarray, k: int) -> float:
 def ndcg_at_k(scores: object, relevance: object, k: int = 50) -> float:
     """NDCG@k with graded gains 2^rel - 1 and discount log2(rank + 1).
 
-    The ideal DCG ranks by relevance itself. A query with no relevant candidate
-    (every rel = 0) has no ideal ordering to approach; we define its NDCG as 0.0
-    (never NaN), so such queries count as failures rather than vanish from means.
+    Tied scores rank in input order (lower index first), not averaged as in
+    sklearn's `ndcg_score` (see the module docstring). The ideal DCG ranks by
+    relevance itself. A query with no relevant candidate (every rel = 0) has no
+    ideal ordering to approach; we define its NDCG as 0.0 (never NaN, as sklearn
+    does too), so such queries count as failures rather than vanish from means.
 
     >>> # worst order: (0 + 1/log2(3) + 3/log2(4)) / (3 + 1/log2(3))
     >>> round(ndcg_at_k([3.0, 2.0, 1.0], [0, 1, 2], k=3), 4)
@@ -57,7 +69,9 @@ def ndcg_at_k(scores: object, relevance: object, k: int = 50) -> float:
 def average_precision(scores: object, relevance: object) -> float:
     """Mean of precision@i over the ranks i of the relevant (rel > 0) candidates.
 
-    A query with no relevant candidate scores 0.0 (same convention as ndcg_at_k).
+    Tied scores rank in input order (sklearn's `average_precision_score` instead
+    takes a run of ties as one threshold). A query with no relevant candidate
+    scores 0.0 (same convention as ndcg_at_k).
 
     >>> average_precision([0.9, 0.8, 0.7], [1, 0, 1])  # (1/1 + 2/3) / 2
     0.8333333333333333

@@ -22,6 +22,12 @@ import pytest
 
 from rankstream.stream.settings import Settings
 
+# scikit-learn's array API estimator checks run only when SciPy's array API support is on,
+# and SciPy reads SCIPY_ARRAY_API once, at its first import. Nothing imported above pulls
+# SciPy in (tests/test_estimator_checks.py asserts SciPy saw the setting), so setting it
+# here makes those checks run instead of skipping.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
 # -- markers ------------------------------------------------------------------------
 
 

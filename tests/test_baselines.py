@@ -145,3 +145,34 @@ def test_ranksvm_with_scaler_round_trip():
 def test_ranksvm_bad_input(X, y, message):
     with pytest.raises(ValueError, match=message):
         RankSVM().fit(X, y)
+
+
+def ranking_pair_differences(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """phi_i - phi_j for every graded preference i above j within each of 30 queries."""
+    from rankstream.ranking.pairs import preference_pairs
+
+    rng = np.random.default_rng(seed)
+    query = np.repeat(np.arange(30), 12)
+    phi = rng.standard_normal((query.size, 6))
+    grade = np.digitize(phi @ rng.standard_normal(6) + 0.8 * rng.standard_normal(query.size),
+                        [-1.0, 0.0, 1.0])  # fmt: skip
+    pairs = preference_pairs(grade, query)
+    return phi[pairs[:, 0]] - phi[pairs[:, 1]], np.ones(len(pairs))
+
+
+@pytest.mark.parametrize("C", [0.001, 0.1, 10.0])
+def test_ranksvm_is_liblinears_squared_hinge_solution_on_ranking_pairs(C):
+    """Same objective as LinearSVC(loss="squared_hinge", fit_intercept=False) on the pair
+    differences (1/2 |w|^2 + C sum max(0, 1 - y w.x)^2): the same minimiser."""
+    from sklearn.svm import LinearSVC
+
+    X, y = ranking_pair_differences(seed=int(C * 1000))
+    model = RankSVM(C=C, tol=1e-10).fit(X, y)
+    # liblinear needs both classes: negate alternate pairs, (x, y) -> (-x, -y), same objective
+    flip = np.where(np.arange(len(y)) % 2 == 0, 1.0, -1.0)
+    reference = LinearSVC(C=C, loss="squared_hinge", dual=False, fit_intercept=False,
+                          tol=1e-12, max_iter=100_000).fit(X * flip[:, None], y * flip)  # fmt: skip
+    w_ref = reference.coef_[0]
+    assert model.objective(X, y) == pytest.approx(model.objective(X, y, w_ref), rel=1e-10)
+    np.testing.assert_allclose(model.weights, w_ref, rtol=1e-6, atol=1e-9)
+    assert (model.score(X) > 0).mean() > 0.8  # the pairs' order is learned, not a constant

@@ -82,9 +82,10 @@ def test_barzilai_borwein_trial_needs_far_fewer_iterations():
 
 
 def _kernel(objective, theta, gamma, max_iter, tol, adaptive, max_backtracks=20):
-    from rankstream.ranking.dml.cmds_descent import cmds_steepest_descent
+    """The compiled loop with one tolerance: (theta, f, n_iter, grad_norm, converged)."""
+    from rankstream.ranking.dml.cmds_descent import cmds_staged_descent
 
-    return cmds_steepest_descent(
+    stages = cmds_staged_descent(
         theta,
         objective.s,
         objective.d,
@@ -98,9 +99,10 @@ def _kernel(objective, theta, gamma, max_iter, tol, adaptive, max_backtracks=20)
         0.05,
         max_backtracks,
         max_iter,
-        tol,
+        np.array([tol]),
         adaptive,
     )
+    return tuple(values[0] for values in stages)
 
 
 def _reference(objective, theta, gamma, max_iter, tol, adaptive):

@@ -80,25 +80,6 @@ def test_cli_json_shape(capsys, tmp_path):
     assert paired["sem"] is None  # strict JSON: no NaN for a single split
 
 
-def test_staged_validation_scores_every_t_max_as_separate_fits_would():
-    """LDMLR's T_max grid is read off one staged run per split; the MAEs must be those of
-    one fit per T_max, and `_best` must respect a fixed key (the paper's T_max row)."""
-    from rankstream.evals.dml import DmlEvalConfig, _best, _factories, _validation_maes
-    from rankstream.simulators.ordinal import load_ordinal
-
-    data = load_ordinal("digits")
-    rng = np.random.default_rng(3)
-    splits = [per_label_split(data.r, 6, rng) for _ in range(2)]
-    factory = _factories(DmlEvalConfig(pca_components=8), 3, 4)["ldmlr"]
-    grid = {"mu": (1.0,), "learning_rate": (1.9,), "max_iter": (40, 5, 15)}
-    staged = _validation_maes(factory, grid, 3, data.X, data.r, splits, staged="max_iter")
-    separate = _validation_maes(factory, grid, 3, data.X, data.r, splits)
-    key = lambda row: row[0]["max_iter"]  # noqa: E731
-    assert sorted(staged, key=key) == sorted(separate, key=key)
-    assert _best(staged, max_iter=5)["max_iter"] == 5
-    assert _best(staged) == min(staged, key=lambda row: row[1])[0]
-
-
 def test_validation_uses_ten_splits_by_default():
     """Three splits chose settings whose test MAE moved by +-0.05 (PubFig K=5), more than
     the gap between the learners; ten is the default."""
@@ -119,27 +100,48 @@ def test_grids_validate_beta_and_ldmlr_iterations():
     """beta (eq. 8) is validated for cMDS-DML, T_max for LDMLR; the papers' values stay in.
 
     Reverting either (beta fixed at 1: PubFig MAE 1.240 instead of ~1.19; LDMLR held at the
-    paper's T_max = 50: a baseline far from done) fails here.
+    paper's T_max = 50: a baseline far from done) fails here. cMDS-DML's grids are
+    CMDSDMLCV's defaults, which the eval runs (`test_eval_chooses_cmds_dml_with_cmdsdmlcv`).
     """
-    from rankstream.evals.dml import CMDS_GRID, LDMLR_GRID
-    from rankstream.ranking.dml.edm import resolve_beta
+    from rankstream.evals.dml import LDMLR_GRID
+    from rankstream.ranking.dml.cmds_dml_cv import BETAS
 
-    assert 1.0 in CMDS_GRID["beta"] and max(CMDS_GRID["beta"]) >= 5.0
-    for name in ("digits", "pubfig"):
-        levels = np.arange(8.0 if name == "pubfig" else 5.0)
-        for beta in CMDS_GRID["beta"]:
-            assert resolve_beta(levels, beta) == beta  # Theorem 1-admissible
+    assert 1.0 in BETAS and max(BETAS) >= 5.0
     assert 50 in LDMLR_GRID["max_iter"] and max(LDMLR_GRID["max_iter"]) >= 15000
+
+
+def test_eval_chooses_cmds_dml_with_cmdsdmlcv(monkeypatch):
+    """One validation loop: the eval's cMDS-DML settings are CMDSDMLCV's choice on the
+    eval's validation splits, with its default grids."""
+    import rankstream.ranking.dml as dml
+    from rankstream.evals.dml import DmlEvalConfig, evaluate_k
+
+    searches: list[dml.CMDSDMLCV] = []
+
+    class Recording(dml.CMDSDMLCV):
+        def fit(self, X, y):
+            searches.append(self)
+            return super().fit(X, y)
+
+    monkeypatch.setattr(dml, "CMDSDMLCV", Recording)
+    data = load_ordinal("digits")
+    config = DmlEvalConfig(n_train=5, repeats=1, pca_components=6, validation_splits=2)
+    result = evaluate_k(config, 3, data.X[:300], data.r[:300], s=4)
+    (search,) = searches
+    assert result["cmds_dml"]["params"] == search.best_params_
+    assert search.get_params()["tols"] == dml.CMDSDMLCV().tols
+    assert (search.n_neighbors, search.n_components, search.pca_components) == (3, 4, 6)
+    assert len(search.cv) == 2 and all(fit.size == 25 for fit, _ in search.cv)
 
 
 def test_default_embedding_dimension_holds_the_label_edm():
     """s defaults to max(3, m - 1): Algorithm 1 pads the m label points to R^s, and for
     beta > 0 eq. (8) needs m - 1 dimensions; with fewer its y_i do not reproduce D."""
-    from rankstream.evals.dml import DmlEvalConfig, embedding_dimension
+    from rankstream.evals.dml import DmlEvalConfig
     from rankstream.ranking.dml.edm import embed_labels, label_edm, squared_distances
+    from rankstream.ranking.dml.model_selection import embedding_dimension
 
     assert DmlEvalConfig().s is None
-    assert [embedding_dimension(m) for m in (2, 3, 5, 8)] == [3, 3, 4, 7]
     r = np.repeat(np.arange(8.0), 3)
     D = label_edm(r, 5.0)
     exact = embed_labels(r, 5.0, embedding_dimension(8))

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from scipy.optimize import minimize
+from sklearn.exceptions import NotFittedError
 
 from rankstream.ranking.metrics import pairwise_accuracy
 from rankstream.ranking.mkl import RankMKL
@@ -118,10 +119,13 @@ def test_informative_kernel_dominates_and_ranks_held_out_points():
     Xs, truth = synthetic_groups(160, rng)
     train, test = np.arange(100), np.arange(100, 160)
     pairs = ranked_pairs(truth[train], 1500, rng)
-    model = RankMKL(kernels=["chi2", "chi2", "linear"], C=1.0).fit([X[train] for X in Xs], pairs)
+    model = RankMKL.from_groups(
+        [X[train] for X in Xs], pairs, kernels=["chi2", "chi2", "linear"], C=1.0
+    )
+    assert model.group_sizes_ == (6, 8, 5) and model.n_features_in_ == 19
     assert (model.weights_ >= 0).all()
     assert model.weights_[0] > model.weights_[1:].sum()  # L2-MKL keeps noise weights > 0
-    scores = model.decision_function([X[test] for X in Xs])
+    scores = model.decision_function(np.hstack([X[test] for X in Xs]))
     test_pairs = ranked_pairs(truth[test], 1000, rng)
     assert pairwise_accuracy(scores, test_pairs) > 0.9
     assert model.alpha_.shape[0] == model.support_.shape[0] <= 100
@@ -131,15 +135,17 @@ def test_informative_kernel_dominates_and_ranks_held_out_points():
 def test_state_round_trip_scores_identically():
     rng = np.random.default_rng(6)
     Xs, truth = synthetic_groups(60, rng)
-    model = RankMKL(kernels=["chi2", "linear", "chi2"], C=0.5, gamma_scale=2.0).fit(
-        Xs, ranked_pairs(truth, 300, rng)
-    )
+    model = RankMKL.from_groups(
+        Xs, ranked_pairs(truth, 300, rng), kernels=["chi2", "linear", "chi2"], C=0.5,
+        gamma_scale=2.0,
+    )  # fmt: skip
     meta, arrays = model.to_state()
     meta = json.loads(json.dumps(meta))
     assert all(isinstance(a, np.ndarray) and a.dtype != object for a in arrays.values())
     restored = RankMKL.from_state(meta, {k: v.copy() for k, v in arrays.items()})
-    fresh = [rng.random(X.shape) for X in Xs]
+    fresh = rng.random((60, sum(X.shape[1] for X in Xs)))
     np.testing.assert_array_equal(restored.decision_function(fresh), model.decision_function(fresh))
+    assert restored.group_sizes_ == model.group_sizes_ and restored.get_params()["C"] == 0.5
     with pytest.raises(ValueError, match="rankmkl"):
         RankMKL.from_state({"kind": "opr"}, arrays)
     arrays["weights"] = -arrays["weights"]
@@ -173,23 +179,37 @@ def test_chi2_distances_match_the_definition():
         ([np.ones((4, 2))], [[0.0, 1.0]], "integer"),
         ([np.ones((4, 2)), np.ones((5, 2))], [[0, 1]], "disagree"),
         ([], [[0, 1]], "non-empty"),
+        ([np.ones((4, 2)), np.ones((4, 0))], [[0, 1]], r"Xs\[1\] must be a non-empty"),
     ],
 )
 def test_bad_input_raises_a_clear_value_error(Xs, pairs, message):
     with pytest.raises(ValueError, match=message):
-        RankMKL(kernels="chi2").fit(Xs, np.asarray(pairs))
+        RankMKL.from_groups(Xs, np.asarray(pairs), kernels="chi2")
 
 
 def test_bad_parameters_and_unfitted_use_raise():
     X = np.random.default_rng(8).random((5, 3))
+    y = np.arange(5.0)
     with pytest.raises(ValueError, match="C must"):
-        RankMKL(C=0.0).fit([X], [[0, 1]])
+        RankMKL(C=0.0).fit(X, y)
     with pytest.raises(ValueError, match="unknown kernel"):
-        RankMKL(kernels="rbf").fit([X], [[0, 1]])
-    with pytest.raises(ValueError, match="not fitted"):
-        RankMKL().decision_function([X])
-    model = RankMKL(kernels="chi2").fit([X], [[0, 1], [1, 2]])
-    with pytest.raises(ValueError, match="columns"):
-        model.decision_function([X[:, :2]])
+        RankMKL(kernels="rbf").fit(X, y)
+    with pytest.raises(ValueError, match="add up to 4 columns, but X has 3"):
+        RankMKL(group_sizes=(2, 2)).fit(X, y)
+    with pytest.raises(ValueError, match="kernels has 3 entries for 2 feature groups"):
+        RankMKL(group_sizes=(1, 2), kernels=["chi2"] * 3).fit(X, y)
+    with pytest.raises(ValueError, match="max_pairs"):
+        RankMKL(max_pairs=0).fit(X, y)
+    with pytest.raises(ValueError, match="random_state"):
+        RankMKL(random_state=-1).fit(X, y)
+    with pytest.raises(ValueError, match="every label is equal"):
+        RankMKL().fit(X, np.ones(5))
+    with pytest.raises(ValueError, match="within any query"):
+        RankMKL().fit(X, y, query_id=np.arange(5))
+    with pytest.raises(NotFittedError):
+        RankMKL().decision_function(X)
+    model = RankMKL(kernels="chi2").fit_pairs(X, [[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match="3 features"):
+        model.decision_function(X[:, :2])
     with pytest.raises(ValueError, match="negative"):
-        model.decision_function([-X])
+        model.decision_function(-X)

@@ -34,26 +34,27 @@ def test_only_lam_over_c_cubed_shapes_the_ranking():
     pairs = ranked_pairs(truth, 300, rng)
     tight = {"tol": 1e-7, "inner_tol": 1e-9, "max_iter": 300, "max_epochs": 20_000}
     C, lam, s = 0.05, 1.0, 3.0
-    base = RankMKL(C=C, lam=lam, **tight).fit(Xs, pairs)
-    scaled = RankMKL(C=s * C, lam=s**3 * lam, **tight).fit(Xs, pairs)
+    X = np.hstack(Xs)
+    base = RankMKL.from_groups(Xs, pairs, C=C, lam=lam, **tight)
+    scaled = RankMKL.from_groups(Xs, pairs, C=s * C, lam=s**3 * lam, **tight)
     np.testing.assert_allclose(scaled.weights_ * s, base.weights_, rtol=2e-3)
-    np.testing.assert_allclose(scaled.decision_function(Xs), base.decision_function(Xs),
+    np.testing.assert_allclose(scaled.decision_function(X), base.decision_function(X),
                                rtol=2e-3, atol=1e-6)  # fmt: skip
     # C alone is a real knob here (C binds), so the agreement above is not trivial.
-    other = RankMKL(C=s * C, lam=lam, **tight).fit(Xs, pairs)
-    assert not np.allclose(other.decision_function(Xs), base.decision_function(Xs), rtol=1e-2)
+    other = RankMKL.from_groups(Xs, pairs, C=s * C, lam=lam, **tight)
+    assert not np.allclose(other.decision_function(X), base.decision_function(X), rtol=1e-2)
 
 
 def test_per_group_gamma_scale_multiplies_each_groups_default_bandwidth():
     rng = np.random.default_rng(12)
     Xs, truth = noisy_groups(40, rng)
     pairs = ranked_pairs(truth, 200, rng)
-    model = RankMKL(gamma_scale=[0.5, 2.0]).fit(Xs, pairs)
+    model = RankMKL.from_groups(Xs, pairs, gamma_scale=[0.5, 2.0])
     expected = [0.5 * default_gamma(chi2_distances(Xs[0], Xs[0])),
                 2.0 * default_gamma(chi2_distances(Xs[1], Xs[1]))]  # fmt: skip
     np.testing.assert_allclose(model.gammas_, expected, rtol=1e-12)
-    explicit = RankMKL(gamma=expected).fit(Xs, pairs)
-    fresh = [rng.random(X.shape) for X in Xs]
+    explicit = RankMKL.from_groups(Xs, pairs, gamma=expected)
+    fresh = rng.random((40, 10))
     np.testing.assert_allclose(explicit.decision_function(fresh), model.decision_function(fresh))
     meta, arrays = model.to_state()
     restored = RankMKL.from_state(json.loads(json.dumps(meta)), arrays)
@@ -68,7 +69,7 @@ def test_per_group_gamma_scale_multiplies_each_groups_default_bandwidth():
 def test_bad_gamma_scale_raises(gamma_scale, message):
     X = np.random.default_rng(13).random((6, 3))
     with pytest.raises(ValueError, match=message):
-        RankMKL(gamma_scale=gamma_scale).fit([X, X], [[0, 1], [2, 3]])
+        RankMKL.from_groups([X, X], [[0, 1], [2, 3]], gamma_scale=gamma_scale)
 
 
 def test_default_inner_tolerance_gives_an_accurate_mkl_gradient():

@@ -7,7 +7,13 @@ import importlib
 
 import pytest
 
-MODULES = [f"rankstream.ranking.{name}" for name in ("online", "scaling", "metrics", "reservoir")]
+MODULES = [
+    f"rankstream.ranking.{name}"
+    for name in (
+        "online", "scaling", "metrics", "reservoir", "pairs", "mkl.model", "dml.cmds_dml",
+        "dml.cmds_dml_cv",
+    )
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -32,11 +32,9 @@ PHI_DIM = 36
 N_DESCRIPTORS = 9
 MEASURES_PER_DESCRIPTOR = 4
 # simulators.collection.Collection.feature_names is descriptor-major: columns 4g..4g+3
-# are descriptor g under the four similarity measures. One RankMKL kernel per descriptor.
-DESCRIPTOR_GROUPS: tuple[slice, ...] = tuple(
-    slice(g * MEASURES_PER_DESCRIPTOR, (g + 1) * MEASURES_PER_DESCRIPTOR)
-    for g in range(N_DESCRIPTORS)
-)
+# are descriptor g under the four similarity measures. One RankMKL kernel per descriptor:
+# its `group_sizes` are these consecutive column blocks.
+DESCRIPTOR_GROUP_SIZES: tuple[int, ...] = (MEASURES_PER_DESCRIPTOR,) * N_DESCRIPTORS
 # The reservoir's columns, in `Reservoir.add_many` order.
 RESERVOIR_COLUMNS = ("query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2")
 CMDS_DML, RANKMKL = "cmds_dml", "rankmkl"
@@ -273,14 +271,14 @@ class RankMKLScorer:
     def __init__(self, scaler: Standardizer, model: Any, shift: np.ndarray | None) -> None:
         self.scaler, self.model, self.shift = scaler, model, shift
 
-    def groups(self, phi: np.ndarray) -> list[np.ndarray]:
+    def features(self, phi: np.ndarray) -> np.ndarray:
         Z = self.scaler.transform(phi)
         if self.shift is not None:
             Z = np.maximum(Z - self.shift, 0.0)
-        return [Z[:, g] for g in DESCRIPTOR_GROUPS]
+        return Z
 
     def score(self, phi: np.ndarray) -> np.ndarray:
-        return self.model.decision_function(self.groups(phi))
+        return self.model.decision_function(self.features(phi))
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RankMKLScorer:
@@ -324,8 +322,13 @@ def fit_rankmkl(
     if params.kernel == "chi2":
         shift = Z.min(axis=0)
         Z = Z - shift
-    model = RankMKL(kernels=params.kernel, C=params.C, seed=params.seed)
-    model.fit([Z[:, g] for g in DESCRIPTOR_GROUPS], local)
+    model = RankMKL(
+        group_sizes=DESCRIPTOR_GROUP_SIZES,
+        kernels=params.kernel,
+        C=params.C,
+        random_state=params.seed,
+    )
+    model.fit_pairs(Z, local)
     mkl_meta, mkl_arrays = model.to_state()
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {

@@ -117,7 +117,7 @@ def _line_coefficients(theta, direction, s, d, gram, cross, y_sq, V, mu, LG, LV,
 
 
 @njit(cache=True, fastmath=_FASTMATH)
-def cmds_steepest_descent(
+def cmds_staged_descent(
     theta0,
     s,
     d,
@@ -131,17 +131,29 @@ def cmds_steepest_descent(
     sigma,
     max_backtracks,
     max_iter,
-    tol,
+    tols,
     adaptive_gamma,
 ):
-    """Algorithm 2's S4-S6 on theta = [vec(L), c]; the iterates of `armijo.steepest_descent`.
+    """Algorithm 2's S4-S6 on theta = [vec(L), c], stopped at every tol in `tols` on the way.
 
-    Returns (theta, f, n_iter, grad_norm, converged). Same readings as the reference:
-    S4's test relative to the first gradient, Barzilai-Borwein trial steps (gamma when
-    s^T y <= 0), and a stop without a step when no m <= max_backtracks passes Armijo.
+    The iterates of `armijo.steepest_descent`, with the same readings: S4's test relative
+    to the first gradient, Barzilai-Borwein trial steps (gamma when s^T y <= 0), and a stop
+    without a step when no m <= max_backtracks passes Armijo. `tols` is non-increasing.
+
+    The stopping test only decides where a run ends, never where it goes: the run with a
+    smaller tol passes through the exact iterate at which a larger tol stops. So row k of
+    the results is what a run with tol = tols[k] returns, bit for bit, and validating the
+    stopping rule over a grid costs one run to the smallest tol (`CMDSDML.staged_fit`).
+    Returns arrays (thetas (K, n), f (K,), n_iter (K,), grad_norm (K,), converged (K,)).
     """
     n = theta0.size
     p = V.shape[0]
+    n_stages = tols.size
+    thetas = np.empty((n_stages, n))
+    values = np.empty(n_stages)
+    iterations = np.zeros(n_stages, dtype=np.int64)
+    norms = np.empty(n_stages)
+    converged = np.zeros(n_stages, dtype=np.bool_)
     v_sq = np.empty(p)
     for k in range(p):
         acc = 0.0
@@ -162,12 +174,18 @@ def cmds_steepest_descent(
     for i in range(n):
         grad_sq += grad[i] * grad[i]
     grad_norm = np.sqrt(grad_sq)
-    threshold = tol * max(1.0, grad_norm)
+    thresholds = tols * max(1.0, grad_norm)
     trial = gamma
     iteration = 0
+    stage = 0
     while iteration < max_iter:
-        if grad_norm <= threshold:
-            return theta, f, iteration, grad_norm, True
+        while stage < n_stages and grad_norm <= thresholds[stage]:
+            thetas[stage] = theta
+            values[stage], iterations[stage], norms[stage] = f, iteration, grad_norm
+            converged[stage] = True
+            stage += 1
+        if stage == n_stages:
+            return thetas, values, iterations, norms, converged
         slope = -(grad_norm * grad_norm)
         for i in range(n):
             direction[i] = -grad[i]
@@ -183,7 +201,7 @@ def cmds_steepest_descent(
                 break
             alpha *= rho
         if not accepted:
-            return theta, f, iteration, grad_norm, False
+            break
         for i in range(n):
             theta_new[i] = theta[i] - alpha * grad[i]
         f_new = _evaluate(
@@ -209,4 +227,11 @@ def cmds_steepest_descent(
             grad_sq += grad[i] * grad[i]
         grad_norm = np.sqrt(grad_sq)
         iteration += 1
-    return theta, f, iteration, grad_norm, grad_norm <= threshold
+    # Out of iterations, or no step passed Armijo (then nothing moved and no later
+    # iterate exists): every remaining stage ends here, converged or not by its own test.
+    stopped = iteration < max_iter
+    for k in range(stage, n_stages):
+        thetas[k] = theta
+        values[k], iterations[k], norms[k] = f, iteration, grad_norm
+        converged[k] = (not stopped) and grad_norm <= thresholds[k]
+    return thetas, values, iterations, norms, converged

@@ -22,14 +22,14 @@ Example (digits, ordinal label = quintile of the ink):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rankstream.ranking.dml.base import OrdinalMetricLearner, Preprocessing
-from rankstream.ranking.dml.cmds_descent import cmds_steepest_descent
+from rankstream.ranking.dml.cmds_descent import cmds_staged_descent
 from rankstream.ranking.dml.edm import embed_labels, resolve_beta
 from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
 
@@ -227,7 +227,23 @@ class CMDSDML(OrdinalMetricLearner):
 
     def fit(self, X: object, y: object) -> CMDSDML:
         """Learn L from points X (n, d) and ordinal labels y (the paper's r, shape (n,))."""
+        for _ in self.staged_fit(X, y, [self.tol]):
+            pass
+        return self
+
+    def staged_fit(self, X: object, y: object, tols: Iterable[float]) -> Iterator[CMDSDML]:
+        """Fit once and yield this model as fitted with each tol in `tols`, smallest first.
+
+        A smaller tol continues the same descent past where a larger one stops
+        (`ranking.dml.cmds_descent.cmds_staged_descent`), so validating the stopping rule
+        over a grid costs one run to the smallest tol instead of one run per value. Each
+        yielded state equals `fit` with that tol, bit for bit (self is updated in place;
+        copy what you keep). `self.tol` is not used.
+        """
         self._check_params()
+        stages = sorted({float(t) for t in tols})
+        if not stages or not all(np.isfinite(t) and t >= 0 for t in stages):
+            raise ValueError(f"tols must be finite values >= 0, got {tols!r}")
         Z, r = self._fit_preprocessed(X, y)
         s = min(int(self.n_components), Z.shape[1])
         self.beta_ = resolve_beta(r, self.beta)  # S1 (eq. 8 via Theorem 1)
@@ -236,7 +252,7 @@ class CMDSDML(OrdinalMetricLearner):
         objective = CMDSObjective(Z, Y, pair_differences(Z, pairs), self.mu)
         gamma = self.gamma if self.gamma is not None else 1.0 / objective.lipschitz_estimate()
         start = CMDSObjective.pack(np.eye(s, Z.shape[1]), 1.0)
-        theta, value, n_iter, _, converged = cmds_steepest_descent(  # S4-S6
+        thetas, values, iterations, _, converged = cmds_staged_descent(  # S4-S6
             start,
             s,
             Z.shape[1],
@@ -250,16 +266,17 @@ class CMDSDML(OrdinalMetricLearner):
             float(self.sigma),
             int(self.max_backtracks),
             int(self.max_iter),
-            float(self.tol),
+            np.array(stages[::-1]),  # the descent meets the largest tol first
             bool(self.adaptive_gamma),
         )
-        L, c = objective.unpack(theta)
-        self._set_components(L)
-        self.c_ = c
-        self.n_iter_ = int(n_iter)
-        self.objective_ = float(value)
-        self.converged_ = bool(converged)
-        return self
+        for index in range(len(stages) - 1, -1, -1):
+            L, c = objective.unpack(thetas[index])
+            self._set_components(L)
+            self.c_ = c
+            self.n_iter_ = int(iterations[index])
+            self.objective_ = float(values[index])
+            self.converged_ = bool(converged[index])
+            yield self
 
     # --- model store: JSON meta + plain arrays, never pickle -------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

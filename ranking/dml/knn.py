@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.neighbors import NearestNeighbors
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from rankstream.ranking.dml.base import check_enough_samples
@@ -41,8 +42,6 @@ class OrdinalKNNRegressor(RegressorMixin, BaseEstimator):
         X, r = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
         if int(self.n_neighbors) < 1 or X.shape[0] < int(self.n_neighbors):
             check_enough_samples(X.shape[0], int(self.n_neighbors) - 1)
-        from sklearn.neighbors import NearestNeighbors
-
         self.labels_ = np.asarray(r, dtype=np.float64)
         if self.transformer is None:
             self.transformer_ = None
@@ -57,7 +56,22 @@ class OrdinalKNNRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "index_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         embedded = X if self.transformer_ is None else self.transformer_.transform(X)
-        neighbors = self.index_.kneighbors(embedded, return_distance=False)
-        votes = self.labels_[neighbors]
-        estimate = votes.mean(axis=1) if self.aggregate == "mean" else np.median(votes, axis=1)
-        return np.rint(estimate) if self.rounding else estimate
+        return knn_estimates(self.index_, self.labels_, embedded, self.aggregate, self.rounding)
+
+
+def knn_estimates(
+    index: NearestNeighbors,
+    labels: np.ndarray,
+    queries: np.ndarray,
+    aggregate: str = "mean",
+    rounding: bool = False,
+) -> np.ndarray:
+    """Mean (or median) of `labels` over each query's neighbours in a fitted `index`.
+
+    The regressor's prediction, shared with `ranking.dml.model_selection.knn_mae`, which
+    scores thousands of validation fits and skips the estimator's per-call input checks.
+    """
+    neighbors = index.kneighbors(queries, return_distance=False)
+    votes = labels[neighbors]
+    estimate = votes.mean(axis=1) if aggregate == "mean" else np.median(votes, axis=1)
+    return np.rint(estimate) if rounding else estimate

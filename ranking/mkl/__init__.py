@@ -1,9 +1,10 @@
 """RankMKL: multiple kernel learning for ranking (Sharaf, Hussein & Ismail, BMVC 2015).
 
 `kernels` builds the per-group base kernels, `solver` the RankSVM dual and the GMKL weight
-updates in the n-dimensional form, `model` the estimator that ties them together.
+updates in the n-dimensional form, `model` the scikit-learn estimator that ties them
+together (preference pairs come from `rankstream.ranking.pairs`).
 """
 
-from rankstream.ranking.mkl.model import RankMKL, check_pairs
+from rankstream.ranking.mkl.model import RankMKL, concat_groups
 
-__all__ = ["RankMKL", "check_pairs"]
+__all__ = ["RankMKL", "concat_groups"]

@@ -26,8 +26,8 @@ def check_group(X: np.ndarray, kind: str, name: str = "features") -> np.ndarray:
         raise ValueError(f"{name} must be non-empty, got shape {X.shape}")
     if kind == "chi2" and X.min() < 0:
         raise ValueError(
-            f"{name} has negative values ({X.min():.3g}); the chi2 kernel needs "
-            "non-negative (histogram-like) features"
+            f"Negative values in data passed to {name} (min {X.min():.3g}): the chi2 "
+            "kernel needs non-negative (histogram-like) features"
         )
     return X
 

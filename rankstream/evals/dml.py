@@ -2,7 +2,8 @@
 
 Protocol: n_train random images per label for training, the rest for testing; the
 metric is learned on the training set (centre, PCA, s = max(3, m - 1) for cMDS-DML with m
-labels unless asked otherwise, see `embedding_dimension`), test labels are
+labels unless asked otherwise, see `ranking.dml.model_selection.embedding_dimension`),
+test labels are
 estimated by K-nearest-neighbour regression in the learned space (`OrdinalKNNRegressor`),
 and the MAE is averaged over `repeats` random splits (std across splits). `seconds` is
 the mean time to fit the metric (the kNN index is negligible).
@@ -10,14 +11,17 @@ the mean time to fit the metric (the kNN index is negligible).
 Neither learner keeps settings that fail: before the repeats, mu (both), LDMLR's
 iteration count T_max (at its largest stable step), and cMDS-DML's S4 tolerance (eps)
 and the beta of eq. (8) are chosen on `validation_splits` extra random splits of the
-same kind, by mean MAE; the reported repeats use fresh seeds. Ten splits, because with
+same kind, by mean MAE; the reported repeats use fresh seeds. Both choices run the one
+validation loop of `ranking.dml.model_selection`: cMDS-DML's through `CMDSDMLCV` (its
+default grids, these splits as its `cv`), LDMLR's directly. Ten splits, because with
 three the chosen settings moved PubFig's test MAE by up to 0.05, more than the gap
 between the learners. Each learner's stopping rule is validated because neither
 objective has a useful minimiser when n <= d (see `ranking.dml.cmds_dml` for tol,
 `ranking.dml.ldmlr` for T_max): where it stops is what regularises it. LDMLR's T_max grid
-is read off one `staged_fit` run per split. `ldmlr_paper_t_max` is LDMLR held at the
-paper's T_max = 50 (mu and step still validated): the comparison the paper reports,
-beside the fair one. `paired_cmds_minus_ldmlr` compares the two learners split by split.
+and cMDS-DML's tol grid are each read off one `staged_fit` run per split and setting.
+`ldmlr_paper_t_max` is LDMLR held at the paper's T_max = 50 (mu and step still
+validated): the comparison the paper reports, beside the fair one.
+`paired_cmds_minus_ldmlr` compares the two learners split by split.
 beta is cMDS-DML's label-shape parameter (the paper adds it "to allow more flexibility";
 its beta = 1 is in the grid). LDMLR's counterpart, the power p of eq. (3), stays at 1:
 on PubFig's validation splits p in {0.1, 0.5, 1, 2, 3} never beat p = 1 (T_max 50 and
@@ -27,28 +31,21 @@ times on a shared machine measure the algorithms, not thread contention.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-# The grids reach past the values the data sets pick where that is affordable. LDMLR is
+# The grids reach past the values the data sets pick where that is affordable; cMDS-DML's
+# are `CMDSDMLCV`'s defaults (`ranking.dml.cmds_dml_cv`). LDMLR is
 # flat in mu up to 1 (its step scales with 1/mu), worse at 1e2, diverges past
 # learning_rate 2, and only learning_rate x T_max matters (0.3 x 500 and 1.9 x 80 give the
 # same MAE), so its reach comes from T_max at the largest stable step. The paper's
 # T_max = 50 leaves it far from done (K=5 MAE at T_max 50 / 5000 / 15000: PubFig 1.205 /
 # 1.014 / ~1.01, digits 0.85 / 0.49 / 0.46).
-# cMDS-DML is nearly flat in mu; validation picks beta 0 on digits (ink is one direction)
-# and 5-10 on PubFig (8 identity-like levels), tol 1e-4 to 3e-5 and 1e-6 to 1e-7.
-CMDS_GRID = {
-    "mu": (1e-5, 1e-4, 1e-3, 1e-2),
-    "tol": (3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6, 3e-7, 1e-7, 3e-8),
-    "beta": (0.0, 1.0, 2.0, 3.0, 5.0, 10.0),
-}
 LDMLR_GRID = {
     "mu": (1e-4, 1.0, 1e2),
     "learning_rate": (1.9,),
@@ -78,11 +75,6 @@ class DmlEvalConfig:
     seed: int = 0
 
 
-def _grid(grid: dict[str, Iterable[Any]]) -> list[dict[str, Any]]:
-    keys = list(grid)
-    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
-
-
 def pca_dimension(config: DmlEvalConfig) -> int:
     """The PCA dimension asked of both learners (capped at the data's rank when fitted)."""
     if config.pca_components is not None:
@@ -90,24 +82,13 @@ def pca_dimension(config: DmlEvalConfig) -> int:
     return DEFAULT_PCA[config.dataset]
 
 
-def embedding_dimension(n_levels: int) -> int:
-    """Default s: max(3, m - 1) for m labels.
-
-    For beta > 0 the label EDM of eq. (8) has embedding dimension m - 1, and Algorithm 1
-    (step 3 pads the m label points to R^s) assumes s is at least that, so that the y_i
-    reproduce D and keep property (i). The paper's s = 3 satisfies this on UMIST (m = 3)
-    and stays the floor; PubFig's 8 Young levels need 7, digits' 5 ink quintiles 4.
-    """
-    return max(3, int(n_levels) - 1)
-
-
-def _factories(config: DmlEvalConfig, k: int, s: int) -> dict[str, Callable[..., object | None]]:
+def _factories(config: DmlEvalConfig, k: int) -> dict[str, Callable[..., object | None]]:
     from rankstream.ranking.dml import CMDSDML, LDMLR
 
     pca = pca_dimension(config)
 
     def cmds(**params: Any) -> object:
-        return CMDSDML(n_components=s, n_neighbors=k, pca_components=pca, **params)
+        return CMDSDML(n_neighbors=k, pca_components=pca, **params)
 
     def ldmlr(**params: Any) -> object:
         return LDMLR(n_neighbors=k, pca_components=pca, **params)
@@ -124,69 +105,40 @@ def _score(transformer: object | None, k: int, X, r, train, test) -> tuple[float
     """(MAE, seconds to fit the metric) of kNN regression after `transformer` on one split."""
     from sklearn.base import clone
 
+    from rankstream.ranking.dml.model_selection import knn_mae
+
     start = time.perf_counter()
     fitted = None if transformer is None else clone(transformer).fit(X[train], r[train])
     seconds = time.perf_counter() - start
-    return _fitted_mae(fitted, k, X, r, train, test), seconds
-
-
-def _fitted_mae(transformer: Any | None, k: int, X, r, train, test) -> float:
-    """MAE of kNN regression in the space of an already fitted `transformer` (None: X)."""
-    from rankstream.ranking.dml import OrdinalKNNRegressor
-    from rankstream.ranking.metrics import mae
-
-    embed = (lambda points: points) if transformer is None else transformer.transform
-    model = OrdinalKNNRegressor(n_neighbors=k).fit(embed(X[train]), r[train])
-    return mae(r[test], model.predict(embed(X[test])))
-
-
-def _validation_maes(factory, grid, k, X, r, splits, staged: str | None = None):
-    """Mean validation MAE of every grid point, as [(params, mae)] in grid order.
-
-    With `staged` (LDMLR's "max_iter"), that key's values are read off one `staged_fit`
-    run per split and per setting of the other keys, instead of one fit per value.
-    """
-    stages = sorted(grid[staged]) if staged else [None]
-    rest = {key: values for key, values in grid.items() if key != staged}
-    table: list[tuple[dict[str, Any], float]] = []
-    for params in _grid(rest):
-        per_stage = np.zeros(len(stages))
-        for train, test in splits:
-            if staged is None:
-                per_stage[0] += _score(factory(**params), k, X, r, train, test)[0]
-                continue
-            models = factory(**params).staged_fit(X[train], r[train], stages)
-            for i, model in enumerate(models):
-                per_stage[i] += _fitted_mae(model, k, X, r, train, test)
-        for stage, total in zip(stages, per_stage, strict=True):
-            chosen = params if staged is None else {**params, staged: stage}
-            table.append((chosen, total / len(splits)))
-    return table
-
-
-def _best(table, **fixed: Any) -> dict[str, Any]:
-    """The grid point with the lowest validation MAE among those matching `fixed`."""
-    rows = [(mae, params) for params, mae in table if fixed.items() <= params.items()]
-    return min(rows, key=lambda row: row[0])[1]
+    return knn_mae(fitted, k, X, r, (train, test)), seconds
 
 
 def evaluate_k(
     config: DmlEvalConfig, k: int, X, r, progress=None, s: int | None = None
 ) -> dict[str, Any]:
+    from rankstream.ranking.dml import CMDSDMLCV
+    from rankstream.ranking.dml.model_selection import (
+        best_setting,
+        embedding_dimension,
+        validation_maes,
+    )
     from rankstream.simulators.ordinal import per_label_split
 
     if s is None:
         s = embedding_dimension(np.unique(r).size) if config.s is None else int(config.s)
-    factories = _factories(config, k, s)
+    factories = _factories(config, k)
     rng = np.random.default_rng([config.seed, k, 1])
     splits = [per_label_split(r, config.n_train, rng) for _ in range(config.validation_splits)]
-    ldmlr_table = _validation_maes(
+    ldmlr_table = validation_maes(
         factories["ldmlr"], LDMLR_GRID, k, X, r, splits, staged="max_iter"
     )
+    cmds_search = CMDSDMLCV(
+        n_neighbors=k, n_components=s, pca_components=pca_dimension(config), cv=splits
+    ).fit(X, r)
     chosen = {
-        "cmds_dml": _best(_validation_maes(factories["cmds_dml"], CMDS_GRID, k, X, r, splits)),
-        "ldmlr": _best(ldmlr_table),
-        "ldmlr_paper_t_max": _best(ldmlr_table, max_iter=PAPER_T_MAX),
+        "cmds_dml": cmds_search.best_params_,
+        "ldmlr": best_setting(ldmlr_table),
+        "ldmlr_paper_t_max": best_setting(ldmlr_table, max_iter=PAPER_T_MAX),
         "euclidean_knn": {},
     }
     rng = np.random.default_rng([config.seed, k, 2])
@@ -241,6 +193,7 @@ def run_dml_eval(
     """
     from threadpoolctl import threadpool_limits
 
+    from rankstream.ranking.dml.model_selection import embedding_dimension
     from rankstream.simulators.ordinal import load_ordinal
 
     if config.repeats < 1 or config.n_train < 2 or not config.ks:
@@ -279,7 +232,7 @@ def _plot(config: DmlEvalConfig, data, s: int, by_k: list[dict], path: str | Pat
     train, test = per_label_split(
         data.r, config.n_train, np.random.default_rng([config.seed, k, 3])
     )
-    model = _factories(config, k, s)["cmds_dml"](**by_k[0]["cmds_dml"]["params"])
+    model = _factories(config, k)["cmds_dml"](**by_k[0]["cmds_dml"]["params"])
     model.fit(data.X[train], data.r[train])
     title = f"{data.description}\n{config.n_train} per label, {config.repeats} splits"
     return plot_ordinal_metrics(

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from rankstream.ranking.metrics import pairwise_accuracy
-from rankstream.ranking.mkl import RankMKL
+from rankstream.ranking.mkl import RankMKL, concat_groups
+from rankstream.ranking.pairs import preference_pairs, sample_pairs
 
 FEATURES = ("gist", "color", "lbp", "hog", "gabor")
 METHODS = ("rankmkl", "concat", *FEATURES)
@@ -79,11 +80,7 @@ def category_pairs(
     strength: np.ndarray, max_pairs: int | None, rng: np.random.Generator
 ) -> np.ndarray:
     """All (i, j) with strength[i] > strength[j], uniformly subsampled to `max_pairs`."""
-    above, below = np.nonzero(strength[:, None] > strength[None, :])
-    pairs = np.stack([above, below], axis=1).astype(np.int64)
-    if max_pairs is not None and pairs.shape[0] > max_pairs:
-        pairs = pairs[np.sort(rng.choice(pairs.shape[0], max_pairs, replace=False))]
-    return pairs
+    return sample_pairs(preference_pairs(strength), max_pairs, rng)
 
 
 def stratified_folds(labels: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -132,9 +129,20 @@ class Choice:
     lam: float
 
 
-def make_model(method: Method, choice: Choice) -> RankMKL:
+def make_model(method: Method, choice: Choice, group_sizes: tuple[int, ...]) -> RankMKL:
     kinds = [KERNEL_OF.get(group, "chi2") for group in method.groups]
-    return RankMKL(kernels=kinds, C=choice.C, gamma_scale=choice.gamma_scale, lam=choice.lam)
+    return RankMKL(
+        group_sizes=group_sizes,
+        kernels=kinds,
+        C=choice.C,
+        gamma_scale=choice.gamma_scale,
+        lam=choice.lam,
+    )
+
+
+def method_features(method: Method, table: dict[str, np.ndarray], rows: np.ndarray):
+    """The method's feature groups of `rows`, side by side, and their widths."""
+    return concat_groups([table[g][rows] for g in method.groups])
 
 
 def fit_and_score(
@@ -147,9 +155,9 @@ def fit_and_score(
     choice: Choice,
 ) -> tuple[float, RankMKL]:
     """Fit on `train` images (pairs in local indices), accuracy (%) on `test` pairs."""
-    model = make_model(method, choice)
-    model.fit([table[g][train] for g in method.groups], train_pairs)
-    scores = model.decision_function([table[g][test] for g in method.groups])
+    X_train, sizes = method_features(method, table, train)
+    model = make_model(method, choice, sizes).fit_pairs(X_train, train_pairs)
+    scores = model.decision_function(method_features(method, table, test)[0])
     return 100.0 * pairwise_accuracy(scores, test_pairs), model
 
 
@@ -207,16 +215,16 @@ def feature_table(
 
 
 def predict_pairs_per_second(
-    model: RankMKL, Xs: Sequence[np.ndarray], n_pairs: int = 1_000_000, repeats: int = 3
+    model: RankMKL, X: np.ndarray, n_pairs: int = 1_000_000, repeats: int = 3
 ) -> float:
     """Pairs ordered per second: score the images once, then compare a million pairs."""
     rng = np.random.default_rng(0)
-    n = Xs[0].shape[0]
+    n = X.shape[0]
     pairs = rng.integers(0, n, size=(n_pairs, 2))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        scores = model.decision_function(Xs)
+        scores = model.decision_function(X)
         np.greater(scores[pairs[:, 0]], scores[pairs[:, 1]])
         times.append(time.perf_counter() - start)
     return n_pairs / float(np.median(times))
@@ -281,7 +289,7 @@ def evaluate_pubfig(
                     for g, w in zip(method.groups, model.weights_, strict=True)
                 }
                 pairs_per_s.append(
-                    predict_pairs_per_second(model, [table[g][test] for g in method.groups])
+                    predict_pairs_per_second(model, method_features(method, table, test)[0])
                 )
     if progress is not None:
         progress("done", total_steps, total_steps)
