@@ -115,6 +115,12 @@ EVALUATOR_SKIPPED = Counter(
     "without a scorer, or a scoring error.",
     ["reason"],
 )
+JUDGED_QUERIES = Counter(
+    "rankstream_judged_queries_total",
+    "Judged queries the evaluator read, by how many candidates carry a grade: all, partial "
+    "(NDCG@50 over the graded ones) or none (not scored).",
+    ["judgments"],
+)
 CHAMPION_SWITCHES = Counter(
     "rankstream_champion_switches_total",
     "Times the evaluator's champion (best rolling NDCG@50) changed.",
