@@ -39,6 +39,15 @@ _REFIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 TRIPLETS_PRODUCED = Counter(
     "rankstream_triplets_produced_total", "Triplet records sent to the triplets topic."
 )
+JUDGED_QUERIES_PRODUCED = Counter(
+    "rankstream_judged_queries_produced_total",
+    "Judged queries sent to the queries topic (simulator and ingestion API).",
+)
+QUERIES_WITHOUT_TRIPLETS = Counter(
+    "rankstream_queries_without_triplets_total",
+    "Judged queries whose judged candidates hold fewer than two distinct grades, so they "
+    "yield no triplets (their judged query is still sent, for the evaluator).",
+)
 
 # --- online worker ------------------------------------------------------------------------
 TRIPLETS_CONSUMED = Counter(
