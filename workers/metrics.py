@@ -146,6 +146,31 @@ SERVING_SWITCHES = Counter(
     "Times the serving model changed (a new champion or a fixed model first loaded).",
 )
 
+# --- the HTTP API (`rankstream serve`) ---------------------------------------------------
+# route: the route template (a fixed set, "other" for anything else); model: the served
+# model's name ("-" where no model is involved); status: the HTTP status code.
+HTTP_REQUEST_SECONDS = Histogram(
+    "rankstream_http_request_seconds",
+    "Time to answer an HTTP API request, by route and served model.",
+    ["route", "model"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+HTTP_REQUESTS = Counter(
+    "rankstream_http_requests_total",
+    "HTTP API requests answered, by route and status (errors: status >= 400).",
+    ["route", "status"],
+)
+SERVING_MODEL_VERSION = Gauge(
+    "rankstream_serving_model_version",
+    "The version the HTTP API serves for a model by default (its newest, or its pin).",
+    ["model"],
+)
+SERVING_RELOAD_LAG = Histogram(
+    "rankstream_serving_reload_lag_seconds",
+    "From a model version's save to the HTTP API serving it (hot reload).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0),
+)
+
 # --- batch worker -------------------------------------------------------------------------
 REFIT_SECONDS = Histogram(
     "rankstream_refit_seconds",
