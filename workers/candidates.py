@@ -31,9 +31,10 @@ def check_candidates(candidate_ids: object, phi: object) -> tuple[np.ndarray, np
     k = ids.shape[0]
     if not 1 <= k <= MAX_CANDIDATES:
         raise FieldError("candidate_ids", f"needs 1..{MAX_CANDIDATES} candidates, got {k}")
-    unique, counts = np.unique(ids, return_counts=True)
-    if unique.shape[0] != k:
-        raise FieldError("candidate_ids", f"duplicate id {int(unique[counts > 1][0])}")
+    ordered = np.sort(ids)
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeated.size:
+        raise FieldError("candidate_ids", f"duplicate id {int(ordered[repeated[0]])}")
     features = np.asarray(phi)
     if features.dtype == object or features.dtype.kind not in "iuf":
         raise FieldError("phi", "must be a matrix of numbers (one row per candidate)")
@@ -43,8 +44,8 @@ def check_candidates(candidate_ids: object, phi: object) -> tuple[np.ndarray, np
         raise FieldError("phi", f"wrong width: rows have {features.shape[1]}, expected {PHI_DIM}")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes Inf: refused
         features = np.ascontiguousarray(features, dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(features).all(axis=1))
-    if bad.size:
+    if not np.isfinite(features).all():  # the common case costs one pass
+        bad = np.flatnonzero(~np.isfinite(features).all(axis=1))
         raise FieldError("phi", f"row {int(bad[0])} holds NaN or Inf (or overflows float32)")
     return ids, features
 

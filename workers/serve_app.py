@@ -28,6 +28,7 @@ read; a refused request gets a 4xx JSON `{"error", "field"}` and nothing is prod
 from __future__ import annotations
 
 import contextlib
+import gc
 import hmac
 import threading
 import time
@@ -295,6 +296,7 @@ def create_app(
             learning = EmbeddedWorkers(settings)
             learning.start()
         await run_in_threadpool(state.registry.start)
+        gc.freeze()  # start-up's long-lived objects: never walked again by the collector
         log_event(log, "serving", host=settings.api_host, port=settings.api_port,
                   champion=state.registry.snapshot.champion,
                   token=settings.api_token is not None)  # fmt: skip

@@ -12,6 +12,7 @@ order; schema metadata `rankstream.model`, `rankstream.version`) when the reques
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +115,7 @@ def rank_from_json(body: bytes) -> RankRequest:
 def rank_from_arrow(body: bytes, model: str | None, version: str | None) -> RankRequest:
     try:
         table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-        table.validate(full=True)
+        table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BadRequest(400, f"malformed Arrow IPC stream: {exc}") from None
     for field in ("candidate_id", "phi"):
@@ -141,7 +142,9 @@ def _arrow_matrix(column: pa.ChunkedArray) -> np.ndarray:
     ):
         raise BadRequest(422, f"phi: must be a list<float> column, got {kind}", "phi")
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    values = array.flatten()
+    # a fixed-size list read from IPC is not sliced: its child values are the rows as they are
+    fixed = pa.types.is_fixed_size_list(kind) and array.offset == 0
+    values = array.values if fixed else array.flatten()
     if array.null_count or values.null_count:
         raise BadRequest(422, "phi: holds nulls", "phi")
     k = len(array)
@@ -168,11 +171,16 @@ def ranking_json(
     )
 
 
-def ranking_arrow(ids: np.ndarray, scores: np.ndarray, model: str, version: int) -> bytes:
-    schema = pa.schema(
+@functools.lru_cache(maxsize=256)
+def _ranking_schema(model: str, version: int) -> pa.Schema:
+    return pa.schema(
         [("candidate_id", pa.int64()), ("score", pa.float64())],
         metadata={"rankstream.model": model, "rankstream.version": str(version)},
     )
+
+
+def ranking_arrow(ids: np.ndarray, scores: np.ndarray, model: str, version: int) -> bytes:
+    schema = _ranking_schema(model, version)
     batch = pa.RecordBatch.from_arrays([pa.array(ids), pa.array(scores)], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
