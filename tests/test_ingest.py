@@ -154,3 +154,37 @@ def test_open_owns_its_transport_and_seq_numbers_continue(embedded_settings) -> 
         second = library.deliver(_feedback(query_id=2, seed=1))
     assert (first.seq, second.seq) == (0, 1)
     assert second.first_triplet_seq == first.triplets
+
+
+def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) -> None:
+    """The reservoir samples the triplets of partial judgments and the refit serves them."""
+    from rankstream.stream.embedded import EmbeddedTransport
+    from rankstream.stream.embedded_store import EmbeddedModelStore
+    from rankstream.workers.batch import BatchOptions, BatchWorker
+    from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+    from rankstream.workers.serving import scorer_for
+
+    transport, store = EmbeddedTransport(), EmbeddedModelStore()
+    transport.ensure_topics(
+        {embedded_settings.triplets_topic: 1, embedded_settings.queries_topic: 1}
+    )
+    library = FeedbackProducer(embedded_settings, transport.producer())
+    sent = sum(library.deliver(_feedback(query_id=q, seed=q)).triplets for q in range(12))
+    batch = BatchWorker(
+        embedded_settings,
+        BatchOptions(reservoir=400, refit_records=None, refit_seconds=None,
+                     persist_seconds=None, poll_ms=0, cmds_dml=CMDSDMLParams(max_iter=30),
+                     rankmkl=RankMKLParams(max_pairs=100)),
+        transport=transport, store=store,
+    )  # fmt: skip
+    batch.start()
+    while batch.step(timeout_ms=0):
+        pass
+    assert batch.reservoir.n_seen == sent and sent > 400
+    published = batch.refit()
+    assert set(published) == {"cmds_dml", "rankmkl"}
+    phi = _feedback().phi
+    for name, version in published.items():
+        scores = scorer_for(store.load_version(name, version)).score(phi)
+        assert scores.shape == (40,) and np.isfinite(scores).all()
+    batch.close()
