@@ -94,9 +94,12 @@ class Snapshot:
     built_at: float = 0.0
 
     def resolve(self, model: str | None) -> LoadedModel:
-        """The default-served version of `model` (None or "champion": the champion)."""
+        """The default-served version of `model` (None or "champion": the champion, or
+        Uni-Con while the champion is not loadable, as the simulator does)."""
         name = self.champion if model in (None, CHAMPION) else model
         loaded = self.models.get(name)  # type: ignore[arg-type]
+        if loaded is None and model in (None, CHAMPION):
+            loaded = self.models.get(UNI_CON)
         if loaded is None:
             if model in (None, CHAMPION):
                 raise UnknownModelError("model", "no model is loaded yet (the store has none)")
@@ -107,7 +110,7 @@ class Snapshot:
 
     @property
     def ready(self) -> bool:
-        return self.champion in self.models
+        return self.champion in self.models or UNI_CON in self.models
 
 
 EMPTY = Snapshot(models={}, latest={}, champion=UNI_CON, scores={})
