@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hmac
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -296,6 +297,9 @@ def create_app(
             learning = EmbeddedWorkers(settings)
             learning.start()
         await run_in_threadpool(state.registry.start)
+        # The reload thread rebuilds snapshots beside the event loop; with CPython's default
+        # 5 ms switch interval a rebuild could hold requests back that long each time.
+        sys.setswitchinterval(0.0005)
         gc.freeze()  # start-up's long-lived objects: never walked again by the collector
         log_event(log, "serving", host=settings.api_host, port=settings.api_port,
                   champion=state.registry.snapshot.champion,
