@@ -13,6 +13,8 @@ import numpy as np
 
 def first_nonfinite_row(X: np.ndarray) -> int:
     """Index of the first row holding a NaN or Inf, or -1 when all are finite."""
+    if np.isfinite(X).all():  # the common case: one pass, no per-row reduction
+        return -1
     bad = ~np.isfinite(X)
     if X.ndim > 1:
         bad = bad.any(axis=tuple(range(1, X.ndim)))

@@ -16,10 +16,9 @@ Choices where the paper is silent (each is tested):
 * **Judged queries** list the K candidates in *served order* (the serving model's
   ranking, ties kept in retrieval order): the judged images are the first `n_judged`.
   `relevance` covers all K, so an evaluator can score any other model's top 50 among them.
-* **Triplet orientation** is randomised: for each pair (a more relevant, b less relevant)
-  a fair coin decides whether p1 = a or p1 = b, so y = sign(rel1 - rel2) takes both
-  values (DESIGN.md's wire label). Linear pairwise rankers see the same y x either way.
-  Within a query the triplets are shuffled (users' judgements arrive in no order).
+* **Triplets** come from `ranking.judgments.feedback_triplets`, the pair construction
+  the ingestion API shares: every pair of judged candidates with different grades, each
+  once, oriented by a fair coin (y = sign(rel1 - rel2) takes both values), shuffled.
 * **Determinism**: query order, orientation coins and shuffles come from separate child
   streams of the seed, so the records depend only on the seed and the scores returned.
 """
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rankstream.ranking import learners
+from rankstream.ranking.judgments import feedback_triplets
 from rankstream.ranking.metrics import ndcg_at_k, ranked_order
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
@@ -81,26 +81,9 @@ def judge(
         raise ValueError("score_fn returned NaN or Inf scores")
     order = ranked_order(scores)  # the metric's own order: stable, ties keep retrieval order
     ids, phi, rel = query.candidate_ids[order], query.phi[order], query.relevance[order]
-    n_judged = min(n_judged, k)
-    top = rel[:n_judged].astype(np.int64)
-    better, worse = np.nonzero(top[:, None] > top[None, :])
-    flip = rng.random(len(better)) < 0.5
-    first = np.where(flip, worse, better)
-    second = np.where(flip, better, worse)
-    shuffle = rng.permutation(len(first))
-    first, second = first[shuffle], second[shuffle]
-    n = len(first)
-    triplets = TripletBlock(
-        seq=first_seq + np.arange(n, dtype=np.int64),
-        query_id=np.full(n, query.query_id, dtype=np.int64),
-        p1=first.astype(np.int32),
-        p2=second.astype(np.int32),
-        rel1=rel[first],
-        rel2=rel[second],
-        image_id=ids[:n_judged],
-        phi=phi[:n_judged],
-    ).compact()  # the judged images some triplet references, each once
-    record = JudgedQueryRecord(query.query_id, query.image_id, ids, phi, rel, n_judged)
+    judged = np.arange(k) < min(n_judged, k)  # the user judges the served top n_judged
+    triplets = feedback_triplets(query.query_id, ids, phi, rel, judged, first_seq, rng)
+    record = JudgedQueryRecord(query.query_id, query.image_id, ids, phi, rel, int(judged.sum()))
     return record, triplets
 
 

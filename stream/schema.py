@@ -68,6 +68,11 @@ TRIPLETS_FIELDS = pa.schema(
         ("phi2", _PHI_TYPE),
     ]
 )
+# Judged queries, version 2 (see `encode_query`): a relevance entry may be null (that
+# candidate was not judged and has no known grade) and `judged` marks, per candidate, the
+# ones the user judged. Version 1 (`judged` = how many top candidates were judged, every
+# relevance known) still decodes.
+QUERIES_VERSION = 2
 QUERIES_FIELDS = pa.schema(
     [
         ("seq", pa.int64()),
@@ -78,9 +83,10 @@ QUERIES_FIELDS = pa.schema(
         ("served_by", pa.string()),
         ("served_version", pa.int64()),
         ("model_versions", pa.map_(pa.string(), pa.int64())),
-        ("judged", pa.int32()),
+        ("judged", pa.list_(pa.bool_())),
     ]
 )
+QUERIES_FIELDS_V1 = QUERIES_FIELDS.set(8, pa.field("judged", pa.int32()))
 DEAD_LETTER_FIELDS = pa.schema(
     [
         ("reason", pa.string()),
@@ -110,7 +116,8 @@ class SchemaError(ValueError):
 
 # --- shared machinery ----------------------------------------------------------------
 def _stamp(fields: pa.Schema, name: str) -> pa.Schema:
-    return fields.with_metadata({_NAME_KEY: name.encode(), _VERSION_KEY: b"%d" % SCHEMA_VERSION})
+    version = QUERIES_VERSION if name == "queries" else SCHEMA_VERSION
+    return fields.with_metadata({_NAME_KEY: name.encode(), _VERSION_KEY: b"%d" % version})
 
 
 def _write(name: str, columns: list[pa.Array]) -> bytes:
@@ -126,8 +133,14 @@ def _read(
     name: str,
     max_bytes: int = MAX_MESSAGE_BYTES,
     nullable: frozenset[str] = frozenset(),
+    versions: dict[int, pa.Schema] | None = None,
 ) -> pa.RecordBatch:
-    """Parse and check a whole message: size, Arrow framing, name, version, field types."""
+    """Parse and check a whole message: size, Arrow framing, name, version, field types.
+
+    `versions` maps each version this reader knows to its fields (default: the current
+    `SCHEMA_VERSION` only); the batch's schema metadata tells which one it is.
+    """
+    known = versions or {SCHEMA_VERSION: _SCHEMAS[name]}
     size = data.size if isinstance(data, pa.Buffer) else len(data)
     if size > max_bytes:
         raise SchemaError(OVERSIZED, f"{size} bytes exceeds the {max_bytes}-byte limit")
@@ -144,12 +157,12 @@ def _read(
     if found != name.encode():
         raise SchemaError(BAD_SCHEMA, f"expected a {name!r} message, schema name is {found!r}")
     version = metadata.get(_VERSION_KEY)
-    if version != b"%d" % SCHEMA_VERSION:
+    expected = next((f for v, f in known.items() if version == b"%d" % v), None)
+    if expected is None:
         raise SchemaError(
             UNKNOWN_VERSION,
-            f"{name} version {version!r}; this reader knows version {SCHEMA_VERSION}",
+            f"{name} version {version!r}; this reader knows version(s) {sorted(known)}",
         )
-    expected = _SCHEMAS[name]
     try:
         _check_fields(schema.remove_metadata(), expected)
     except UnicodeDecodeError as exc:  # Arrow does not validate field names as UTF-8
@@ -290,30 +303,63 @@ def decode_triplets(
 
 
 # --- judged queries ---------------------------------------------------------------------
+UNJUDGED = -1  # JudgedQuery.relevance of a candidate with no known grade (null on the wire)
+
+
 @dataclass(frozen=True)
 class JudgedQuery:
-    """One served and judged query: every candidate's phi and graded ground truth."""
+    """One served and judged query: every candidate's phi, its grade where known, and
+    which candidates the user judged (their pairs are the query's triplets).
+
+    An engine's user judges some candidates: those carry a grade and `judged` is True;
+    the others have relevance `UNJUDGED`. The simulator knows every candidate's ground
+    truth, so all its grades are known while only its served top 50 are `judged`.
+    `judged` may be given as an int n: the first n candidates (version 1's meaning).
+    """
 
     seq: int
     query_id: int
     candidate_ids: np.ndarray  # int64 (K,)
     phi: np.ndarray  # float32 (K, 36)
-    relevance: np.ndarray  # int8 (K,)
+    relevance: np.ndarray  # int8 (K,), UNJUDGED where no grade is known
     served_by: str
     served_version: int
     model_versions: dict[str, int]  # model name -> version current when served
-    judged: int  # how many top candidates the user judged
+    judged: np.ndarray  # bool (K,): the candidates the user judged
+
+    def __post_init__(self) -> None:
+        if isinstance(self.judged, int | np.integer):
+            k = len(np.asarray(self.candidate_ids))
+            if not 0 <= int(self.judged) <= k:
+                raise ValueError(f"judged={self.judged} must be within 0..{k} candidates")
+            object.__setattr__(self, "judged", np.arange(k) < int(self.judged))
+
+    @property
+    def graded(self) -> np.ndarray:
+        """bool (K,): the candidates whose grade is known (what the evaluator scores on)."""
+        return np.asarray(self.relevance) != UNJUDGED
+
+    @property
+    def n_judged(self) -> int:
+        return int(np.count_nonzero(self.judged))
 
 
 def encode_query(query: JudgedQuery) -> bytes:
-    """One `rankstream.queries` message (a single Arrow row with list columns)."""
+    """One `rankstream.queries` message, version 2 (a single Arrow row with list columns)."""
     k = len(np.asarray(query.candidate_ids))
     if k < 1:
         raise ValueError("a judged query needs at least one candidate")
-    if not 0 <= int(query.judged) <= k:
-        raise ValueError(f"judged={query.judged} must be within 0..{k} candidates")
     ids = _int_column(query.candidate_ids, np.int64, "candidate_ids", k)
-    relevance = _int_column(query.relevance, np.int8, "relevance", k)
+    rel = np.asarray(query.relevance)
+    relevance = _int_column(rel, np.int8, "relevance", k)
+    if (rel < UNJUDGED).any():
+        raise ValueError(f"relevance must be >= 0, or {UNJUDGED} for no grade")
+    judged = np.asarray(query.judged)
+    if judged.shape != (k,) or judged.dtype != np.bool_:
+        raise ValueError(f"judged must be {k} booleans, got {judged.dtype} {judged.shape}")
+    if (rel[judged] == UNJUDGED).any():
+        raise ValueError("judged candidates must have a grade (relevance >= 0)")
+    relevance = pa.array(rel.astype(np.int8), mask=rel == UNJUDGED)
     phi = _phi_column(query.phi, "phi", k)
     versions = {str(name): int(v) for name, v in query.model_versions.items()}
     one = np.array([0, k], dtype=np.int32)
@@ -328,7 +374,7 @@ def encode_query(query: JudgedQuery) -> bytes:
             pa.array([str(query.served_by)], pa.string()),
             pa.array([int(query.served_version)], pa.int64()),
             pa.array([list(versions.items())], pa.map_(pa.string(), pa.int64())),
-            pa.array([int(query.judged)], pa.int32()),
+            pa.ListArray.from_arrays(one, pa.array(judged)),
         ],
     )
 
@@ -336,13 +382,27 @@ def encode_query(query: JudgedQuery) -> bytes:
 def decode_query(
     data: bytes | memoryview | pa.Buffer, max_bytes: int = MAX_MESSAGE_BYTES
 ) -> JudgedQuery:
-    """Decode and validate one judged query; any bad value rejects the whole message."""
-    batch = _read(data, "queries", max_bytes)
+    """Decode and validate one judged query (version 1 or 2); any bad value rejects it."""
+    batch = _read(
+        data,
+        "queries",
+        max_bytes,
+        nullable=frozenset({"relevance"}),
+        versions={1: QUERIES_FIELDS_V1, QUERIES_VERSION: QUERIES_FIELDS},
+    )
     if batch.num_rows != 1:
         raise SchemaError(BAD_SCHEMA, f"a queries message holds one row, got {batch.num_rows}")
     row = {name: batch.column(name) for name in QUERIES_FIELDS.names}
     ids = _ints(row["candidate_ids"].flatten())
-    relevance = _ints(row["relevance"].flatten())
+    graded = row["relevance"].flatten()
+    v1 = batch.schema.field("judged").type == pa.int32()
+    if row["relevance"].null_count or (v1 and graded.null_count):
+        raise SchemaError(BAD_SCHEMA, "field 'relevance' contains nulls")
+    known = graded.is_valid().to_numpy(zero_copy_only=False)
+    values = graded.fill_null(0).to_numpy(zero_copy_only=False)
+    if (values[known] < 0).any():  # graded gains 2^rel - 1: the metrics refuse negative grades
+        raise SchemaError(BAD_SCHEMA, f"relevance {int(values[known].min())} is negative")
+    relevance = np.where(known, values, UNJUDGED).astype(np.int8)
     phi_lists = row["phi"].flatten()
     k = len(ids)
     if len(relevance) != k or len(phi_lists) != k or k == 0:
@@ -354,11 +414,9 @@ def decode_query(
     phi = _phi(phi_lists, k)
     if not np.isfinite(phi).all():
         raise SchemaError(NON_FINITE, "candidate features contain NaN or Inf")
-    if (relevance < 0).any():  # graded gains 2^rel - 1: the metrics refuse negative grades
-        raise SchemaError(BAD_SCHEMA, f"relevance {int(relevance.min())} is negative")
-    judged = row["judged"][0].as_py()
-    if not 0 <= judged <= k:
-        raise SchemaError(BAD_SCHEMA, f"judged={judged} outside 0..{k}")
+    judged = _judged_mask(row["judged"], k, v1)
+    if (relevance[judged] == UNJUDGED).any():
+        raise SchemaError(BAD_SCHEMA, "a judged candidate has a null relevance")
     return JudgedQuery(
         seq=row["seq"][0].as_py(),
         query_id=row["query_id"][0].as_py(),
@@ -370,6 +428,19 @@ def decode_query(
         model_versions=dict(row["model_versions"][0].as_py()),
         judged=judged,
     )
+
+
+def _judged_mask(column: pa.Array, k: int, v1: bool) -> np.ndarray:
+    """Version 2: the per-candidate flags; version 1: the first `judged` candidates."""
+    if v1:
+        n = column[0].as_py()
+        if not 0 <= n <= k:
+            raise SchemaError(BAD_SCHEMA, f"judged={n} outside 0..{k}")
+        return np.arange(k) < n
+    flags = column.flatten().to_numpy(zero_copy_only=False)
+    if flags.shape != (k,):
+        raise SchemaError(BAD_SCHEMA, f"{len(flags)} judged flags for {k} candidates")
+    return flags.astype(bool)
 
 
 # --- dead letters -----------------------------------------------------------------------

@@ -19,6 +19,16 @@ def _env(name: str, default: str | None = None) -> str | None:
     return value if value not in (None, "") else default
 
 
+def _int_env(name: str, default: int) -> int:
+    value = _env(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{ENV_PREFIX}{name} must be an integer, got {value!r}") from None
+
+
 def default_data_dir() -> str:
     """~/.cache/rankstream: the caches (collections, face features, Kafka jars, services)."""
     return os.path.expanduser("~/.cache/rankstream")
@@ -44,6 +54,11 @@ class Settings:
     kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
     kafka_ssl_keyfile: str | None = None  # its private key (PEM)
     data_dir: str = field(default_factory=default_data_dir)
+    # the HTTP API (`rankstream serve`): bind address, port, bearer token, body limit
+    api_host: str = "127.0.0.1"  # 0.0.0.0 only when asked (compose)
+    api_port: int = 8000
+    api_token: str | None = None  # set: every route but /healthz and /readyz requires it
+    api_max_body_bytes: int = 8 * 1024 * 1024
 
     @property
     def triplets_topic(self) -> str:
@@ -80,4 +95,8 @@ class Settings:
             kafka_ssl_certfile=_env("KAFKA_SSL_CERTFILE"),
             kafka_ssl_keyfile=_env("KAFKA_SSL_KEYFILE"),
             data_dir=_env("DATA_DIR", defaults.data_dir),
+            api_host=_env("API_HOST", defaults.api_host),
+            api_port=_int_env("API_PORT", defaults.api_port),
+            api_token=_env("API_TOKEN"),
+            api_max_body_bytes=_int_env("API_MAX_BODY_BYTES", defaults.api_max_body_bytes),
         )

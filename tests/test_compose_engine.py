@@ -16,7 +16,8 @@ in the compose Prometheus; every Grafana panel's query returns data there; Prome
 own graph page, rendered by headless Chromium, draws every model's series (screenshot
 kept); the alert rules are loaded; an online worker killed (`docker kill`, then a crash)
 comes back and resumes from its checkpoint with nothing lost or counted twice; the
-serving-API hook; `docker compose down -v` leaves nothing behind.
+serving API answers from the host with the current champion and takes feedback
+(`SERVING_CHECKS`); `docker compose down -v` leaves nothing behind.
 
 Artifacts (screenshot, rendered page, stage timings, container logs) go to
 report/compose-test/. Without root or an engine this module skips with the reason, except
@@ -41,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from test_compose import APP_SERVICES, COMPOSE, DEPLOY, REPO, SERVICES
@@ -59,7 +61,8 @@ DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 PROMETHEUS = "http://127.0.0.1:9090"
 KAFKA = "127.0.0.1:29092"
 REDIS_URL = "redis://127.0.0.1:6379/0"
-PUBLISHED = {"kafka": 29092, "redis": 6379, "prometheus": 9090}
+PUBLISHED = {"kafka": 29092, "redis": 6379, "prometheus": 9090, "serve": 8000}
+SERVE_URL = "http://127.0.0.1:8000"
 LEFT_OUT = {"grafana"}  # no image and no stand-in here
 
 ONLINE = {
@@ -485,11 +488,66 @@ def test_killed_online_worker_resumes_from_its_checkpoint_exactly_once(stack: St
 
 
 # -- the serving API (issue 13) -------------------------------------------------------------------
-# A compose service running `rankstream serve` (the serve-and-ingest issue) gets its check
-# here, keyed by service name: a ranking request from the host through the service's
-# published port, answered by the current champion. The service entry and its API are to
-# be designed with the lead once `rankstream serve` exists; until then no service runs it.
-SERVING_CHECKS: dict[str, Callable[[Stack], None]] = {}
+# Each compose service running `rankstream serve` has its check here, keyed by service name:
+# from the host, through the service's published port, a ranking request is answered by the
+# current champion (the one the evaluator's record in Redis names, read with `rankstream
+# model list` on the host), and feedback is accepted.
+
+
+def _http(url: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.load(reply)
+
+
+def _model_list(stack: Stack) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "rankstream", "model", "list", "--json"],
+        env=stack.host_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _check_serving_api(stack: Stack) -> None:
+    def ready() -> bool:
+        try:
+            return bool(_http(SERVE_URL + "/readyz")["ready"])
+        except OSError:
+            return False
+
+    wait_for("the serving API is ready on 127.0.0.1:8000", ready, timeout=120)
+    assert _http(SERVE_URL + "/healthz") == {"status": "ok"}
+    rng = np.random.default_rng(13)
+    ids = rng.permutation(10**6)[:300]
+    phi = rng.random((300, 36)).round(5)
+    body = {"candidate_ids": ids.tolist(), "phi": phi.tolist()}
+
+    def answered_by_the_champion() -> tuple[dict, dict] | None:
+        listing = _model_list(stack)
+        ranking = _http(SERVE_URL + "/v1/rank", body)
+        return (ranking, listing) if ranking["model"] == listing["champion"] else None
+
+    ranking, listing = wait_for(
+        "a ranking answered by the evaluator's champion", answered_by_the_champion, timeout=60
+    )
+    served = {m["name"]: m for m in listing["models"]}[ranking["model"]]
+    assert ranking["version"] >= 1 and served["servable"], (ranking["version"], served)
+    assert sorted(ranking["candidate_ids"]) == sorted(ids.tolist())
+    assert ranking["scores"] == sorted(ranking["scores"], reverse=True)
+    relevance = [None] * 300
+    for rank, candidate in enumerate(ranking["candidate_ids"][:10]):
+        relevance[ids.tolist().index(candidate)] = rank % 3
+    receipt = _http(
+        SERVE_URL + "/v1/feedback",
+        {**body, "query_id": 10**12, "relevance": relevance, "served_by": ranking["model"],
+         "served_version": ranking["version"], "model_versions": ranking["model_versions"]},
+    )  # fmt: skip
+    assert receipt["judged"] == 10 and receipt["triplets"] > 0
+
+
+SERVING_CHECKS: dict[str, Callable[[Stack], None]] = {"serve": _check_serving_api}
 
 
 def test_every_serving_service_is_checked(stack: Stack) -> None:

@@ -11,7 +11,7 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.schema import JudgedQuery, decode_dead_letter, encode_query
+from rankstream.stream.schema import UNJUDGED, JudgedQuery, decode_dead_letter, encode_query
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
@@ -183,3 +183,41 @@ def test_a_query_that_cannot_be_evaluated_is_dead_lettered_and_the_evaluator_goe
     letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=100)]
     assert [(d.reason, d.source_offset) for d in letters] == [("evaluation_failed", 1)]
     assert "IndexError" in letters[0].detail
+
+
+def test_partial_judgments_are_scored_over_the_graded_candidates_only() -> None:
+    """NDCG@50 and AP of a partially judged query rank the graded candidates among
+    themselves; ungraded ones cannot move them; a query with none is counted, not scored."""
+    store = EmbeddedModelStore()
+    v = _save(store, "good", _column_model(0))
+    evaluator = _evaluator(store)
+    query = _query(0, {"good": v}, k=200)
+    graded = np.zeros(200, bool)
+    graded[::3] = True  # a third of the candidates judged
+    partial = JudgedQuery(
+        **{
+            **query.__dict__,
+            "relevance": np.where(graded, query.relevance, UNJUDGED).astype(np.int8),
+            "judged": graded,
+        }
+    )
+    before = sample_value("rankstream_judged_queries_total", {"judgments": "partial"})
+    result = evaluator.evaluate(partial)
+    scores = store.load("good")  # the model's own scores, restricted by hand
+    model = OnlineRanker.from_state(scores.meta, scores.arrays)
+    own = model.score(query.phi)[graded]
+    assert result.ndcg["good"] == pytest.approx(ndcg_at_k(own, query.relevance[graded], 50))
+    assert result.ap["good"] == pytest.approx(average_precision(own, query.relevance[graded]))
+    assert result.ndcg["good"] != pytest.approx(ndcg_at_k(model.score(query.phi), query.relevance))
+    assert sample_value("rankstream_judged_queries_total", {"judgments": "partial"}) == before + 1
+
+    nothing = JudgedQuery(
+        **{**query.__dict__, "relevance": np.full(200, UNJUDGED, np.int8), "judged": 0}
+    )
+    result = evaluator.evaluate(nothing)
+    assert result.ndcg == {} and result.skipped == {"good": "unjudged"}
+    single = JudgedQuery(**{**query.__dict__, "relevance": np.ones(200, np.int8)})
+    assert evaluator.evaluate(single).ndcg == {"good": 1.0}  # any order is ideal
+    summary = evaluator.summary()["judgments"]
+    assert summary == {"all": 1, "partial": 1, "none": 1, "single_grade": 1}
+    assert evaluator.rolling.counts() == {"good": 2}  # the unjudged query left no value

@@ -43,8 +43,10 @@ from rankstream.stream.schema import (
     OVERSIZED,
     PHI_DIM,
     QUERIES_FIELDS,
+    QUERIES_FIELDS_V1,
     REASONS,
     TRIPLETS_FIELDS,
+    UNJUDGED,
     JudgedQuery,
     SchemaError,
     dead_letter,
@@ -269,15 +271,15 @@ def triplet_columns(draw: st.DrawFn) -> tuple[list[pa.Array], set[int]]:
 def schema_breaking(draw: st.DrawFn, kind: str) -> bytes:
     """Well-formed Arrow IPC that violates the `kind` schema in one seeded way."""
     name = {"triplets": "triplets", "queries": "queries"}[kind]
-    fields = TRIPLETS_FIELDS if kind == "triplets" else QUERIES_FIELDS
+    fields, version = TRIPLETS_FIELDS, b"1"
     if kind == "triplets":
         columns, _ = draw(triplet_columns())
     else:
-        columns = _query_columns(draw)
+        columns, fields, version = _query_columns(draw)
     how = draw(
         st.sampled_from(("name", "version", "no_meta", "width", "type", "drop", "nulls", "batches"))
     )
-    meta = _meta(name)
+    meta = _meta(name, version)
     if how == "name":
         meta = _meta(draw(st.sampled_from(("queries", "triplets", "dead-letter", "", "x"))))
     elif how == "version":
@@ -313,8 +315,9 @@ def schema_breaking(draw: st.DrawFn, kind: str) -> bytes:
     return _arrow(fields, columns, meta, batches)
 
 
-def _query_columns(draw: st.DrawFn) -> list[pa.Array]:
-    """One queries row whose lists may disagree, hold NaN, or have odd relevance/judged."""
+def _query_columns(draw: st.DrawFn) -> tuple[list[pa.Array], pa.Schema, bytes]:
+    """One queries row whose lists may disagree, hold NaN, or have odd relevance/judged;
+    in version 1's layout (a judged count) or version 2's (null grades, judged flags)."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     k = draw(st.integers(0, 12))
     k_rel = draw(st.sampled_from((k, k, k, max(k - 1, 0), k + 1)))
@@ -334,17 +337,26 @@ def _query_columns(draw: st.DrawFn) -> list[pa.Array]:
         )
     )
     offsets = lambda m: np.array([0, m], np.int32)  # noqa: E731
-    return [
+    v2 = draw(st.booleans())
+    grades = pa.array(relevance, mask=(rng.random(k_rel) < 0.3) if v2 else None)
+    if v2:
+        k_judged = draw(st.sampled_from((k, k, k + 1, max(k - 1, 0))))
+        flags = pa.array(rng.random(k_judged) < 0.5)
+        judged_column = pa.ListArray.from_arrays(offsets(k_judged), flags)
+    else:
+        judged_column = pa.array([judged], pa.int32())
+    columns = [
         pa.array([1], pa.int64()),
         pa.array([2], pa.int64()),
         pa.ListArray.from_arrays(offsets(k), pa.array(np.arange(k, dtype=np.int64))),
         pa.ListArray.from_arrays(offsets(k_phi), _phi_array(phi.reshape(-1), PHI_DIM)),
-        pa.ListArray.from_arrays(offsets(k_rel), pa.array(relevance)),
+        pa.ListArray.from_arrays(offsets(k_rel), grades),
         pa.array([draw(st.sampled_from(("uni-con", "", "opr\x00")))], pa.string()),
         pa.array([draw(st.integers(-(2**63), 2**63 - 1))], pa.int64()),
         pa.array([list(versions.items())], pa.map_(pa.string(), pa.int64())),
-        pa.array([judged], pa.int32()),
+        judged_column,
     ]
+    return columns, (QUERIES_FIELDS if v2 else QUERIES_FIELDS_V1), (b"2" if v2 else b"1")
 
 
 @st.composite
@@ -415,8 +427,9 @@ def test_fuzz_decode_query(value: bytes) -> None:
             return
         k = len(query.candidate_ids)
         assert k >= 1 and query.phi.shape == (k, PHI_DIM) and query.relevance.shape == (k,)
-        assert np.isfinite(query.phi).all() and 0 <= query.judged <= k
-        assert (query.relevance >= 0).all()
+        assert np.isfinite(query.phi).all() and query.judged.shape == (k,)
+        assert query.judged.dtype == np.bool_ and (query.relevance >= UNJUDGED).all()
+        assert (query.relevance[query.judged] >= 0).all()
         assert all(
             isinstance(n, str) and isinstance(v, int) for n, v in query.model_versions.items()
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -14,6 +16,8 @@ from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import (
     MAX_MESSAGE_BYTES,
     PHI_DIM,
+    QUERIES_FIELDS_V1,
+    UNJUDGED,
     JudgedQuery,
     SchemaError,
     block_key,
@@ -223,17 +227,65 @@ def _query(k: int = 8) -> JudgedQuery:
 def test_judged_queries_round_trip():
     q = _query()
     got = decode_query(encode_query(q))
-    assert (got.seq, got.query_id, got.served_by, got.served_version, got.judged) == (
+    assert (got.seq, got.query_id, got.served_by, got.served_version, got.n_judged) == (
         11,
         4242,
         "champion",
         3,
         5,
     )
+    assert got.judged.tolist() == [True] * 5 + [False] * 3  # an int n means the first n
     assert got.model_versions == {"opar1": 3, "uni-con": 0}
     assert np.array_equal(got.candidate_ids, q.candidate_ids)
     assert got.phi.dtype == np.float32 and np.array_equal(got.phi, q.phi)
     assert got.relevance.dtype == np.int8 and np.array_equal(got.relevance, q.relevance)
+
+
+def test_partial_judgments_travel_as_nulls_and_flags():
+    q = _query()
+    relevance = np.array([2, UNJUDGED, 0, UNJUDGED, 1, 3, UNJUDGED, 0], np.int8)
+    judged = relevance != UNJUDGED
+    judged[5] = False  # a known grade the user did not judge (a simulator's ground truth)
+    got = decode_query(encode_query(replace(q, relevance=relevance, judged=judged)))
+    assert got.relevance.tolist() == relevance.tolist() and got.judged.tolist() == judged.tolist()
+    assert got.graded.tolist() == (relevance != UNJUDGED).tolist() and got.n_judged == 4
+    batch = pa.ipc.open_stream(encode_query(replace(q, relevance=relevance, judged=judged)))
+    assert batch.schema.metadata[b"rankstream.version"] == b"2"
+    column = batch.read_next_batch().column("relevance").flatten()
+    assert column.null_count == 3  # on the wire an unjudged candidate is a null grade
+
+
+def _query_v1(q: JudgedQuery, judged: int) -> bytes:
+    """A version-1 message, as the simulator wrote them before partial judgments."""
+    one = np.array([0, len(q.candidate_ids)], np.int32)
+    columns = [
+        pa.array([q.seq], pa.int64()),
+        pa.array([q.query_id], pa.int64()),
+        pa.ListArray.from_arrays(one, pa.array(q.candidate_ids)),
+        pa.ListArray.from_arrays(
+            one, pa.FixedSizeListArray.from_arrays(pa.array(q.phi.reshape(-1)), PHI_DIM)
+        ),
+        pa.ListArray.from_arrays(one, pa.array(q.relevance)),
+        pa.array([q.served_by]),
+        pa.array([q.served_version], pa.int64()),
+        pa.array([list(q.model_versions.items())], pa.map_(pa.string(), pa.int64())),
+        pa.array([judged], pa.int32()),
+    ]
+    schema = QUERIES_FIELDS_V1.with_metadata(
+        {b"rankstream.schema": b"queries", b"rankstream.version": b"1"}
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+    return sink.getvalue().to_pybytes()
+
+
+def test_version_1_judged_queries_still_decode():
+    q = _query()
+    got = decode_query(_query_v1(q, 5))
+    assert got.judged.tolist() == [True] * 5 + [False] * 3 and got.graded.all()
+    assert np.array_equal(got.relevance, q.relevance) and np.array_equal(got.phi, q.phi)
+    _expect("bad_schema", _query_v1(q, 9), decode_query)  # judged beyond the candidates
 
 
 def test_bad_judged_queries_are_refused():
@@ -244,6 +296,11 @@ def test_bad_judged_queries_are_refused():
         encode_query(JudgedQuery(**{**q.__dict__, "relevance": q.relevance[:3]}))
     with pytest.raises(ValueError, match="NaN"):
         encode_query(JudgedQuery(**{**q.__dict__, "phi": q.phi * np.nan}))
+    unjudged = np.full(8, UNJUDGED, np.int8)
+    with pytest.raises(ValueError, match="judged candidates must have a grade"):
+        encode_query(replace(q, relevance=unjudged))
+    with pytest.raises(ValueError, match="relevance must be >= 0"):
+        encode_query(replace(q, relevance=np.full(8, -3, np.int8), judged=np.zeros(8, bool)))
     _expect("bad_schema", encode_triplets(TripletBlock.from_pairs(**_columns(3))), decode_query)
     _expect("bad_bytes", encode_query(q)[:-20], decode_query)
 

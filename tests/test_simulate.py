@@ -68,17 +68,18 @@ def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings
     for key, q in queries:
         assert key == str(q.query_id).encode()
         assert (q.served_by, q.served_version, q.model_versions) == (UNI_CON, 1, {UNI_CON: 1})
-        assert q.phi.shape == (OPTIONS.candidates, 36) and q.judged == OPTIONS.judged
+        assert q.phi.shape == (OPTIONS.candidates, 36) and q.graded.all()  # ground truth
+        assert q.judged.tolist() == [i < OPTIONS.judged for i in range(OPTIONS.candidates)]
         scores = simulation.serving.cache.get(UNI_CON, 1).score(q.phi)
         assert (np.diff(scores) <= 1e-9).all()  # candidates in served order
-        top = q.relevance[: q.judged].astype(int)
+        top = q.relevance[q.judged].astype(int)
         pairs = int((top[:, None] > top[None, :]).sum())
         if pairs == 0:
             assert q.query_id not in by_query
             continue
         block_key, block = by_query[q.query_id]
         assert block_key == key and len(block) == pairs
-        row = {int(c): i for i, c in enumerate(q.candidate_ids[: q.judged])}
+        row = {int(c): i for i, c in enumerate(q.candidate_ids[q.judged])}
         p1 = np.array([row[int(p)] for p in block.p1_id])
         np.testing.assert_array_equal(block.phi1, q.phi[p1])
         np.testing.assert_array_equal(block.rel1, q.relevance[p1])

@@ -7,7 +7,16 @@ feedback. A model whose stamped version the store has trimmed is skipped for tha
 query and counted (`rankstream_evaluator_skipped_total{reason="missing_version"}`).
 
 Per model the evaluator keeps NDCG@50 (graded gains, `ranking.metrics.ndcg_at_k`) and
-average precision over its last W scored queries; their rolling means are exported as
+average precision over its last W scored queries. Both are computed over the candidates
+whose grade is known (`JudgedQuery.graded`): a model scores every candidate, and its
+ranking *of the graded ones among themselves* is compared with their ideal order. The
+simulator knows every candidate's ground truth, so there that is all K; an engine's
+users judge only some, so there NDCG@50 is over the judged candidates, the only ones
+whose relevance anyone knows. A query with no graded candidate cannot be scored: it is
+skipped and counted (`rankstream_judged_queries_total{judgments="none"}`; "all" and
+"partial" count the others). A query whose graded candidates share one grade is scored
+like any other (every model gets the same value, 0.0 when that grade is 0: the metric's
+convention) and counted as `single_grade` in `summary()`; their rolling means are exported as
 `rankstream_ndcg_at_50{model}` / `rankstream_map{model}`, and a bounded per-query
 history stays in memory for reports. Candidates arrive in served order, so a model's
 ties keep the served order (the metrics' stable sort).
@@ -56,6 +65,11 @@ __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "Evaluator
 
 NDCG_K = 50
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
+UNJUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
+# How much of a query was judged (`rankstream_judged_queries_total{judgments}`), and the
+# summary's count of scored queries whose graded candidates share one grade.
+JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE = "all", "partial", "none"
+SINGLE_GRADE = "single_grade"
 
 log = get_logger("rankstream.worker.evaluator")
 
@@ -102,6 +116,14 @@ class QueryScores:
     ndcg: dict[str, float]
     ap: dict[str, float]
     skipped: dict[str, str]  # model -> reason
+
+
+def judgments_of(query: JudgedQuery) -> str:
+    """How much of the query carries a grade: all, partial or none."""
+    graded = query.graded
+    if graded.all():
+        return JUDGMENTS_ALL
+    return JUDGMENTS_PARTIAL if graded.any() else JUDGMENTS_NONE
 
 
 class RollingScores:
@@ -154,6 +176,9 @@ class EvaluatorHandler(Handler):
         self.history: deque[QueryScores] = deque(maxlen=options.history)
         self.champion = options.policy.default
         self.queries_evaluated = 0
+        self.judgments = dict.fromkeys(
+            (JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE, SINGLE_GRADE), 0
+        )
         self.dead_letters = 0
         self.offsets: dict[int, int] = {}  # queries-topic partition -> next offset
         self._record_fence = Fence()  # the record last loaded or published here
@@ -166,14 +191,21 @@ class EvaluatorHandler(Handler):
         ndcg: dict[str, float] = {}
         ap: dict[str, float] = {}
         skipped: dict[str, str] = {}
+        judgments = judgments_of(query)
         for model, version in sorted(query.model_versions.items()):
+            if judgments == JUDGMENTS_NONE:
+                skipped[model] = UNJUDGED  # counted once, as the query's judgments
+                continue
             reason = self._score(model, version, query, ndcg, ap)
             if reason is not None:
                 skipped[model] = reason
-        for model in ndcg:  # only once every model scored: a raise leaves no partial query
+        # only once every model scored: a raise leaves no partial query, counts included
+        for model in ndcg:
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
-            metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
+            if reason != UNJUDGED:
+                metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
+        self._count(query, judgments)
         result = QueryScores(
             query.seq, query.query_id, query.served_by, query.served_version, ndcg, ap, skipped
         )
@@ -184,6 +216,13 @@ class EvaluatorHandler(Handler):
         self._export(ndcg)
         self._choose_champion()
         return result
+
+    def _count(self, query: JudgedQuery, judgments: str) -> None:
+        self.judgments[judgments] += 1
+        metrics.JUDGED_QUERIES.labels(judgments=judgments).inc()
+        graded = query.graded
+        if graded.any() and np.unique(query.relevance[graded]).size < 2:
+            self.judgments[SINGLE_GRADE] += 1
 
     def _score(
         self,
@@ -200,7 +239,7 @@ class EvaluatorHandler(Handler):
             scorer = self.cache.get(model, version)
             if scorer is None:
                 return MISSING_VERSION
-            scores = scorer.score(query.phi)
+            scores = scorer.score(query.phi)[query.graded]
         except ValueError as exc:
             log_event(
                 log,
@@ -211,8 +250,9 @@ class EvaluatorHandler(Handler):
                 error=str(exc)[:200],
             )
             return NO_SCORER if self.cache.scorable(model) is False else SCORE_ERROR
-        ndcg[model] = ndcg_at_k(scores, query.relevance, NDCG_K)
-        ap[model] = average_precision(scores, query.relevance)
+        relevance = query.relevance[query.graded]
+        ndcg[model] = ndcg_at_k(scores, relevance, NDCG_K)
+        ap[model] = average_precision(scores, relevance)
         return None
 
     def _export(self, changed: dict[str, float] | dict[str, deque[float]]) -> None:
@@ -249,6 +289,7 @@ class EvaluatorHandler(Handler):
             "rolling_ndcg": ndcg,
             "rolling_map": ap,
             "counts": self.rolling.counts(),
+            "judgments": dict(self.judgments),
             "dead_letters": self.dead_letters,
         }
 
@@ -271,6 +312,7 @@ class EvaluatorHandler(Handler):
             self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
             self.champion = str(record.meta.get("champion", self.champion))
             self.queries_evaluated = int(record.meta.get("queries_evaluated", 0))
+            self.judgments.update(record.meta.get("judgments", {}))
             self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
             self._export(self.rolling.ndcg)
         log_event(

@@ -39,6 +39,15 @@ _REFIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 TRIPLETS_PRODUCED = Counter(
     "rankstream_triplets_produced_total", "Triplet records sent to the triplets topic."
 )
+JUDGED_QUERIES_PRODUCED = Counter(
+    "rankstream_judged_queries_produced_total",
+    "Judged queries sent to the queries topic (simulator and ingestion API).",
+)
+QUERIES_WITHOUT_TRIPLETS = Counter(
+    "rankstream_queries_without_triplets_total",
+    "Judged queries whose judged candidates hold fewer than two distinct grades, so they "
+    "yield no triplets (their judged query is still sent, for the evaluator).",
+)
 
 # --- online worker ------------------------------------------------------------------------
 TRIPLETS_CONSUMED = Counter(
@@ -115,6 +124,12 @@ EVALUATOR_SKIPPED = Counter(
     "without a scorer, or a scoring error.",
     ["reason"],
 )
+JUDGED_QUERIES = Counter(
+    "rankstream_judged_queries_total",
+    "Judged queries the evaluator read, by how many candidates carry a grade: all, partial "
+    "(NDCG@50 over the graded ones) or none (not scored).",
+    ["judgments"],
+)
 CHAMPION_SWITCHES = Counter(
     "rankstream_champion_switches_total",
     "Times the evaluator's champion (best rolling NDCG@50) changed.",
@@ -129,6 +144,31 @@ SERVING_MODEL_INFO = Gauge(
 SERVING_SWITCHES = Counter(
     "rankstream_serving_switches_total",
     "Times the serving model changed (a new champion or a fixed model first loaded).",
+)
+
+# --- the HTTP API (`rankstream serve`) ---------------------------------------------------
+# route: the route template (a fixed set, "other" for anything else); model: the served
+# model's name ("-" where no model is involved); status: the HTTP status code.
+HTTP_REQUEST_SECONDS = Histogram(
+    "rankstream_http_request_seconds",
+    "Time to answer an HTTP API request, by route and served model.",
+    ["route", "model"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+HTTP_REQUESTS = Counter(
+    "rankstream_http_requests_total",
+    "HTTP API requests answered, by route and status (errors: status >= 400).",
+    ["route", "status"],
+)
+SERVING_MODEL_VERSION = Gauge(
+    "rankstream_serving_model_version",
+    "The version the HTTP API serves for a model by default (its newest, or its pin).",
+    ["model"],
+)
+SERVING_RELOAD_LAG = Histogram(
+    "rankstream_serving_reload_lag_seconds",
+    "From a model version's save to the HTTP API serving it (hot reload).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0),
 )
 
 # --- batch worker -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from rankstream.stream.schema import PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.pins import pin_record_name, pinned_model
 
 UNI_CON = "uni_con"
 CHAMPION = "champion"
@@ -162,6 +163,18 @@ class ScorerCache:
             self._entries.popitem(last=False)
         return scorer
 
+    def adopt(self, stored: StoredModel) -> Scorer:
+        """The scorer of a model already in hand (a pin's copy), cached like any other."""
+        key = (stored.name, stored.version)
+        scorer = self._entries.get(key)
+        if scorer is None:
+            scorer = self._entries[key] = scorer_for(stored)
+            self.kinds.setdefault(stored.name, stored.kind)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        return scorer
+
     def learn_kinds(self, names: list[str]) -> None:
         """Load each unknown name once (its latest version) to learn its kind."""
         for name in names:
@@ -216,7 +229,9 @@ class ServingModel:
     `serving` is a model name or `champion`. `refresh()` costs one `latest_versions()`
     call when nothing changed; a new champion or a new version of the served model is
     loaded once (through the LRU). A champion that is not (yet) in the store, or whose
-    kind has no scorer, falls back to Uni-Con.
+    kind has no scorer, falls back to Uni-Con. A pinned model (`workers.pins`) is served
+    at its pinned version; the stamps still carry every model's newest version, so the
+    evaluator keeps scoring them.
     """
 
     def __init__(self, store: ModelStore, serving: str = CHAMPION, cache_size: int = 16) -> None:
@@ -227,6 +242,7 @@ class ServingModel:
         self.switches = 0
         self._champion: str = UNI_CON
         self._record_version = 0
+        self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
 
     def refresh(self) -> Served:
         latest = self.store.latest_versions()
@@ -240,8 +256,11 @@ class ServingModel:
         if UNI_CON not in versions and name == UNI_CON:
             raise LookupError("Uni-Con is not in the store; publish it before serving")
         version = versions[name]
+        held = self._pinned(name, latest)
+        if held is not None:
+            version = held.version
         if self.current is None or (self.current.name, self.current.version) != (name, version):
-            scorer = self.cache.get(name, version)
+            scorer = self.cache.adopt(held) if held is not None else self.cache.get(name, version)
             if scorer is None:  # trimmed between the two reads: serve what we have
                 if self.current is not None:
                     return Served(
@@ -251,6 +270,15 @@ class ServingModel:
             self._switch(name, version, scorer)
         assert self.current is not None
         return Served(self.current.name, self.current.version, self.current.scorer, versions)
+
+    def _pinned(self, name: str, latest: Mapping[str, int]) -> StoredModel | None:
+        """NAME's pinned version, re-read only when its pin record changed."""
+        record_version = latest.get(pin_record_name(name), 0)
+        cached = self._pins.get(name)
+        if cached is None or cached[0] != record_version:
+            record = self.store.load(pin_record_name(name)) if record_version else None
+            cached = self._pins[name] = (record_version, pinned_model(record))
+        return cached[1]
 
     def _read_champion(self, latest: Mapping[str, int]) -> str:
         version = latest.get(EVALUATOR_RECORD, 0)

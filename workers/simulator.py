@@ -5,7 +5,8 @@ with the stream: each `step()` is one query, ranked by the serving model read fr
 store (`workers.serving.ServingModel`: a named model or the evaluator's champion,
 re-read every query with one cheap `latest_versions()` call), whose judged top 50
 becomes one triplet block on `settings.triplets_topic` (key = query id) and one judged
-query on `settings.queries_topic` stamped with the serving model and the version of
+query on `settings.queries_topic` (sent by `workers.ingest.FeedbackProducer`, the
+library the ingestion API shares) stamped with the serving model and the version of
 every scorable model current at serving time.
 
 Before the first query Uni-Con (equal weights on standardized phi) is published as
@@ -32,11 +33,11 @@ from pathlib import Path
 from rankstream.simulators.collection import PAPER_N_IMAGES, Collection
 from rankstream.simulators.feedback import FeedbackSimulator
 from rankstream.simulators.retrieval import CandidateIndex
-from rankstream.stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
+from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError, ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers import metrics
+from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
@@ -182,6 +183,7 @@ class SimulatorHandler(Handler):
         self.queries_produced = 0
         self.served_by: dict[str, int] = {}
         self.last: StepResult | None = None
+        self.feedback: FeedbackProducer | None = None
         self.on_step: Callable[[StepResult], None] | None = None
 
     def extra_topics(self) -> dict[str, int]:
@@ -205,9 +207,6 @@ class SimulatorHandler(Handler):
         n = len(triplets)
         if self.bucket is not None and n:
             self.bucket.take(n)
-        key = triplet_key(record.query_id)
-        if n:
-            runtime.producer.send(self.settings.triplets_topic, encode_triplets(triplets), key=key)
         judged = JudgedQuery(
             seq=self.queries_produced,
             query_id=record.query_id,
@@ -219,8 +218,7 @@ class SimulatorHandler(Handler):
             model_versions=served.model_versions,
             judged=record.n_judged,
         )
-        runtime.producer.send(self.settings.queries_topic, encode_query(judged), key=key)
-        metrics.TRIPLETS_PRODUCED.inc(n)
+        self._feedback(runtime).send_records(judged, triplets)
         self.triplets_produced += n
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
@@ -228,6 +226,12 @@ class SimulatorHandler(Handler):
         if self.on_step is not None:
             self.on_step(self.last)
         return n
+
+    def _feedback(self, runtime: StreamRuntime) -> FeedbackProducer:
+        """The feedback library on the runtime's producer (the one it flushes and closes)."""
+        if self.feedback is None or self.feedback.producer is not runtime.producer:
+            self.feedback = FeedbackProducer(self.settings, runtime.producer)
+        return self.feedback
 
     def on_stop(self, runtime: StreamRuntime) -> None:
         """Everything sent is acknowledged before the process reports success."""

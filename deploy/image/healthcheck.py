@@ -15,6 +15,9 @@ every 10 s in each container of ours. It reads the process's own /metrics
    --stall-seconds. With --require-progress, it must have grown whatever the lag (the
    simulator, a producer with no lag to report).
 
+4. with --ready-url (the HTTP API: `rankstream serve`), that URL answers 200 (its /readyz:
+   the model store answers and the champion is loaded).
+
 A metric the process does not export is not checked (the line printed says so). Progress
 between runs is remembered in a small state file (--state, in the container's /tmp).
 Prints one line; exit 1 = unhealthy. Standard library only.
@@ -102,7 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-progress", action="store_true")
     parser.add_argument("--state", type=Path, default=Path("/tmp/rankstream-health.json"))
     parser.add_argument("--url", default=None, help="default: own /metrics")
+    parser.add_argument("--ready-url", default=None, help="must answer 200 too (an API's /readyz)")
     args = parser.parse_args(argv)
+    if args.ready_url is not None:
+        try:
+            with urllib.request.urlopen(args.ready_url, timeout=3):
+                pass  # urlopen raises on any status >= 400
+        except OSError as exc:
+            print(f"unhealthy: {args.ready_url}: {exc}")
+            return 1
     url = args.url or f"http://127.0.0.1:{os.environ['RANKSTREAM_METRICS_PORT']}/metrics"
     try:
         with urllib.request.urlopen(url, timeout=3) as reply:

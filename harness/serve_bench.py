@@ -1,0 +1,262 @@
+"""`rankstream bench serve`: /v1/rank latency and throughput while the champion reloads.
+
+Set-up (before any clock): a fresh key prefix in the configured Redis holds Uni-Con, an
+OPAR-I model named champion by an evaluator record, and nothing else; `rankstream serve
+--workers off` runs as its own process on a free loopback port (`harness.serve_process`).
+
+While it is measured, a thread of this process saves a new version of the champion every
+`reload_seconds` (what an online worker's checkpoints do), and after each save polls a
+2-candidate ranking every 5 ms until the new version answers: the reload lag, from just
+before the save to the first answer served by it.
+
+Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36):
+
+* fixed rate: `harness.http_load` in its own process sends requests on an open-loop
+  schedule (`rate` req/s for `seconds`), latency measured from each request's scheduled
+  time (so queueing counts); p50/p99 and the rate achieved;
+* sustained: wrk (Debian's, if installed) closed-loop with 4 connections for `seconds`,
+  the requests/s the server keeps up.
+
+Each is repeated `repeats` times and the medians are reported, with the load average
+seen (the machine is shared). At the end the bench's models are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rankstream.harness.serve_process import ServeProcess
+from rankstream.stream.connect import open_store
+from rankstream.stream.schema import PHI_DIM
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import ModelStore
+
+ARROW = "application/vnd.apache.arrow.stream"
+CHAMPION = "opar1"
+CANDIDATES = 300
+
+
+@dataclass(frozen=True)
+class ServeBenchOptions:
+    arrow_rate: float = 1000.0
+    json_rate: float = 200.0
+    seconds: float = 10.0
+    repeats: int = 3
+    reload_seconds: float = 1.0
+    connections: int = 8
+
+
+def _publish(store: ModelStore, rng: np.random.Generator) -> None:
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.scaling import Standardizer
+
+    scaler = Standardizer().fit(rng.random((3000, PHI_DIM)))
+    meta, arrays = UniCon(scaler=scaler).to_state()
+    store.save("uni_con", kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+    _checkpoint(store, rng, scaler)
+    meta = {"champion": CHAMPION, "rolling_ndcg": {CHAMPION: 0.9}, "counts": {CHAMPION: 50}}
+    store.save("evaluator", kind="scores", meta=meta, arrays={}, offsets={}, expected_version=0)
+    del OnlineRanker
+
+
+def _checkpoint(store: ModelStore, rng: np.random.Generator, scaler: Any = None) -> int:
+    """A new version of the champion with fresh weights (a worker's checkpoint)."""
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.scaling import Standardizer
+
+    if scaler is None:
+        stored = store.load(CHAMPION)
+        scaler = OnlineRanker.from_state(stored.meta, stored.arrays).scaler  # type: ignore[union-attr]
+    assert isinstance(scaler, Standardizer)
+    model = OnlineRanker("opar1", scaler=scaler, warm_start=rng.standard_normal(PHI_DIM))
+    meta, arrays = model.to_state()
+    current = store.latest_versions().get(CHAMPION, 0)
+    return store.save(
+        CHAMPION, kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=current
+    )
+
+
+def _bodies(directory: Path, rng: np.random.Generator) -> dict[str, Path]:
+    ids = rng.permutation(10**6)[:CANDIDATES].astype(np.int64)
+    phi = rng.random((CANDIDATES, PHI_DIM), dtype=np.float32)
+    table = pa.table(
+        {
+            "candidate_id": ids,
+            "phi": pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), PHI_DIM),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    paths = {"arrow": directory / "rank.arrow", "json": directory / "rank.json"}
+    paths["arrow"].write_bytes(sink.getvalue().to_pybytes())
+    body = {"candidate_ids": ids.tolist(), "phi": phi.astype(np.float64).round(6).tolist()}
+    paths["json"].write_text(json.dumps(body))
+    return paths
+
+
+class Reloader(threading.Thread):
+    """Saves a champion checkpoint every `every` s; measures save -> first served."""
+
+    def __init__(self, store: ModelStore, url: str, every: float) -> None:
+        super().__init__(name="reloader", daemon=True)
+        self.store, self.url, self.every = store, url, every
+        self.lags: list[float] = []
+        self.stop = threading.Event()
+        self.rng = np.random.default_rng(1)
+        probe = {"candidate_ids": [1, 2], "phi": [[0.5] * PHI_DIM, [0.25] * PHI_DIM]}
+        self.probe = json.dumps(probe).encode()
+
+    def served_version(self) -> int:
+        request = urllib.request.Request(
+            self.url + "/v1/rank", self.probe, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return int(json.load(reply)["version"])
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            started = time.perf_counter()
+            version = _checkpoint(self.store, self.rng)
+            while self.served_version() < version and time.perf_counter() - started < 10:
+                time.sleep(0.005)
+            self.lags.append(time.perf_counter() - started)
+
+
+def _load(url_port: int, body: Path, kind: str, rate: float, options: ServeBenchOptions) -> dict:
+    command = [
+        sys.executable,
+        "-m",
+        "rankstream.harness.http_load",
+        "--port",
+        str(url_port),
+        "--body",
+        str(body),
+        "--content-type",
+        ARROW if kind == "arrow" else "application/json",
+        "--rate",
+        str(rate),
+        "--seconds",
+        str(options.seconds),
+        "--connections",
+        str(options.connections),
+    ]
+    if kind == "arrow":
+        command += ["--header", f"Accept: {ARROW}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=options.seconds + 120)
+    if done.returncode != 0:
+        raise RuntimeError(f"http_load failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def _wrk(port: int, body: Path, kind: str, seconds: float, directory: Path) -> float | None:
+    """wrk's closed-loop requests/s (4 connections, 1 thread), None without wrk."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        return None
+    script = directory / f"{kind}.lua"
+    content_type = ARROW if kind == "arrow" else "application/json"
+    script.write_text(
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "{content_type}"\n'
+        + (f'wrk.headers["Accept"] = "{ARROW}"\n' if kind == "arrow" else "")
+        + f'local f = io.open("{body}", "rb")\nwrk.body = f:read("*a")\nf:close()\n'
+    )
+    done = subprocess.run(
+        [
+            wrk,
+            "-t1",
+            "-c4",
+            f"-d{max(int(seconds), 1)}s",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}/v1/rank",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
+    if "Non-2xx" in done.stdout:
+        raise RuntimeError(f"wrk saw errors:\n{done.stdout}")
+    found = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    return float(found.group(1)) if found else None
+
+
+def _median(runs: list[dict], key: Callable[[dict], float]) -> float:
+    return round(statistics.median(key(r) for r in runs), 3)
+
+
+def run_serve_bench(
+    settings: Settings, options: ServeBenchOptions, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    bench = replace(
+        settings, topic_prefix=f"{settings.topic_prefix}.bench-serve-{uuid.uuid4().hex[:8]}"
+    )
+    store = open_store(bench)
+    rng = np.random.default_rng(0)
+    directory = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    _publish(store, rng)
+    server = ServeProcess(bench, directory / "serve.log")
+    load_before = os.getloadavg()
+    try:
+        server.wait_ready()
+        bodies = _bodies(directory, rng)
+        reloader = Reloader(store, server.url, options.reload_seconds)
+        reloader.start()
+        results: dict[str, Any] = {}
+        for kind, rate in (("arrow", options.arrow_rate), ("json", options.json_rate)):
+            runs, sustained = [], []
+            for repeat in range(options.repeats):
+                progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s")
+                runs.append(_load(server.port, bodies[kind], kind, rate, options))
+                sustained.append(_wrk(server.port, bodies[kind], kind, options.seconds, directory))
+            results[kind] = {
+                "rate": rate,
+                "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
+                "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
+                "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
+                "errors": sum(r["errors"] for r in runs),
+                "sustained_rps": None
+                if None in sustained
+                else round(statistics.median(sustained), 1),
+                "runs": runs,
+                "sustained_runs": sustained,
+            }
+        reloader.stop.set()
+        reloader.join()
+        lags = np.asarray(reloader.lags)
+        results["reload"] = {
+            "every_s": options.reload_seconds,
+            "reloads": len(lags),
+            "lag_p50_s": round(float(np.percentile(lags, 50)), 4) if len(lags) else None,
+            "lag_p99_s": round(float(np.percentile(lags, 99)), 4) if len(lags) else None,
+            "lag_max_s": round(float(lags.max()), 4) if len(lags) else None,
+        }
+    finally:
+        server.stop()
+        for name in store.names():
+            store.delete(name)
+        store.close()
+    results["candidates"] = CANDIDATES
+    results["loadavg_before"] = [round(x, 2) for x in load_before]
+    results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    results["cpus"] = os.cpu_count()
+    return results

@@ -1,0 +1,78 @@
+"""`rankstream serve` as a child process on a free loopback port, for benchmarks and tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rankstream.stream.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """This environment without RANKSTREAM_*, plus `settings`' services and prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env["RANKSTREAM_TOPIC_PREFIX"] = settings.topic_prefix
+    env["RANKSTREAM_DATA_DIR"] = settings.data_dir
+    for name, value in (
+        ("KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
+        ("REDIS_URL", settings.redis_url),
+        ("REDIS_PASSWORD", settings.redis_password),
+    ):
+        if value:
+            env[f"RANKSTREAM_{name}"] = value
+    env.update(extra)
+    return env
+
+
+class ServeProcess:
+    """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it."""
+
+    def __init__(self, settings: Settings, log: Path, *args: str) -> None:
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        env = settings_env(
+            settings,
+            RANKSTREAM_API_PORT=str(self.port),
+            RANKSTREAM_METRICS_PORT=str(self.metrics_port),
+        )
+        self._log = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rankstream", "serve", "--workers", "off", *args],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def wait_ready(self, seconds: float = 60.0) -> dict:
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rankstream serve exited with {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as reply:
+                    return json.load(reply)
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()

@@ -1,0 +1,46 @@
+"""`rankstream model history NAME`: the versions the store keeps, and every pin and unpin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="model name")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._model_store import open_model_store
+    from rankstream.workers.pins import model_history
+
+    store = open_model_store()
+    try:
+        history = model_history(store, args.name)
+    except ValueError as exc:
+        print(f"bad model name: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    if not history["versions"] and not history["pins"]:
+        print(f"no stored model {args.name}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(history))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.name}: kept versions")
+    columns = ("version", "created_ms", "triplets_seen", "writer")
+    for column in columns:
+        table.add_column(column)
+    for entry in history["versions"]:
+        table.add_row(*("" if entry[c] is None else str(entry[c]) for c in columns))
+    Console().print(table)
+    for event in history["pins"]:
+        what = f"pinned at v{event['version']}" if event["pinned"] else "unpinned"
+        print(f"{event['at_ms']}  {what}  by {event['by']}")
+    return 0

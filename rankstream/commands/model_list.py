@@ -1,0 +1,37 @@
+"""`rankstream model list`: every stored model, its version, kind, NDCG@50 and pin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._model_store import open_model_store
+    from rankstream.workers.serve_models import models_listing
+    from rankstream.workers.serve_registry import ModelRegistry
+
+    store = open_model_store()
+    try:
+        listing = models_listing(ModelRegistry(store).refresh())
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(listing))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"models (champion: {listing['champion']})")
+    columns = ("name", "kind", "version", "served_version", "pinned", "triplets_seen",
+               "rolling_ndcg_at_50", "scored_queries")  # fmt: skip
+    for column in columns:
+        table.add_column(column)
+    for entry in listing["models"]:
+        table.add_row(*("" if entry[c] is None else str(entry[c]) for c in columns))
+    Console().print(table)
+    return 0

@@ -1,0 +1,37 @@
+"""`rankstream model unpin NAME`: serve NAME's newest version again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="model name")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._model_store import open_model_store
+    from rankstream.stream.store import FencingError
+    from rankstream.workers.pins import unpin
+
+    store = open_model_store()
+    try:
+        was = unpin(store, args.name)
+    except ValueError as exc:
+        print(f"not unpinned: {exc}", file=sys.stderr)
+        return 1
+    except FencingError as exc:
+        print(f"not unpinned: another pin or unpin landed first ({exc}); retry", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"model": args.name, "was_pinned_version": was}))
+    else:
+        print(
+            f"{args.name} was not pinned" if was is None else f"{args.name} unpinned (was v{was})"
+        )
+    return 0

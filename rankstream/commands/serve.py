@@ -1,0 +1,61 @@
+"""`rankstream serve`: the HTTP API: rank with the learned models, ingest feedback."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="bind address (default RANKSTREAM_API_HOST, else 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="port (default RANKSTREAM_API_PORT, else 8000)"
+    )
+    parser.add_argument(
+        "--workers",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="run the online worker and the evaluator in this process: auto (default) = "
+        "when no Kafka/Redis is configured (the embedded pipeline lives in one process)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="re-read the store at least this often besides its announcements (default 1)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.logging import configure_logging
+    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.serve_app import serve
+
+    configure_logging()
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        print(f"bad setting: {exc}", file=sys.stderr)
+        return 2
+    changes = {"api_host": args.host, "api_port": args.port}
+    settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
+    if not args.poll_seconds > 0 or not 0 <= settings.api_port < 65536:
+        print("--poll-seconds must be > 0 and the port within 0..65535", file=sys.stderr)
+        return 2
+    embedded = not settings.kafka_bootstrap and not settings.redis_url
+    workers = args.workers == "on" or (args.workers == "auto" and embedded)
+    if embedded:
+        print(
+            "note: no RANKSTREAM_KAFKA_BOOTSTRAP / RANKSTREAM_REDIS_URL: embedded transport "
+            "and store (this process only)" + ("; learning in-process" if workers else ""),
+            file=sys.stderr,
+        )
+    start_metrics_server(settings)
+    return serve(settings, poll_seconds=args.poll_seconds, workers=workers)

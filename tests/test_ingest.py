@@ -1,0 +1,190 @@
+"""The feedback library: a judged query from an engine -> triplets + judged query on the stream."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rankstream.ranking.judgments import UNJUDGED, feedback_triplets
+from rankstream.stream.embedded import EmbeddedTransport
+from rankstream.stream.schema import PHI_DIM, decode_query, decode_triplets
+from rankstream.stream.settings import Settings
+from rankstream.workers.candidates import FieldError
+from rankstream.workers.ingest import Feedback, FeedbackProducer
+from rankstream.workers.metrics import sample_value
+
+SETTINGS = Settings(topic_prefix="ingest")
+
+
+def _feedback(query_id: int = 5, k: int = 40, seed: int = 0, **changes) -> Feedback:
+    rng = np.random.default_rng(seed)
+    relevance = rng.integers(0, 3, k).astype(np.int8)
+    relevance[rng.random(k) < 0.6] = UNJUDGED  # most candidates are never judged
+    fields = {
+        "query_id": query_id,
+        "candidate_ids": rng.permutation(10_000)[:k],
+        "phi": rng.random((k, PHI_DIM), dtype=np.float32),
+        "relevance": relevance,
+        "served_by": "opar1",
+        "served_version": 4,
+        "model_versions": {"opar1": 4, "uni_con": 1},
+    }
+    return Feedback(**{**fields, **changes})
+
+
+def _messages(transport: EmbeddedTransport, topic: str):
+    consumer = transport.consumer()
+    consumer.assign([(topic, p) for p in transport.partitions_for(topic)])
+    return consumer.poll(timeout_ms=0, max_records=1000)
+
+
+@pytest.fixture
+def producer() -> tuple[FeedbackProducer, EmbeddedTransport]:
+    transport = EmbeddedTransport()
+    transport.ensure_topics({SETTINGS.triplets_topic: 1, SETTINGS.queries_topic: 1})
+    return FeedbackProducer(SETTINGS, transport.producer(), seed=3), transport
+
+
+def test_every_judged_pair_with_different_grades_becomes_one_triplet(producer) -> None:
+    library, transport = producer
+    feedback = _feedback()
+    receipt = library.deliver(feedback)
+    [message] = _messages(transport, SETTINGS.triplets_topic)
+    block = decode_triplets(message.value)
+    rel = feedback.relevance
+    judged = np.flatnonzero(rel != UNJUDGED)
+    pairs = {
+        frozenset((int(feedback.candidate_ids[a]), int(feedback.candidate_ids[b])))
+        for a in judged
+        for b in judged
+        if rel[a] > rel[b]
+    }
+    got = {frozenset(p) for p in zip(block.p1_id.tolist(), block.p2_id.tolist(), strict=True)}
+    assert got == pairs and len(block) == len(pairs) == receipt.triplets  # each pair once
+    assert set(block.image_id.tolist()) <= set(feedback.candidate_ids[judged].tolist())
+    row = {int(c): i for i, c in enumerate(feedback.candidate_ids)}
+    p1 = np.array([row[int(i)] for i in block.p1_id])
+    np.testing.assert_array_equal(block.phi1, feedback.phi[p1])
+    np.testing.assert_array_equal(block.rel1, rel[p1])
+    assert set(np.unique(block.y())) == {-1.0, 1.0}  # coin-oriented
+    assert block.seq.tolist() == list(range(len(block))) and message.key == b"5"
+
+
+def test_the_judged_query_keeps_unjudged_candidates_as_null_grades(producer) -> None:
+    library, transport = producer
+    feedback = _feedback()
+    library.deliver(feedback)
+    [message] = _messages(transport, SETTINGS.queries_topic)
+    query = decode_query(message.value)
+    assert message.key == b"5" and query.served_by == "opar1" and query.served_version == 4
+    np.testing.assert_array_equal(query.relevance, feedback.relevance)
+    np.testing.assert_array_equal(query.judged, feedback.relevance != UNJUDGED)
+    assert query.model_versions == {"opar1": 4, "uni_con": 1}
+
+
+def test_the_same_feedback_always_yields_the_same_triplets(producer) -> None:
+    library, transport = producer
+    again = FeedbackProducer(SETTINGS, transport.producer(), seed=3)
+    library.deliver(_feedback())
+    again.deliver(_feedback())
+    first, second = (decode_triplets(m.value) for m in _messages(transport, "ingest.triplets"))
+    np.testing.assert_array_equal(first.p1_id, second.p1_id)
+    np.testing.assert_array_equal(first.rel1, second.rel1)
+
+
+def test_the_library_forms_pairs_exactly_as_the_shared_construction(producer) -> None:
+    library, transport = producer
+    feedback = _feedback(query_id=9)
+    library.deliver(feedback)
+    [message] = _messages(transport, SETTINGS.triplets_topic)
+    rel = feedback.relevance
+    expected = feedback_triplets(
+        9,
+        feedback.candidate_ids,
+        feedback.phi,
+        rel,
+        rel != UNJUDGED,
+        0,
+        np.random.default_rng([3, 9]),
+    )
+    got = decode_triplets(message.value)
+    np.testing.assert_array_equal(got.p1_id, expected.p1_id)
+    np.testing.assert_array_equal(got.p2_id, expected.p2_id)
+
+
+def test_fewer_than_two_distinct_grades_yield_no_triplets_and_are_counted(producer) -> None:
+    library, transport = producer
+    before = sample_value("rankstream_queries_without_triplets_total")
+    relevance = np.full(40, UNJUDGED, np.int8)
+    relevance[[3, 7, 9]] = 2  # three judged candidates, all equally relevant
+    receipt = library.deliver(_feedback(relevance=relevance))
+    assert receipt.triplets == 0 and receipt.distinct_grades == 1 and receipt.judged == 3
+    assert _messages(transport, SETTINGS.triplets_topic) == []
+    assert len(_messages(transport, SETTINGS.queries_topic)) == 1  # still evaluated
+    assert sample_value("rankstream_queries_without_triplets_total") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"candidate_ids": np.r_[np.arange(39), 3]}, "candidate_ids"),
+        ({"phi": np.ones((40, PHI_DIM + 1), np.float32)}, "phi"),
+        ({"phi": np.full((40, PHI_DIM), np.nan, np.float32)}, "phi"),
+        ({"phi": np.full((40, PHI_DIM), 1e300)}, "phi"),
+        ({"relevance": np.full(40, 200, np.int16)}, "relevance"),
+        ({"relevance": np.full(40, UNJUDGED, np.int8)}, "relevance"),
+        ({"relevance": np.zeros(39, np.int8)}, "relevance"),
+        ({"query_id": "7"}, "query_id"),
+        ({"served_by": "no spaces"}, "served_by"),
+        ({"model_versions": {"opr": 0}}, "model_versions"),
+    ],
+)
+def test_bad_feedback_names_the_field_and_sends_nothing(producer, change, field) -> None:
+    library, transport = producer
+    with pytest.raises(FieldError) as caught:
+        library.deliver(_feedback(**change))
+    assert caught.value.field == field
+    assert _messages(transport, SETTINGS.queries_topic) == []
+    assert _messages(transport, SETTINGS.triplets_topic) == []
+
+
+def test_open_owns_its_transport_and_seq_numbers_continue(embedded_settings) -> None:
+    with FeedbackProducer.open(embedded_settings) as library:
+        first = library.deliver(_feedback(query_id=1))
+        second = library.deliver(_feedback(query_id=2, seed=1))
+    assert (first.seq, second.seq) == (0, 1)
+    assert second.first_triplet_seq == first.triplets
+
+
+def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) -> None:
+    """The reservoir samples the triplets of partial judgments and the refit serves them."""
+    from rankstream.stream.embedded import EmbeddedTransport
+    from rankstream.stream.embedded_store import EmbeddedModelStore
+    from rankstream.workers.batch import BatchOptions, BatchWorker
+    from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+    from rankstream.workers.serving import scorer_for
+
+    transport, store = EmbeddedTransport(), EmbeddedModelStore()
+    transport.ensure_topics(
+        {embedded_settings.triplets_topic: 1, embedded_settings.queries_topic: 1}
+    )
+    library = FeedbackProducer(embedded_settings, transport.producer())
+    sent = sum(library.deliver(_feedback(query_id=q, seed=q)).triplets for q in range(12))
+    batch = BatchWorker(
+        embedded_settings,
+        BatchOptions(reservoir=400, refit_records=None, refit_seconds=None,
+                     persist_seconds=None, poll_ms=0, cmds_dml=CMDSDMLParams(max_iter=30),
+                     rankmkl=RankMKLParams(max_pairs=100)),
+        transport=transport, store=store,
+    )  # fmt: skip
+    batch.start()
+    while batch.step(timeout_ms=0):
+        pass
+    assert batch.reservoir.n_seen == sent and sent > 400
+    published = batch.refit()
+    assert set(published) == {"cmds_dml", "rankmkl"}
+    phi = _feedback().phi
+    for name, version in published.items():
+        scores = scorer_for(store.load_version(name, version)).score(phi)
+        assert scores.shape == (40,) and np.isfinite(scores).all()
+    batch.close()

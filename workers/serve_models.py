@@ -1,0 +1,42 @@
+"""What GET /v1/models tells about each stored model, read from one registry snapshot.
+
+Each entry: name, kind, newest stored version, the version served by default (the pin
+when pinned), triplets seen by that version, and the evaluator's rolling NDCG@50 / MAP
+and how many judged queries they cover. Pin records (`workers.pins`) are not models and
+are left out; the model they pin says `pinned: true`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankstream.workers.pins import is_pin_record
+from rankstream.workers.serve_registry import Snapshot
+
+
+def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
+    scores = snapshot.scores
+    loaded = snapshot.models.get(name)
+    return {
+        "name": name,
+        "kind": snapshot.kinds.get(name),
+        "version": snapshot.stored.get(name),
+        "servable": loaded is not None,
+        "served_version": None if loaded is None else loaded.version,
+        "pinned": loaded is not None and loaded.pinned,
+        "champion": name == snapshot.champion,
+        "triplets_seen": None if loaded is None else loaded.triplets_seen,
+        "rolling_ndcg_at_50": scores.get("rolling_ndcg", {}).get(name),
+        "rolling_map": scores.get("rolling_map", {}).get(name),
+        "scored_queries": scores.get("counts", {}).get(name),
+    }
+
+
+def models_listing(snapshot: Snapshot) -> dict[str, Any]:
+    names = sorted(n for n in snapshot.stored if not is_pin_record(n))
+    return {
+        "champion": snapshot.champion,
+        "window": snapshot.scores.get("window"),
+        "queries_evaluated": snapshot.scores.get("queries_evaluated", 0),
+        "models": [model_entry(snapshot, name) for name in names],
+    }

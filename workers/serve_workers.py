@@ -1,0 +1,48 @@
+"""The learning side of `rankstream serve` in the embedded default: one process does it all.
+
+With no Kafka and no Redis configured, the transport and the model store live inside one
+process, so the workers that learn from the API's feedback must run in the API's
+process: the online worker (every registered online learner) and the evaluator (rolling
+NDCG@50 and the champion the API serves), each on its own thread with its usual stream
+runtime and cadences. With services configured they are separate processes (compose
+runs them) and `rankstream serve` starts none (`--workers auto`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rankstream.stream.settings import Settings
+from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.runtime import StreamRuntime
+
+log = get_logger("rankstream.serve.workers")
+
+
+class EmbeddedWorkers:
+    """The online worker and the evaluator on threads of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.runtimes: list[StreamRuntime] = [
+            OnlineWorker(settings, WorkerOptions()),
+            Evaluator(settings, EvaluatorOptions()),
+        ]
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for runtime in self.runtimes:
+            thread = threading.Thread(
+                target=runtime.run, name=f"worker-{runtime.handler.name}", daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+        log_event(log, "embedded workers started", workers=[r.handler.name for r in self.runtimes])
+
+    def stop(self) -> None:
+        """Ask each runtime to stop (final checkpoint) and wait for it."""
+        for runtime in self.runtimes:
+            runtime.stop()
+        for thread in self.threads:
+            thread.join(timeout=30)
