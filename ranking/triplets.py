@@ -16,7 +16,9 @@ and nothing else of `ranking/` (`tests/test_architecture.py`).
 
 `from_pairs` builds a block from the pair layout (phi1, phi2 per triplet: the wire's
 version 1), with an image table of the n phi1 rows followed by the n phi2 rows; the
-gathered `phi1`, `phi2`, `p1_id`, `p2_id` give the pair layout back.
+gathered `phi1`, `phi2`, `p1_id`, `p2_id` give the pair layout back. `from_judged`
+builds one judged query's block the way relevance feedback does (`judged_pairs`): the
+simulator's users and the synthetic stream generator both make their blocks with it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,23 @@ import numpy as np
 
 TRIPLET_COLUMNS = ("seq", "query_id", "p1", "p2", "rel1", "rel2")  # one value per triplet
 IMAGE_COLUMNS = ("image_id", "phi")  # one value per row of the image table
+
+
+def judged_pairs(relevance: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair of judged images with different grades, as (p1, p2) int32 rows.
+
+    For each pair (a more relevant, b less relevant) a fair coin decides whether p1 = a
+    or p1 = b, so y = sign(rel1 - rel2) takes both values; the pairs are then shuffled
+    (users' judgements arrive in no order). Draws `len(pairs)` uniforms, then one
+    permutation, from `rng`: the records depend only on the grades and the generator.
+    """
+    grades = np.asarray(relevance).astype(np.int64)
+    better, worse = np.nonzero(grades[:, None] > grades[None, :])
+    flip = rng.random(len(better)) < 0.5
+    first = np.where(flip, worse, better)
+    second = np.where(flip, better, worse)
+    shuffle = rng.permutation(len(first))
+    return first[shuffle].astype(np.int32), second[shuffle].astype(np.int32)
 
 
 def pair_labels(rel1: np.ndarray, rel2: np.ndarray) -> np.ndarray:
@@ -84,6 +103,33 @@ class TripletBlock:
             np.concatenate([np.asarray(p1_id), np.asarray(p2_id)]),
             table,
         )
+
+    @classmethod
+    def from_judged(
+        cls,
+        query_id: int,
+        first_seq: int,
+        image_id: np.ndarray,
+        phi: np.ndarray,
+        relevance: np.ndarray,
+        rng: np.random.Generator,
+    ) -> TripletBlock:
+        """One judged query's triplets (`judged_pairs` of its judged images), seq
+        first_seq, first_seq + 1, ...; the table holds the judged images some triplet
+        references, each once, in judged order."""
+        relevance = np.asarray(relevance)
+        p1, p2 = judged_pairs(relevance, rng)
+        n = len(p1)
+        return cls(
+            seq=first_seq + np.arange(n, dtype=np.int64),
+            query_id=np.full(n, query_id, dtype=np.int64),
+            p1=p1,
+            p2=p2,
+            rel1=relevance[p1],
+            rel2=relevance[p2],
+            image_id=np.asarray(image_id),
+            phi=np.asarray(phi),
+        ).compact()
 
     def __len__(self) -> int:
         return int(self.seq.shape[0])

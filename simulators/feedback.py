@@ -20,6 +20,7 @@ Choices where the paper is silent (each is tested):
   a fair coin decides whether p1 = a or p1 = b, so y = sign(rel1 - rel2) takes both
   values (DESIGN.md's wire label). Linear pairwise rankers see the same y x either way.
   Within a query the triplets are shuffled (users' judgements arrive in no order).
+  `ranking.triplets.judged_pairs` does both; the stream generator shares it.
 * **Determinism**: query order, orientation coins and shuffles come from separate child
   streams of the seed, so the records depend only on the seed and the scores returned.
 """
@@ -39,6 +40,10 @@ from rankstream.simulators.retrieval import CandidateIndex
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 NDCG_K = 50
+# The simulator's phi width: the paper's 9 descriptors x 4 similarity measures, as many
+# as `Collection.feature_names` (tests/test_feedback.py checks); a constant, because
+# counting the measures would import numba with this module.
+PHI_DIM = 36
 
 
 @dataclass(frozen=True)
@@ -81,24 +86,9 @@ def judge(
     order = ranked_order(scores)  # the metric's own order: stable, ties keep retrieval order
     ids, phi, rel = query.candidate_ids[order], query.phi[order], query.relevance[order]
     n_judged = min(n_judged, k)
-    top = rel[:n_judged].astype(np.int64)
-    better, worse = np.nonzero(top[:, None] > top[None, :])
-    flip = rng.random(len(better)) < 0.5
-    first = np.where(flip, worse, better)
-    second = np.where(flip, better, worse)
-    shuffle = rng.permutation(len(first))
-    first, second = first[shuffle], second[shuffle]
-    n = len(first)
-    triplets = TripletBlock(
-        seq=first_seq + np.arange(n, dtype=np.int64),
-        query_id=np.full(n, query.query_id, dtype=np.int64),
-        p1=first.astype(np.int32),
-        p2=second.astype(np.int32),
-        rel1=rel[first],
-        rel2=rel[second],
-        image_id=ids[:n_judged],
-        phi=phi[:n_judged],
-    ).compact()  # the judged images some triplet references, each once
+    triplets = TripletBlock.from_judged(
+        query.query_id, first_seq, ids[:n_judged], phi[:n_judged], rel[:n_judged], rng
+    )
     record = JudgedQueryRecord(query.query_id, query.image_id, ids, phi, rel, n_judged)
     return record, triplets
 

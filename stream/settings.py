@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 ENV_PREFIX = "RANKSTREAM_"
+DEFAULT_PHI_DIM = 36  # the paper's phi: 9 descriptors x 4 similarity measures
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -44,6 +45,13 @@ class Settings:
     kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
     kafka_ssl_keyfile: str | None = None  # its private key (PEM)
     data_dir: str = field(default_factory=default_data_dir)
+    # The width d of phi(query, image) this deployment learns from: every message,
+    # recording and stored model must have it (others are refused, never misread).
+    phi_dim: int = DEFAULT_PHI_DIM
+
+    def __post_init__(self) -> None:
+        if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
+            raise ValueError(f"phi_dim must be an integer >= 1, got {self.phi_dim!r}")
 
     @property
     def triplets_topic(self) -> str:
@@ -61,6 +69,7 @@ class Settings:
     def from_env(cls) -> Settings:
         """The Settings the environment describes (unset = the defaults)."""
         port = _env("METRICS_PORT")
+        width = _env("PHI_DIM")
         defaults = cls()
         return cls(
             kafka_bootstrap=_env("KAFKA_BOOTSTRAP"),
@@ -80,4 +89,16 @@ class Settings:
             kafka_ssl_certfile=_env("KAFKA_SSL_CERTFILE"),
             kafka_ssl_keyfile=_env("KAFKA_SSL_KEYFILE"),
             data_dir=_env("DATA_DIR", defaults.data_dir),
+            phi_dim=_positive_int("PHI_DIM", width) if width is not None else DEFAULT_PHI_DIM,
         )
+
+
+def _positive_int(name: str, value: str) -> int:
+    """An integer >= 1 read from RANKSTREAM_<name>; ValueError naming the variable."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"{ENV_PREFIX}{name} must be an integer >= 1, got {value!r}")
+    return number
