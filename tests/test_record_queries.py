@@ -17,13 +17,13 @@ from rankstream.stream.recording import (
     replay_log,
 )
 from rankstream.stream.schema import (
-    PHI_DIM,
     JudgedQuery,
     block_key,
     decode_query,
     encode_query,
     encode_triplets,
 )
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.transport import Message
 
 T0 = 1_700_000_000_000
