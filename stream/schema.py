@@ -270,11 +270,13 @@ def _fixed_width(t: pa.DataType) -> int | None:
 
 
 def _null_count(column: pa.Array) -> int:
+    """Nulls in a column and every level of its nested values (a map: keys and items)."""
     count = column.null_count
-    if isinstance(column, pa.MapArray):
-        count += column.keys.null_count + column.items.null_count
-    elif isinstance(column, pa.ListArray | pa.FixedSizeListArray | pa.LargeListArray):
-        count += _null_count(column.values)  # the whole child: stricter than the slice
+    while column.type.num_fields:
+        if isinstance(column, pa.MapArray):
+            return count + column.keys.null_count + column.items.null_count
+        column = column.values  # the whole child: stricter than the slice
+        count += column.null_count
     return count
 
 
