@@ -1,8 +1,8 @@
 """End-to-end pipeline throughput: produce -> broker -> consume -> decode -> learn -> checkpoint.
 
-The stream is the simulator's (`stream.generator.TripletGenerator.messages`: one judged
-query's triplets per message by default, ~283 triplets over 50 images), sent in one
-wire version per run; `compare` alternates versions 1 and 2 in the same invocation,
+The stream is the simulator's (`stream.generator.TripletGenerator.messages`: judged
+queries of ~283 triplets over 50 images each, `queries_per_message` to a message), sent
+in one wire version per run; `compare` alternates versions 1 and 2 in the same invocation,
 so both see the same broker, Redis and machine load.
 
 What the clock covers, and what it does not:
