@@ -172,9 +172,12 @@ class TripletBlock:
 
     def compact(self) -> TripletBlock:
         """The same triplets over only the table rows they reference (in table order)."""
-        used = np.unique(np.concatenate([self.p1, self.p2]))
-        if len(used) == len(self.image_id):
+        referenced = np.zeros(len(self.image_id), bool)
+        referenced[self.p1] = True
+        referenced[self.p2] = True
+        if referenced.all():
             return self
+        used = np.flatnonzero(referenced)
         remap = np.full(len(self.image_id), -1, dtype=np.int32)
         remap[used] = np.arange(len(used), dtype=np.int32)
         return TripletBlock(

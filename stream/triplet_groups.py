@@ -152,16 +152,18 @@ def group_triplets(block: TripletBlock) -> TripletGroups:
     g = len(starts)
     triplet_offsets = np.append(starts, n)
     p1, p2 = np.asarray(block.p1, np.int64), np.asarray(block.p2, np.int64)
-    if g == 1 and _all_distinct(block):  # a simulator block: the table as it is
+    image_offsets = _grouped_table(block, p1, p2, starts)
+    if image_offsets is not None:  # simulator blocks, one or several: the table as it is
+        local = np.repeat(image_offsets[:-1], np.diff(triplet_offsets))
         return TripletGroups(
-            np.asarray(block.query_id[:1], np.int64),
-            np.asarray(block.seq[:1], np.int64),
-            np.array([0, m], np.int64),
+            np.asarray(block.query_id, np.int64)[starts],
+            np.asarray(block.seq, np.int64)[starts],
+            image_offsets,
             np.asarray(block.image_id, np.int64),
             np.asarray(block.phi, np.float32),
             triplet_offsets,
-            p1.astype(np.int16),
-            p2.astype(np.int16),
+            (p1 - local).astype(np.int16),
+            (p2 - local).astype(np.int16),
             np.asarray(block.rel1, np.int8),
             np.asarray(block.rel2, np.int8),
         )
@@ -186,10 +188,28 @@ def group_triplets(block: TripletBlock) -> TripletGroups:
     )
 
 
-def _all_distinct(block: TripletBlock) -> bool:
-    """Distinct image ids, so no two rows can be bit-identical (the block is compact)."""
+def _grouped_table(
+    block: TripletBlock, p1: np.ndarray, p2: np.ndarray, starts: np.ndarray
+) -> np.ndarray | None:
+    """The groups' image offsets when the (compact) table is already grouped: each
+    group references its own run of consecutive rows, in group order, with distinct
+    image ids (so no two of its rows can be bit-identical); else None."""
     m = len(block.image_id)
-    return m <= MAX_GROUP_IMAGES and len(np.unique(block.image_id)) == m
+    if len(starts) == 0:
+        return np.zeros(1, np.int64) if m == 0 else None
+    low = np.minimum(np.minimum.reduceat(p1, starts), np.minimum.reduceat(p2, starts))
+    high = np.maximum(np.maximum.reduceat(p1, starts), np.maximum.reduceat(p2, starts)) + 1
+    # every row is referenced (compact), so disjoint runs covering 0..m are the groups'
+    if low[0] != 0 or high[-1] != m or (low[1:] != high[:-1]).any():
+        return None
+    sizes = high - low
+    if sizes.max() > MAX_GROUP_IMAGES:
+        return None
+    group_of_row = np.repeat(np.arange(len(starts)), sizes)
+    ids = np.asarray(block.image_id)
+    order = np.lexsort((ids, group_of_row))
+    same = (np.diff(group_of_row[order]) == 0) & (np.diff(ids[order]) == 0)
+    return None if same.any() else np.append(low, m).astype(np.int64)
 
 
 def _canonical_rows(block: TripletBlock) -> np.ndarray:
