@@ -11,7 +11,7 @@ query's triplets with consecutive seq (`stream.triplet_groups`): `query_id`,
 `first_seq`, the group's distinct images (`image_id`, `phi`, each image's phi once) and
 its triplets as int16 rows of that table (`p1`, `p2`) with their grades (`rel1`,
 `rel2`); triplet i of a group has seq first_seq + i. A simulator block of ~280
-triplets over 50 images is ~35 bytes a triplet instead of version 1's 322. Version 1
+triplets over 50 images is ~40 bytes a triplet instead of version 1's 326. Version 1
 (one row per triplet with `phi1`, `phi2`) is still read.
 
 Decoding validates in two tiers. A problem with the whole message (not Arrow, truncated,
@@ -304,10 +304,6 @@ def _list_parts(column: pa.ListArray) -> tuple[np.ndarray, pa.Array]:
     if first or last != len(values):
         values = values.slice(first, last - first)
     return (offsets - first if first else offsets), values
-
-
-def _offsets(column: pa.ListArray) -> np.ndarray:
-    return _list_parts(column)[0]
 
 
 def _checked_ints(values: np.ndarray, dtype: type, name: str, n: int) -> np.ndarray:
