@@ -1,8 +1,10 @@
 """Fault injection on the real pipeline, checked against an uninterrupted reference.
 
-`run_chaos` produces `triplets` seeded triplets into a fresh topic prefix on the
-configured Kafka (a producer thread, concurrently with consuming), runs `rankstream
-worker online` as a subprocess and, at seeded points of its stored progress, injects faults:
+`run_chaos` produces `triplets` seeded simulator-shaped triplets (wire version 2, one
+judged query a message unless `queries_per_message` says otherwise) into a fresh topic
+prefix on the configured Kafka (a producer thread, concurrently with consuming), runs
+`rankstream worker online` as a subprocess and, at seeded points of its stored progress,
+injects faults:
 
 * ``kill``            SIGKILL the worker (a restart resumes from its last checkpoint);
 * ``restart-kafka``   stop and start the broker (`ServiceManager.restart`, data kept);
@@ -46,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
 from rankstream.stream.settings import Settings
 
 EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
@@ -87,7 +90,7 @@ class ChaosPlan:
     kills: int = 10
     counts: dict[str, int] = field(default_factory=dict)  # other EVENT_KINDS -> how many
     seed: int = 0
-    block_size: int = 2000
+    queries_per_message: int = 1  # judged queries a message, as the simulator sends them
     checkpoint_records: int | None = None  # None: about four checkpoints between faults
     checkpoint_seconds: float = 2.0
     idle_seconds: float = 4.0
@@ -96,17 +99,17 @@ class ChaosPlan:
     seconds_per_fault: float = 4.0  # the producer's pace gives each fault this much stream
 
     def __post_init__(self) -> None:
-        if self.triplets < 1 or self.block_size < 1:
-            raise ValueError("triplets and block_size must be >= 1")
+        if self.triplets < 1 or self.queries_per_message < 1:
+            raise ValueError("triplets and queries_per_message must be >= 1")
         unknown = set(self.counts) - set(EVENT_KINDS) | ({"kill"} & set(self.counts))
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; kills go in `kills`")
         if self.kills < 0 or any(n < 0 for n in self.counts.values()):
             raise ValueError("fault counts must be >= 0")
-        if self.n_events > self.triplets // (2 * self.block_size):
+        if self.n_events > self.triplets // (2 * self.message_triplets):
             raise ValueError(
                 f"{self.n_events} faults need at least "
-                f"{2 * self.n_events * self.block_size} triplets"
+                f"{2 * self.n_events * self.message_triplets} triplets (two messages a fault)"
             )
         if self.checkpoint_records is not None and self.checkpoint_records < 1:
             raise ValueError("checkpoint_records must be >= 1")
@@ -128,10 +131,15 @@ class ChaosPlan:
         return self.kills + sum(self.counts.values())
 
     @property
+    def message_triplets(self) -> int:
+        """Triplets a message holds on average (simulator-shaped judged queries)."""
+        return self.queries_per_message * MEAN_QUERY_TRIPLETS
+
+    @property
     def records_per_checkpoint(self) -> int:
         if self.checkpoint_records is not None:
             return self.checkpoint_records
-        return max(self.block_size, self.triplets // (4 * (self.n_events + 1)))
+        return max(self.message_triplets, self.triplets // (4 * (self.n_events + 1)))
 
     @property
     def rate(self) -> float:
@@ -209,6 +217,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "REDIS_URL": settings.redis_url,
         "REDIS_PASSWORD": settings.redis_password,
         "TOPIC_PREFIX": settings.topic_prefix,
+        "PHI_DIM": str(settings.phi_dim),
     }
     env.update({f"RANKSTREAM_{k}": v for k, v in values.items() if v is not None})
     return env
@@ -483,7 +492,8 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
 
 
 class _Producer(threading.Thread):
-    """Generates, encodes and sends the seeded stream (seq 0..n-1) at `plan.rate`.
+    """Generates, encodes (the current wire version) and sends the seeded simulator-shaped
+    stream (`pipeline_bench.stream_messages`, seq 0..n-1) at `plan.rate`.
 
     Paced, so that faults land while the stream flows rather than after it ended.
     `gate` is held around every send: holding it pauses the stream (a broker restart
@@ -501,12 +511,13 @@ class _Producer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from rankstream.stream.generator import TripletGenerator
+        from rankstream.harness.pipeline_bench import StreamSpec, stream_messages
         from rankstream.stream.schema import block_key, encode_triplets
 
         try:
-            blocks = TripletGenerator(seed=self.plan.seed).blocks(
-                self.plan.triplets, self.plan.block_size
+            plan = self.plan
+            blocks = stream_messages(
+                StreamSpec(plan.triplets, plan.queries_per_message, seed=plan.seed)
             )
             started, sent = time.monotonic(), 0
             for block in blocks:

@@ -40,7 +40,7 @@ import numpy as np
 from rankstream.harness.accounting import SeqCounter
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.schema import PHI_DIM
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions

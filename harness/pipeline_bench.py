@@ -1,14 +1,19 @@
 """End-to-end pipeline throughput: produce -> broker -> consume -> decode -> learn -> checkpoint.
 
+The stream is the simulator's (`harness.generator.TripletGenerator.messages`: judged
+queries of ~283 triplets over 50 images each, `queries_per_message` to a message), sent
+in one wire version per run; `compare` alternates versions 1 and 2 in the same invocation,
+so both see the same broker, Redis and machine load.
+
 What the clock covers, and what it does not:
 
-* before the clock: a producer subprocess generates its triplet blocks (a pool of at
-  most `POOL_TRIPLETS` generated triplets, re-used with fresh `seq` numbers so memory
-  stays small at millions of triplets), the consumer connects and seeks, the numba
-  kernels are compiled;
+* before the clock: a producer subprocess generates its messages' blocks (a pool of
+  at most `POOL_TRIPLETS` generated triplets, re-used with fresh `seq` numbers so
+  memory stays small at millions of triplets), the consumer connects and seeks, the
+  numba kernels are compiled;
 * inside the clock: Arrow encoding and sending (a real producer encodes), the broker,
-  the online worker's fetch, decode, one `learn_many` per linear learner, its periodic
-  checkpoints to the store, and the final checkpoint.
+  the online worker's fetch, decode, learning by the four linear learners, its
+  periodic checkpoints to the store, and the final checkpoint.
 
 Producing runs in a separate process so it overlaps consuming without sharing a GIL.
 Every run uses a fresh topic prefix (`{prefix}.bench-<id>`), so topics and models start
@@ -17,6 +22,7 @@ Kafka, its topics from the broker, so repeated benchmarks leave nothing behind.
 
 Exactly-once is checked, not assumed: every consumed block's `seq` values are counted
 against the produced 0..n-1, and every model's stored `triplets_seen` must equal n.
+Producers also report the bytes they sent, hence bytes per triplet of each version.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,11 +44,57 @@ from rankstream.harness.accounting import SeqCounter
 from rankstream.stream.settings import Settings
 
 if TYPE_CHECKING:
+    from rankstream.ranking.triplets import TripletBlock
     from rankstream.stream.transport import Transport
 
 POOL_TRIPLETS = 200_000
+VERSIONS = (1, 2)  # the wire versions `compare` alternates
 _READY_TIMEOUT_S = 600.0
 _STALL_SECONDS = 30.0  # producer finished but nothing new arrived: report what was lost
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What the producers send: `triplets` simulator-shaped triplets, whole judged
+    queries packed `queries_per_message` to a message, encoded in wire `version`."""
+
+    triplets: int
+    queries_per_message: int = 1
+    version: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.triplets < 1 or self.queries_per_message < 1:
+            raise ValueError("triplets and queries_per_message must be >= 1")
+        if self.version not in VERSIONS:
+            raise ValueError(f"version must be one of {VERSIONS}, got {self.version}")
+
+
+def stream_messages(spec: StreamSpec) -> list[TripletBlock]:
+    """The spec's messages, in order, with seq 0..triplets-1 (a pool re-used with fresh
+    seq: the blocks share the pool's tables)."""
+    from rankstream.harness.generator import TripletGenerator
+
+    generator = TripletGenerator(seed=spec.seed)
+    pool = list(generator.messages(min(spec.triplets, POOL_TRIPLETS), spec.queries_per_message))
+    blocks: list[TripletBlock] = []
+    start = 0
+    while start < spec.triplets:
+        base = pool[len(blocks) % len(pool)]
+        n = min(len(base), spec.triplets - start)
+        block = base if n == len(base) else base.select(slice(0, n)).compact()
+        blocks.append(dataclasses.replace(block, seq=np.arange(start, start + n, dtype=np.int64)))
+        start += n
+    return blocks
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What one producer sent: seconds, bytes, and triplets per partition it chose."""
+
+    seconds: float
+    bytes: int
+    partition_triplets: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +108,12 @@ class PipelineRun:
     checkpoints: int
     producer_seconds: float  # slowest producer's encode + send + flush (who is the bottleneck)
     prefix: str = ""  # the run's topic/key prefix (its topics and models are deleted after)
+    version: int = 2
+    bytes_sent: int = 0  # message values, all producers
+
+    @property
+    def bytes_per_triplet(self) -> float:
+        return self.bytes_sent / self.triplets if self.triplets else 0.0
 
     @property
     def triplets_per_s(self) -> float:
@@ -64,9 +122,7 @@ class PipelineRun:
 
 def _produce(
     settings: Settings,
-    n_triplets: int,
-    block_size: int,
-    seed: int,
+    spec: StreamSpec,
     share: tuple[int, int],
     partitions: int,
     go: Any,
@@ -74,68 +130,48 @@ def _produce(
 ) -> None:
     """Producer subprocess: generate, report "ready", wait for `go`, encode and send.
 
-    `share` = (index, count): this producer sends blocks index, index+count, ... of the
-    same deterministic sequence, so several producers together send every seq once.
-    Every block but the last holds `block_size` triplets (the pool is whole blocks).
-    `partitions` > 0 sends block i to partition i % partitions (even shares, known in
-    advance: see `partition_shares`); 0 leaves the partition to the key (query_id).
-    Reports ("ready", 0), then ("ok", seconds spent producing) or ("error", text).
+    `share` = (index, count): this producer sends messages index, index+count, ... of
+    the spec's deterministic sequence, so several producers together send every seq
+    once. `partitions` > 0 sends message i to partition i % partitions; 0 leaves the
+    partition to the key (query_id). Reports ("ready", None), then ("ok", Produced) or
+    ("error", text).
     """
     from rankstream.stream.connect import open_transport
-    from rankstream.stream.generator import TripletGenerator
     from rankstream.stream.schema import block_key, encode_triplets
 
     try:
-        generator = TripletGenerator(seed=seed)
-        pool_blocks = max(1, min(n_triplets, POOL_TRIPLETS) // block_size)  # whole blocks
-        pool = list(generator.blocks(min(n_triplets, pool_blocks * block_size), block_size))
-        blocks, start = [], 0
-        while start < n_triplets:
-            base = pool[len(blocks) % len(pool)]
-            n = min(len(base), n_triplets - start)
-            seq = np.arange(start, start + n, dtype=np.int64)
-            blocks.append(dataclasses.replace(base.select(slice(0, n)), seq=seq))
-            start += n
+        blocks = stream_messages(spec)
         transport = open_transport(settings)
         producer = transport.producer()
-        status.put(("ready", 0))
+        status.put(("ready", None))
         go.wait()
         started = time.perf_counter()
         index, count = share
+        sent, per_partition = 0, dict.fromkeys(range(partitions), 0)
         for i in range(index, len(blocks), count):
             partition = i % partitions if partitions > 0 else None
+            value = encode_triplets(blocks[i], version=spec.version)
             producer.send(
-                settings.triplets_topic,
-                encode_triplets(blocks[i]),
-                key=block_key(blocks[i]),
-                partition=partition,
+                settings.triplets_topic, value, key=block_key(blocks[i]), partition=partition
             )
+            sent += len(value)
+            if partition is not None:
+                per_partition[partition] += len(blocks[i])
         producer.flush()
         producer.close()
         transport.close()
-        status.put(("ok", time.perf_counter() - started))
+        status.put(("ok", Produced(time.perf_counter() - started, sent, per_partition)))
     except Exception as exc:  # reported to the parent, which raises it
         status.put(("error", repr(exc)))
 
 
-def partition_shares(n_triplets: int, block_size: int, partitions: int) -> list[int]:
-    """Triplets each partition receives when block i goes to partition i % partitions.
-
-    Relies on `_produce`'s block sizes: `block_size` each, the last one the remainder.
-    """
-    if min(n_triplets, block_size, partitions) < 1:
-        raise ValueError("n_triplets, block_size and partitions must be >= 1")
-    sizes = [min(block_size, n_triplets - start) for start in range(0, n_triplets, block_size)]
-    return [sum(sizes[p::partitions]) for p in range(partitions)]
-
-
 def start_producers(
-    settings: Settings, n_triplets: int, block_size: int, seed: int, count: int, partitions: int = 0
+    settings: Settings, spec: StreamSpec, count: int, partitions: int = 0
 ) -> tuple[Any, Any, list[Any]]:
-    """Start `count` producers sharing the blocks; returns (go event, status queue, them).
+    """Start `count` producers sharing the messages; returns (go event, status queue, them).
 
     Spawned processes on a real broker; threads for the in-process embedded log. Each
-    reports ("ready", 0) once generated, then sends when `go` is set (`expect_all`).
+    reports ("ready", None) once generated, then sends when `go` is set (`expect_all`).
     """
     if settings.kafka_bootstrap:
         ctx: Any = mp.get_context("spawn")
@@ -147,7 +183,7 @@ def start_producers(
             target=_produce,
             daemon=True,
             name=f"bench-producer-{i}",
-            args=(settings, n_triplets, block_size, seed, (i, count), partitions, go, status),
+            args=(settings, spec, (i, count), partitions, go, status),
         )
         for i in range(count)
     ]
@@ -158,11 +194,11 @@ def start_producers(
 
 def _warm_up(algos: tuple[str, ...]) -> None:
     """Pay one-time costs before the clock: numba compiles, pyarrow.compute's import."""
-    from rankstream.stream.generator import TripletGenerator
+    from rankstream.harness.generator import TripletGenerator
     from rankstream.stream.schema import decode_triplets, encode_triplets
     from rankstream.workers.checkpoint import TrackedModel
 
-    block = decode_triplets(encode_triplets(TripletGenerator(seed=1).block(8)))
+    block = decode_triplets(encode_triplets(TripletGenerator(seed=1).query_block()))
     for algo in algos:
         TrackedModel(name=algo, algo=algo, scaler_rows=1).learn(
             "warm-up", 0, 0, block.phi1, block.phi2, block.y(), x=block.x()
@@ -171,10 +207,8 @@ def _warm_up(algos: tuple[str, ...]) -> None:
 
 def run_once(
     settings: Settings,
-    n_triplets: int,
-    block_size: int,
+    spec: StreamSpec,
     *,
-    seed: int = 0,
     checkpoint_records: int = 100_000,
     producers: int = 1,
     progress: Callable[[int], None] | None = None,
@@ -182,8 +216,8 @@ def run_once(
     """One timed run on a fresh topic prefix (see module doc for what is timed)."""
     from rankstream.stream.connect import open_store, open_transport
 
-    if n_triplets < 1 or block_size < 1 or producers < 1:
-        raise ValueError("n_triplets, block_size and producers must be >= 1")
+    if producers < 1:
+        raise ValueError("producers must be >= 1")
     run_settings = dataclasses.replace(
         settings,
         topic_prefix=f"{settings.topic_prefix}.bench-{uuid.uuid4().hex[:10]}",
@@ -193,15 +227,7 @@ def run_once(
     store = open_store(run_settings)
     try:
         return _timed_run(
-            run_settings,
-            transport,
-            store,
-            n_triplets,
-            block_size,
-            seed,
-            checkpoint_records,
-            producers,
-            progress,
+            run_settings, transport, store, spec, checkpoint_records, producers, progress
         )
     finally:
         clean_up(run_settings, transport, store)
@@ -211,28 +237,25 @@ def _timed_run(
     run_settings: Settings,
     transport: Any,
     store: Any,
-    n_triplets: int,
-    block_size: int,
-    seed: int,
+    spec: StreamSpec,
     checkpoint_records: int,
     producers: int,
     progress: Callable[[int], None] | None,
 ) -> PipelineRun:
     from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
+    n_triplets = spec.triplets
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})
     _warm_up(LINEAR_ALGOS)
 
-    go, status, producer_list = start_producers(
-        run_settings, n_triplets, block_size, seed, producers
-    )
+    go, status, producer_list = start_producers(run_settings, spec, producers)
     seqs = SeqCounter()
     options = WorkerOptions(
         algos=LINEAR_ALGOS,
         checkpoint_records=checkpoint_records,
         checkpoint_seconds=3600.0,
         poll_ms=100,
-        max_poll_records=64,
+        max_poll_records=500,
     )
     worker = OnlineWorker(run_settings, options, transport=transport, store=store, on_block=seqs)
     worker.start()
@@ -254,7 +277,7 @@ def _timed_run(
     go.set()
     exit_code = worker.run(until=finished)
     seconds = time.perf_counter() - started
-    producer_seconds = max(expect_all(status, producer_list, "ok", 60.0))
+    produced: list[Produced] = expect_all(status, producer_list, "ok", 60.0)
     for producer in producer_list:
         producer.join(timeout=10)
     if exit_code != 0:
@@ -273,9 +296,68 @@ def _timed_run(
         lost=lost,
         duplicated=duplicated,
         checkpoints=worker.stats.checkpoints,
-        producer_seconds=producer_seconds,
+        producer_seconds=max(p.seconds for p in produced),
         prefix=run_settings.topic_prefix,
+        version=spec.version,
+        bytes_sent=sum(p.bytes for p in produced),
     )
+
+
+def compare(
+    settings: Settings,
+    triplets: int,
+    *,
+    repeats: int = 3,
+    queries_per_message: int = 1,
+    checkpoint_records: int = 100_000,
+    producers: int = 2,
+    on_run: Callable[[int, PipelineRun], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> dict[int, list[PipelineRun]]:
+    """`repeats` runs of each wire version, alternating (1, 2, 2, 1, 1, 2, ...) so that
+    neither version always runs first; {version: its runs}. Run r uses seed r, the same
+    stream for both versions."""
+    runs: dict[int, list[PipelineRun]] = {v: [] for v in VERSIONS}
+    for repeat in range(repeats):
+        order = VERSIONS if repeat % 2 == 0 else VERSIONS[::-1]
+        for version in order:
+            spec = StreamSpec(triplets, queries_per_message, version, seed=repeat)
+            run = run_once(
+                settings,
+                spec,
+                checkpoint_records=checkpoint_records,
+                producers=producers,
+                progress=None
+                if progress is None
+                else (lambda n, r=repeat, v=version: progress(r, v, n)),
+            )
+            runs[version].append(run)
+            if on_run is not None:
+                on_run(repeat, run)
+    return runs
+
+
+def comparison_summary(runs: dict[int, list[PipelineRun]], queries_per_message: int) -> dict:
+    """Medians per version, bytes per triplet, and v2's ratios to v1 (same invocation)."""
+    per_version = {}
+    for version, version_runs in runs.items():
+        summary = summarize_runs(version_runs)
+        summary["bytes_per_triplet"] = round(
+            statistics.median(r.bytes_per_triplet for r in version_runs), 2
+        )
+        summary["runs_triplets_per_s"] = [round(r.triplets_per_s, 1) for r in version_runs]
+        per_version[f"v{version}"] = summary
+    v1, v2 = per_version["v1"], per_version["v2"]
+    return {
+        "triplets": v1["triplets"],
+        "queries_per_message": queries_per_message,
+        "repeats": len(runs[1]),
+        **per_version,
+        "speedup_v2_over_v1": round(v2["triplets_per_s"] / v1["triplets_per_s"], 3),
+        "bytes_ratio_v2_to_v1": round(v2["bytes_per_triplet"] / v1["bytes_per_triplet"], 4),
+        "lost": v1["lost"] + v2["lost"],
+        "duplicated": v1["duplicated"] + v2["duplicated"],
+    }
 
 
 def clean_up(run_settings: Settings, transport: Transport, store: Any) -> None:
@@ -291,8 +373,8 @@ def clean_up(run_settings: Settings, transport: Transport, store: Any) -> None:
             transport.close()
 
 
-def expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[float]:
-    """Wait for every producer's next status and return their numbers; raise if not `what`."""
+def expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> list[Any]:
+    """Wait for every producer's next status and return their details; raise if not `what`."""
     values = []
     for _ in producers:
         try:
@@ -304,7 +386,7 @@ def expect_all(status: Any, producers: list[Any], what: str, timeout: float) -> 
                 if isinstance(producer, mp.Process):
                     producer.kill()
             raise RuntimeError(f"benchmark producer failed: {detail}")
-        values.append(float(detail))
+        values.append(detail)
     return values
 
 

@@ -2,9 +2,10 @@
 
 What the clock covers, and what it does not:
 
-* before the clock: N seeded triplets are produced over P partitions (block i to
-  partition i % P, by `rankstream.harness.pipeline_bench`'s producers, so every partition's
-  share is known), and the k worker processes start up (imports, connecting);
+* before the clock: N seeded simulator-shaped triplets are produced over P partitions
+  (`QUERIES_PER_MESSAGE` judged queries a message, message i to partition i % P, by
+  `rankstream.harness.pipeline_bench`'s producers, which report every partition's
+  share), and the k worker processes start up (imports, connecting);
 * inside the clock: from the first "partition assigned" log line of any worker
   until, for every algorithm, every stored `{algo}.p{k}` has `triplets_seen` equal to
   its partition's share: joins and their rebalances, fetch, decode, learning, the
@@ -36,7 +37,7 @@ from rankstream.ranking import learners
 from rankstream.stream.settings import Settings
 
 ALGOS = learners.worker_defaults()  # the online worker's default learners
-BLOCK_SIZE = 2000
+QUERIES_PER_MESSAGE = 7  # ~2,000 triplets a message, as the benchmark always sent
 GROUP = "scaleout-bench"
 CHECKPOINT_SECONDS = 1.0
 MIX_SECONDS = 5.0
@@ -124,14 +125,14 @@ def run_once(
     progress: Callable[[str], None] | None = None,
 ) -> ScaleoutRun:
     """One timed run of `workers` processes on a fresh topic prefix (see module doc)."""
-    from rankstream.harness.pipeline_bench import clean_up, partition_shares
+    from rankstream.harness.pipeline_bench import StreamSpec, clean_up
     from rankstream.stream.connect import open_store, open_transport
 
     if not (settings.kafka_bootstrap and settings.redis_url):
         raise ValueError("the scale-out benchmark needs real Kafka and Redis: configure both")
     if min(n_triplets, workers, partitions, producers) < 1:
         raise ValueError("n_triplets, workers, partitions and producers must be >= 1")
-    shares = partition_shares(n_triplets, BLOCK_SIZE, partitions)
+    spec = StreamSpec(n_triplets, QUERIES_PER_MESSAGE, seed=seed)
     run_settings = dataclasses.replace(
         settings,
         topic_prefix=f"{settings.topic_prefix}.scaleout-{uuid.uuid4().hex[:10]}",
@@ -145,7 +146,7 @@ def run_once(
             {run_settings.triplets_topic: partitions, run_settings.dead_letter_topic: 1}
         )
         say(f"producing {n_triplets:,} triplets")
-        _produce(run_settings, n_triplets, seed, producers, partitions)
+        shares = _produce(run_settings, spec, producers, partitions)
         with tempfile.TemporaryDirectory(prefix="rankstream-scaleout-") as log_dir:
             seconds, seen = _timed_run(run_settings, store, workers, shares, Path(log_dir), say)
         lost, duplicated = lost_and_duplicated(seen, shares)
@@ -161,20 +162,20 @@ def run_once(
         clean_up(run_settings, transport, store)
 
 
-def _produce(
-    run_settings: Settings, n_triplets: int, seed: int, producers: int, partitions: int
-) -> None:
-    """Pre-produce the whole stream (untimed) and wait until it is flushed."""
+def _produce(run_settings: Settings, spec: Any, producers: int, partitions: int) -> list[int]:
+    """Pre-produce the whole stream (untimed), wait until it is flushed; returns the
+    triplets each partition received."""
     from rankstream.harness.pipeline_bench import expect_all, start_producers
 
     go, status, producer_list = start_producers(
-        run_settings, n_triplets, BLOCK_SIZE, seed, producers, partitions=partitions
+        run_settings, spec, producers, partitions=partitions
     )
     expect_all(status, producer_list, "ready", _START_TIMEOUT_S)
     go.set()
-    expect_all(status, producer_list, "ok", _START_TIMEOUT_S)
+    produced = expect_all(status, producer_list, "ok", _START_TIMEOUT_S)
     for producer in producer_list:
         producer.join(timeout=10)
+    return [sum(p.partition_triplets[k] for p in produced) for k in range(partitions)]
 
 
 def _timed_run(

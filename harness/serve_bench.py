@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.stream.connect import open_store
-from rankstream.stream.schema import PHI_DIM
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 

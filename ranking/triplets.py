@@ -16,7 +16,10 @@ and nothing else of `ranking/` (`tests/test_architecture.py`).
 
 `from_pairs` builds a block from the pair layout (phi1, phi2 per triplet: the wire's
 version 1), with an image table of the n phi1 rows followed by the n phi2 rows; the
-gathered `phi1`, `phi2`, `p1_id`, `p2_id` give the pair layout back.
+gathered `phi1`, `phi2`, `p1_id`, `p2_id` give the pair layout back. A judged query's
+block is built by `ranking.judgments.feedback_triplets` (the one place pairs are
+formed): the simulator's users, the ingestion library and the synthetic stream
+generator (`harness.generator`) all make their blocks with it.
 """
 
 from __future__ import annotations
@@ -126,9 +129,12 @@ class TripletBlock:
 
     def compact(self) -> TripletBlock:
         """The same triplets over only the table rows they reference (in table order)."""
-        used = np.unique(np.concatenate([self.p1, self.p2]))
-        if len(used) == len(self.image_id):
+        referenced = np.zeros(len(self.image_id), bool)
+        referenced[self.p1] = True
+        referenced[self.p2] = True
+        if referenced.all():
             return self
+        used = np.flatnonzero(referenced)
         remap = np.full(len(self.image_id), -1, dtype=np.int32)
         remap[used] = np.arange(len(used), dtype=np.int32)
         return TripletBlock(

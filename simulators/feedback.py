@@ -40,6 +40,10 @@ from rankstream.simulators.retrieval import CandidateIndex
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 NDCG_K = 50
+# The simulator's phi width: the paper's 9 descriptors x 4 similarity measures, as many
+# as `Collection.feature_names` (tests/test_feedback.py checks); a constant, because
+# counting the measures would import numba with this module.
+PHI_DIM = 36
 
 
 @dataclass(frozen=True)

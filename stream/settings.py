@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 ENV_PREFIX = "RANKSTREAM_"
+DEFAULT_PHI_DIM = 36  # the paper's phi: 9 descriptors x 4 similarity measures
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -59,6 +60,13 @@ class Settings:
     api_port: int = 8000
     api_token: str | None = None  # set: every route but /healthz and /readyz requires it
     api_max_body_bytes: int = 8 * 1024 * 1024
+    # The width d of phi(query, image) this deployment learns from: every message,
+    # recording and stored model must have it (others are refused, never misread).
+    phi_dim: int = DEFAULT_PHI_DIM
+
+    def __post_init__(self) -> None:
+        if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
+            raise ValueError(f"phi_dim must be an integer >= 1, got {self.phi_dim!r}")
 
     @property
     def triplets_topic(self) -> str:
@@ -76,6 +84,7 @@ class Settings:
     def from_env(cls) -> Settings:
         """The Settings the environment describes (unset = the defaults)."""
         port = _env("METRICS_PORT")
+        width = _env("PHI_DIM")
         defaults = cls()
         return cls(
             kafka_bootstrap=_env("KAFKA_BOOTSTRAP"),
@@ -99,4 +108,16 @@ class Settings:
             api_port=_int_env("API_PORT", defaults.api_port),
             api_token=_env("API_TOKEN"),
             api_max_body_bytes=_int_env("API_MAX_BODY_BYTES", defaults.api_max_body_bytes),
+            phi_dim=_positive_int("PHI_DIM", width) if width is not None else DEFAULT_PHI_DIM,
         )
+
+
+def _positive_int(name: str, value: str) -> int:
+    """An integer >= 1 read from RANKSTREAM_<name>; ValueError naming the variable."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"{ENV_PREFIX}{name} must be an integer >= 1, got {value!r}")
+    return number

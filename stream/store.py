@@ -34,6 +34,8 @@ import numpy as np
 from rankstream.stream.codec import decode_arrays, encode_arrays
 
 DEFAULT_KEEP_VERSIONS = 50
+WIDTH_KEY = "phi_dim"  # meta key: the feature width a model was trained on
+LEGACY_WIDTH = 36  # models stored before widths were configurable are the paper's
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 _WRITE_ID = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
 
@@ -48,6 +50,40 @@ class StoredModel:
     offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset covered
     created_ms: int
     write_id: str = ""  # the identity of the save that wrote it; "" = never stored
+
+
+class WrongWidthError(ValueError):
+    """A stored model was trained on another feature width than the deployment's."""
+
+    def __init__(self, name: str, found: int, width: int) -> None:
+        super().__init__(
+            f"model {name!r} was trained on {found}-wide phi; this deployment's width "
+            f"(RANKSTREAM_PHI_DIM) is {width}"
+        )
+        self.name, self.found, self.width = name, found, width
+
+
+def stored_width(stored: StoredModel) -> int:
+    """The feature width a stored model was trained on.
+
+    meta `phi_dim` (`WIDTH_KEY`) where the writer stamped it (batch models, the
+    reservoir, Uni-Con); an online ranker's own state names it `dim`
+    (`OnlineRanker.to_state`); a model without either predates configurable widths and
+    is `LEGACY_WIDTH` wide.
+    """
+    meta = stored.meta
+    width = meta.get(WIDTH_KEY)
+    if width is None and meta.get("kind") == "online_ranker":
+        width = meta.get("dim")
+    return LEGACY_WIDTH if width is None else int(width)
+
+
+def check_width(stored: StoredModel, width: int) -> StoredModel:
+    """`stored` if it was trained on `width`-wide phi, else WrongWidthError."""
+    found = stored_width(stored)
+    if found != width:
+        raise WrongWidthError(stored.name, found, width)
+    return stored
 
 
 class FencingError(RuntimeError):

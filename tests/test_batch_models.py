@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.baselines import UniCon
-from rankstream.ranking.triplets import TripletBlock
+from rankstream.ranking.triplets import TRIPLET_COLUMNS, TripletBlock
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.feedback import (
     FeedbackSimulator,
@@ -16,13 +18,13 @@ from rankstream.simulators.feedback import (
     served_ndcg,
 )
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.generator import TripletGenerator
+from rankstream.stream.store import WrongWidthError
 from rankstream.workers.batch_models import (
-    RESERVOIR_COLUMNS,
     CMDSDMLParams,
     CMDSDMLScorer,
     RankMKLParams,
-    TripletSample,
+    check_sample,
+    descriptor_groups,
     fit_cmds_dml,
     fit_rankmkl,
     ranked_points,
@@ -34,10 +36,10 @@ from rankstream.workers.serving import SCORERS, scorer_for
 D = 36
 
 
-def _sample(n: int = 400, seed: int = 0) -> TripletSample:
+def _sample(n: int = 400, seed: int = 0, width: int = D) -> TripletBlock:
     """Generator triplets (query-independent phi): enough for shapes and state checks."""
-    b = TripletGenerator(seed=seed, n_images=50_000).block(n, query_ids=np.arange(n) % 40)
-    return TripletSample(b.query_id, b.p1_id, b.p2_id, b.rel1, b.rel2, b.phi1, b.phi2)
+    generator = TripletGenerator(seed=seed, n_images=50_000, width=width)
+    return generator.block(n, query_ids=np.arange(n) % 40)
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,8 @@ class Feedback:
     triplets: list[TripletBlock]
     held_out: list[RetrievedQuery]
 
-    def sample(self) -> TripletSample:
-        cols = [
-            np.concatenate([getattr(t, name) for t in self.triplets]) for name in RESERVOIR_COLUMNS
-        ]
-        return TripletSample(*cols)
+    def sample(self) -> TripletBlock:
+        return TripletBlock.concatenate(self.triplets)
 
     def mean_ndcg(self, score) -> float:
         return float(np.mean([served_ndcg(q, score(q.phi)) for q in self.held_out]))
@@ -86,7 +85,8 @@ def feedback() -> Feedback:
 
 def test_points_are_deduplicated_per_query_and_image_and_pairs_point_better_first() -> None:
     phi = np.arange(4 * D, dtype=np.float32).reshape(4, D)
-    sample = TripletSample(
+    sample = TripletBlock.from_pairs(
+        seq=np.arange(3),
         query_id=np.array([7, 7, 8]),
         p1_id=np.array([1, 2, 1]),
         p2_id=np.array([2, 3, 2]),
@@ -102,38 +102,48 @@ def test_points_are_deduplicated_per_query_and_image_and_pairs_point_better_firs
     np.testing.assert_array_equal(points.phi[1], phi[1])  # first occurrence of (7, 2)
     assert points.pairs.tolist() == [[0, 1], [1, 2], [3, 4]]
     assert (points.labels[points.pairs[:, 0]] > points.labels[points.pairs[:, 1]]).all()
+    normalized = ranked_points(sample.compact())  # the same triplets over a shared table
+    assert np.array_equal(normalized.phi, points.phi) and np.array_equal(
+        normalized.pairs, points.pairs
+    )
 
 
 def test_bad_samples_raise_clear_errors() -> None:
     sample = _sample(10)
-    phi = sample.phi1.copy()
+    phi = sample.phi.copy()
     phi[3, 5] = np.nan
-    with pytest.raises(ValueError, match="phi1"):
-        TripletSample(
-            sample.query_id, sample.p1_id, sample.p2_id, sample.rel1, sample.rel2, phi, sample.phi2
+    with pytest.raises(ValueError, match="phi"):
+        check_sample(
+            TripletBlock(*(getattr(sample, n) for n in TRIPLET_COLUMNS), sample.image_id, phi)
         )
     with pytest.raises(ValueError, match="tied"):
-        TripletSample(
-            sample.query_id,
-            sample.p1_id,
-            sample.p2_id,
-            sample.rel1,
-            sample.rel1,
-            sample.phi1,
-            sample.phi2,
-        )
-    with pytest.raises(ValueError, match="rel2"):
-        TripletSample(
-            sample.query_id,
-            sample.p1_id,
-            sample.p2_id,
-            sample.rel1,
-            sample.rel2[:5],
-            sample.phi1,
-            sample.phi2,
-        )
-    with pytest.raises(ValueError, match="columns"):
-        TripletSample.from_columns((sample.query_id,))
+        check_sample(dataclasses.replace(sample, rel2=sample.rel1))
+    with pytest.raises(ValueError, match="no triplets"):
+        check_sample(sample.select(slice(0, 0)))
+
+
+def test_descriptor_groups_are_runs_of_four_columns_at_any_width() -> None:
+    assert descriptor_groups(36) == tuple(slice(4 * g, 4 * g + 4) for g in range(9))
+    assert descriptor_groups(10) == (slice(0, 4), slice(4, 8), slice(8, 10))
+    assert descriptor_groups(3) == (slice(0, 3),)
+    with pytest.raises(ValueError, match="width"):
+        descriptor_groups(0)
+
+
+@pytest.mark.parametrize("fit", [fit_cmds_dml, fit_rankmkl])
+def test_a_batch_model_of_another_width_scores_at_its_width_and_is_refused_at_others(fit):
+    sample = _sample(300, width=8)
+    meta, arrays = fit(sample)
+    kind = meta["kind"]
+    assert meta["phi_dim"] == 8
+    store = EmbeddedModelStore()
+    store.save(kind, kind=kind, meta=meta, arrays=arrays, offsets={}, expected_version=0)
+    scores = scorer_for(store.load(kind), width=8).score(sample.phi)
+    assert scores.shape == (len(sample.phi),) and np.isfinite(scores).all()
+    with pytest.raises(WrongWidthError, match=r"8-wide phi.*width .* is 36"):
+        scorer_for(store.load(kind))
+    with pytest.raises(ValueError, match="8"):
+        scorer_for(store.load(kind), width=8).score(np.zeros((3, 36)))
 
 
 def test_sample_pairs_bounds_and_is_reproducible() -> None:

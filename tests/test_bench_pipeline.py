@@ -14,8 +14,17 @@ import pytest
 
 from rankstream.cli import main
 from rankstream.harness.accounting import SeqCounter
-from rankstream.harness.pipeline_bench import run_once
+from rankstream.harness.pipeline_bench import (
+    StreamSpec,
+    compare,
+    comparison_summary,
+    expect_all,
+    run_once,
+    start_producers,
+    stream_messages,
+)
 from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import Settings
 
 
@@ -31,8 +40,49 @@ def test_seq_counter_finds_lost_and_duplicated() -> None:
     assert counter.lost_and_duplicated(6) == (1, 2)  # 4 lost; 2 twice, 9 out of range
 
 
+def test_the_stream_is_simulator_shaped_with_every_seq_once() -> None:
+    blocks = stream_messages(StreamSpec(5000, queries_per_message=2, seed=3))
+    assert np.array_equal(np.concatenate([b.seq for b in blocks]), np.arange(5000))
+    assert all(len(set(b.query_id.tolist())) <= 2 for b in blocks)
+    assert np.mean([len(b.image_id) for b in blocks[:-1]]) == 100  # two queries of 50 images
+
+
+def test_producers_report_bytes_and_what_each_partition_received(
+    embedded_settings: Settings,
+) -> None:
+    spec = StreamSpec(3000, version=1, seed=1)
+    transport = open_transport(embedded_settings)
+    transport.ensure_topics({embedded_settings.triplets_topic: 3})
+    go, status, producers = start_producers(embedded_settings, spec, 2, partitions=3)
+    expect_all(status, producers, "ready", 60)
+    go.set()
+    produced = expect_all(status, producers, "ok", 60)
+    consumer = transport.consumer()
+    topic = embedded_settings.triplets_topic
+    consumer.assign([(topic, p) for p in range(3)])
+    messages = consumer.poll(timeout_ms=100, max_records=10_000)
+    received = [0, 0, 0]
+    for m in messages:
+        received[m.partition] += len(decode_triplets(m.value))
+    assert received == [sum(p.partition_triplets[k] for p in produced) for k in range(3)]
+    assert sum(p.bytes for p in produced) == sum(len(m.value) for m in messages)
+
+
+def test_embedded_comparison_loses_nothing_and_version_2_is_a_fraction_of_the_bytes(
+    embedded_settings: Settings,
+) -> None:
+    runs = compare(embedded_settings, 6000, repeats=1, checkpoint_records=2500, producers=1)
+    summary = comparison_summary(runs, 1)
+    assert [r.version for r in runs[1] + runs[2]] == [1, 2]
+    assert (summary["lost"], summary["duplicated"], summary["triplets"]) == (0, 0, 6000)
+    assert summary["v1"]["bytes_per_triplet"] > 322
+    assert summary["bytes_ratio_v2_to_v1"] <= 0.25
+
+
 def test_embedded_run_loses_and_duplicates_nothing(embedded_settings: Settings) -> None:
-    result = run_once(embedded_settings, 12_000, 1500, checkpoint_records=5000)
+    result = run_once(
+        embedded_settings, StreamSpec(12_000, queries_per_message=5), checkpoint_records=5000
+    )
     assert (result.triplets, result.lost, result.duplicated) == (12_000, 0, 0)
     assert result.checkpoints >= 2 and result.seconds > 0  # every 5,000 records + final
     assert result.prefix.startswith(f"{embedded_settings.topic_prefix}.bench-")
@@ -41,7 +91,7 @@ def test_embedded_run_loses_and_duplicates_nothing(embedded_settings: Settings) 
 
 
 def test_a_run_on_real_services_deletes_its_models_and_topics(service_settings: Settings) -> None:
-    result = run_once(service_settings, 6000, 1000, checkpoint_records=2000)
+    result = run_once(service_settings, StreamSpec(6000), checkpoint_records=2000)
     assert (result.lost, result.duplicated) == (0, 0)
     run_settings = dataclasses.replace(service_settings, topic_prefix=result.prefix)
     store = open_store(run_settings)
@@ -79,13 +129,13 @@ def test_bench_pipeline_json_on_real_services(service_settings: Settings) -> Non
             "bench",
             "pipeline",
             "--triplets",
-            "40000",
-            "--block-size",
-            "2000",
+            "20000",
+            "--queries-per-message",
+            "2",
             "--repeats",
             "2",
             "--checkpoint-records",
-            "15000",
+            "8000",
             "--json",
         ],
         env=env,
@@ -94,14 +144,18 @@ def test_bench_pipeline_json_on_real_services(service_settings: Settings) -> Non
         check=True,
     ).stdout
     result = json.loads(out)
-    assert set(result) == {
-        "triplets",
-        "seconds",
-        "triplets_per_s",
-        "lost",
-        "duplicated",
-        "checkpoints",
-    }
-    assert (result["triplets"], result["lost"], result["duplicated"]) == (40_000, 0, 0)
-    assert result["checkpoints"] >= 2  # periodic ones plus the final one
-    assert result["triplets_per_s"] == pytest.approx(40_000 / result["seconds"], rel=0.01)
+    assert (result["triplets"], result["repeats"], result["queries_per_message"]) == (20_000, 2, 2)
+    assert (result["lost"], result["duplicated"]) == (0, 0)
+    for version in ("v1", "v2"):
+        run = result[version]
+        assert (run["triplets"], run["lost"], run["duplicated"]) == (20_000, 0, 0)
+        assert run["checkpoints"] >= 2  # periodic ones plus the final one
+        assert run["triplets_per_s"] == pytest.approx(20_000 / run["seconds"], rel=0.01)
+        assert len(run["runs_triplets_per_s"]) == 2
+    assert result["bytes_ratio_v2_to_v1"] == pytest.approx(
+        result["v2"]["bytes_per_triplet"] / result["v1"]["bytes_per_triplet"], rel=1e-3
+    )
+    assert result["bytes_ratio_v2_to_v1"] <= 0.25
+    assert result["speedup_v2_over_v1"] == pytest.approx(
+        result["v2"]["triplets_per_s"] / result["v1"]["triplets_per_s"], rel=1e-2
+    )

@@ -7,17 +7,8 @@ import json
 import pytest
 
 from rankstream.cli import main
-from rankstream.harness.pipeline_bench import partition_shares
 from rankstream.harness.scaleout_bench import lost_and_duplicated, worker_command
 from rankstream.stream.settings import Settings
-
-
-def test_partition_shares_follow_block_round_robin() -> None:
-    # blocks 1000, 1000, 1000, 500 -> partition 0 gets blocks 0 and 2, partition 1 gets 1 and 3
-    assert partition_shares(3500, 1000, 2) == [2000, 1500]
-    assert partition_shares(500, 1000, 4) == [500, 0, 0, 0]
-    with pytest.raises(ValueError, match="partitions"):
-        partition_shares(10, 5, 0)
 
 
 def test_lost_and_duplicated_take_the_worst_algorithm_per_partition() -> None:

@@ -45,7 +45,8 @@ def test_schedule_is_seeded_one_fault_per_slice_of_the_stream() -> None:
         {"counts": {"kill": 2}},
         {"counts": {"zombie": -1}},
         {"triplets": 0},
-        {"triplets": 10_000, "kills": 5},  # fewer than two blocks per fault
+        {"triplets": 2_000, "kills": 5},  # fewer than two messages per fault
+        {"queries_per_message": 0},
         {"seconds_per_fault": 0.0},
     ],
 )

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError

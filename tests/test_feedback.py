@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rankstream.simulators.collection import DISTRACTOR, Collection, build_collection
-from rankstream.simulators.feedback import FeedbackSimulator, run_online_experiment
+from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator, run_online_experiment
 from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 20_000
@@ -115,3 +115,7 @@ def test_calibration_unicon_band_and_learners_beat_it(collection, index) -> None
     assert 0.68 < unicon < 0.86
     for algo in ("opr", "opar1", "ogdr"):
         assert curves[algo][50:].mean() > unicon + 0.1, (algo, curves[algo][50:].mean(), unicon)
+
+
+def test_the_simulators_width_is_the_collections(collection) -> None:
+    assert len(collection.feature_names) == PHI_DIM == 36

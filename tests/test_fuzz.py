@@ -41,11 +41,7 @@ from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import (
     MAX_MESSAGE_BYTES,
     OVERSIZED,
-    PHI_DIM,
-    QUERIES_FIELDS,
-    QUERIES_FIELDS_V1,
     REASONS,
-    TRIPLETS_FIELDS,
     UNJUDGED,
     JudgedQuery,
     SchemaError,
@@ -55,9 +51,17 @@ from rankstream.stream.schema import (
     decode_triplets,
     encode_query,
     encode_triplets,
+    queries_fields,
+    triplets_fields,
 )
-from rankstream.stream.settings import Settings
+from rankstream.stream.settings import DEFAULT_PHI_DIM, Settings
 from rankstream.stream.transport import Message
+
+PHI_DIM = DEFAULT_PHI_DIM
+PAIR_FIELDS = triplets_fields(PHI_DIM, 1)  # version 1: one row per triplet
+GROUP_FIELDS = triplets_fields(PHI_DIM, 2)  # version 2: one row per group
+QUERIES_FIELDS = queries_fields(PHI_DIM)  # version 2: null grades, judged flags
+QUERIES_FIELDS_V1 = queries_fields(PHI_DIM, 1)  # version 1: a judged count
 
 EXAMPLES = int(os.environ.get("RANKSTREAM_FUZZ_EXAMPLES", "300"))
 _CASE_SECONDS = 30.0
@@ -117,20 +121,21 @@ def _phi(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.random((n, PHI_DIM), dtype=np.float32)
 
 
-def valid_triplets(seed: int, n: int) -> bytes:
+def valid_triplets(seed: int, n: int, version: int = 2) -> bytes:
     rng = np.random.default_rng(seed)
     rel1 = rng.integers(1, 4, n).astype(np.int8)
     return encode_triplets(
         TripletBlock.from_pairs(
             seq=np.arange(n, dtype=np.int64),
-            query_id=rng.integers(0, 9, n),
+            query_id=np.sort(rng.integers(0, 3, n)),
             p1_id=rng.integers(0, 10**6, n),
             p2_id=rng.integers(0, 10**6, n),
             rel1=rel1,
             rel2=(rel1 - rng.integers(1, 2, n)).astype(np.int8),
             phi1=_phi(rng, n),
             phi2=_phi(rng, n),
-        )
+        ),
+        version=version,
     )
 
 
@@ -153,7 +158,9 @@ def valid_query(seed: int, k: int, versions: dict[str, int] | None = None) -> by
 
 SOURCE = Message("t.triplets", 0, 7, None, b"", 0)
 SEEDS = {
-    "triplets": [valid_triplets(s, n) for s, n in ((0, 1), (1, 5), (2, 17))],
+    "triplets": [
+        valid_triplets(s, n, v) for s, n, v in ((0, 1, 1), (1, 5, 1), (0, 1, 2), (2, 17, 2))
+    ],
     "queries": [valid_query(s, k) for s, k in ((0, 1), (1, 8), (2, 60))],
     "dead-letter": [
         dead_letter(b"\x00\x01", "bad_bytes", "x", SOURCE),
@@ -223,8 +230,11 @@ def _arrow(
     return sink.getvalue().to_pybytes()
 
 
-def _meta(name: str, version: bytes = b"1") -> dict[bytes, bytes]:
-    return {b"rankstream.schema": name.encode(), b"rankstream.version": version}
+def _meta(name: str, version: bytes = b"1", width: bytes | None = None) -> dict[bytes, bytes]:
+    meta = {b"rankstream.schema": name.encode(), b"rankstream.version": version}
+    if width is not None:
+        meta[b"rankstream.phi_dim"] = width
+    return meta
 
 
 _SPECIAL = np.array([np.nan, np.inf, -np.inf], np.float32)
@@ -267,11 +277,88 @@ def triplet_columns(draw: st.DrawFn) -> tuple[list[pa.Array], set[int]]:
     return columns, bad
 
 
+def _lists(offsets: np.ndarray, values: pa.Array) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+
+
+@st.composite
+def group_columns(draw: st.DrawFn) -> tuple[list[pa.Array], set[int]]:
+    """Version-2 columns: groups of images and triplets, some images NaN/Inf (rejecting
+    the triplets that reference them), some ties; returns the bad triplets' indices."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    sizes = draw(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 8)), max_size=4))
+    images = np.array([m for m, _ in sizes], np.int64)
+    counts = np.array([n for _, n in sizes], np.int64)
+    m, n = int(images.sum()), int(counts.sum())
+    phi = _phi(rng, m)
+    for row in draw(st.lists(st.integers(0, max(m - 1, 0)), max_size=3)) if m else []:
+        if draw(st.booleans()):
+            phi[row, draw(st.integers(0, PHI_DIM - 1))] = draw(st.sampled_from(_SPECIAL))
+        else:
+            phi[row] = rng.choice(_EXTREME, PHI_DIM)
+    in_group = np.repeat(images, counts)
+    p1 = (rng.integers(0, 1 << 15, n) % np.maximum(in_group, 1)).astype(np.int16)
+    p2 = (rng.integers(0, 1 << 15, n) % np.maximum(in_group, 1)).astype(np.int16)
+    rel1 = rng.integers(-128, 128, n).astype(np.int8)
+    rel2 = rng.integers(-128, 128, n).astype(np.int8)
+    for t in draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=2)) if n else []:
+        rel2[t] = rel1[t]
+    image_offsets = np.concatenate([[0], np.cumsum(images)]).astype(np.int64)
+    triplet_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    start = np.repeat(image_offsets[:-1], counts)
+    finite = np.isfinite(phi).all(axis=1)
+    ok = finite[start + p1] & finite[start + p2] & (rel1 != rel2)
+    g = len(sizes)
+    columns = [
+        pa.array(rng.integers(-(2**62), 2**62, g, dtype=np.int64)),
+        pa.array(rng.integers(-(2**62), 2**62, g, dtype=np.int64)),
+        _lists(image_offsets, pa.array(rng.integers(0, 10**6, m, dtype=np.int64))),
+        _lists(image_offsets, _phi_array(phi.reshape(-1), PHI_DIM)),
+        *(_lists(triplet_offsets, pa.array(v)) for v in (p1, p2, rel1, rel2)),
+    ]
+    return columns, set(np.flatnonzero(~ok).tolist())
+
+
+@st.composite
+def group_breaking(draw: st.DrawFn) -> bytes:
+    """Well-formed Arrow IPC that violates the version-2 triplets schema in one way."""
+    columns, _ = draw(group_columns())
+    fields, meta = GROUP_FIELDS, _meta("triplets", b"2", b"%d" % PHI_DIM)
+    how = draw(st.sampled_from(("no_width", "width", "meta_width", "index", "lengths", "type")))
+    g = len(columns[0])
+    if how == "no_width":
+        meta = _meta("triplets", b"2")
+    elif how == "meta_width":
+        meta = _meta("triplets", b"2", draw(st.sampled_from((b"8", b"", b"-1", b"x"))))
+    elif how == "width":
+        width = draw(st.sampled_from((1, 35, 128)))
+        m = len(columns[3].values)
+        columns[3] = _lists(
+            columns[3].offsets.to_numpy(), _phi_array(np.zeros(m * width, np.float32), width)
+        )
+        fields = fields.set(3, pa.field("phi", columns[3].type))
+    elif how == "index" and len(columns[4].values):
+        p1 = columns[4].values.to_numpy().copy()
+        p1[draw(st.integers(0, len(p1) - 1))] = draw(st.sampled_from((-1, 6, 32767)))
+        columns[4] = _lists(columns[4].offsets.to_numpy(), pa.array(p1))
+    elif how == "lengths" and g:  # one list column one value longer than its partners
+        i = draw(st.sampled_from((2, 5, 7)))
+        offsets = columns[i].offsets.to_numpy().copy()
+        offsets[1:] += 1
+        values = columns[i].values
+        columns[i] = _lists(offsets, pa.concat_arrays([values, pa.array([0], values.type)]))
+    elif how == "type":
+        i = draw(st.integers(0, 1))
+        columns[i] = pa.array(columns[i].to_numpy().astype(np.float64))
+        fields = fields.set(i, pa.field(fields[i].name, pa.float64()))
+    return _arrow(fields, columns, meta)
+
+
 @st.composite
 def schema_breaking(draw: st.DrawFn, kind: str) -> bytes:
     """Well-formed Arrow IPC that violates the `kind` schema in one seeded way."""
     name = {"triplets": "triplets", "queries": "queries"}[kind]
-    fields, version = TRIPLETS_FIELDS, b"1"
+    fields, version = PAIR_FIELDS, b"1"
     if kind == "triplets":
         columns, _ = draw(triplet_columns())
     else:
@@ -361,9 +448,13 @@ def _query_columns(draw: st.DrawFn) -> tuple[list[pa.Array], pa.Schema, bytes]:
 
 @st.composite
 def triplet_rows_message(draw: st.DrawFn) -> tuple[bytes, set[int]]:
-    """A well-formed triplets message with some bad rows, and which rows are bad."""
-    columns, bad = draw(triplet_columns())
-    return _arrow(TRIPLETS_FIELDS, columns, _meta("triplets")), bad
+    """A well-formed triplets message (either version) with some bad triplets, and
+    which triplets (by index in the message) are bad."""
+    if draw(st.booleans()):
+        columns, bad = draw(triplet_columns())
+        return _arrow(PAIR_FIELDS, columns, _meta("triplets")), bad
+    columns, bad = draw(group_columns())
+    return _arrow(GROUP_FIELDS, columns, _meta("triplets", b"2", b"%d" % PHI_DIM)), bad
 
 
 def hostile(kind: str) -> st.SearchStrategy[bytes]:
@@ -373,6 +464,7 @@ def hostile(kind: str) -> st.SearchStrategy[bytes]:
         options.append(schema_breaking(kind))
     if kind == "triplets":
         options.append(triplet_rows_message().map(lambda pair: pair[0]))
+        options.append(group_breaking())
     return st.one_of(*options)
 
 
@@ -384,12 +476,14 @@ def expected_triplets(value: bytes) -> tuple[str | None, list[int]]:
     except SchemaError as exc:
         assert exc.reason in REASONS
         return exc.reason, []
-    n = len(block)
-    for name in ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2"):
+    n, m = len(block), len(block.image_id)
+    for name in ("seq", "query_id", "p1", "p2", "rel1", "rel2"):
         assert getattr(block, name).shape == (n,)
+    assert block.phi.shape == (m, PHI_DIM) and block.phi.dtype == np.float32
+    assert np.isfinite(block.phi).all()  # the table, not just the rows used
+    if n:
+        assert min(block.p1.min(), block.p2.min()) >= 0 and max(block.p1.max(), block.p2.max()) < m
     assert block.phi1.shape == block.phi2.shape == (n, PHI_DIM)
-    assert block.phi1.dtype == np.float32
-    assert np.isfinite(block.phi1).all() and np.isfinite(block.phi2).all()
     assert (block.rel1 != block.rel2).all()
     assert set(np.unique(block.y())) <= {-1.0, 1.0}
     rows = [row for row, _ in block.rejects]
@@ -721,6 +815,4 @@ def test_fuzz_batch_worker(batch, values: list[bytes]) -> None:
         assert worker.counters.rejected_rows - rejected == sum(len(r) for _, r in outcomes)
         assert worker.reservoir.n_seen - seen == good_rows
         assert worker.covers(feed.topic, 0, messages[-1].offset)
-        for column in worker.reservoir.columns if worker.reservoir.size else ():
-            if column.dtype.kind == "f":
-                assert np.isfinite(column).all()
+        assert np.isfinite(worker.reservoir.sample().phi).all()

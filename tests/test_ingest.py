@@ -7,7 +7,8 @@ import pytest
 
 from rankstream.ranking.judgments import UNJUDGED, feedback_triplets
 from rankstream.stream.embedded import EmbeddedTransport
-from rankstream.stream.schema import PHI_DIM, decode_query, decode_triplets
+from rankstream.stream.schema import decode_query, decode_triplets
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.candidates import FieldError
 from rankstream.workers.ingest import Feedback, FeedbackProducer

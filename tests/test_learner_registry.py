@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
 from rankstream.ranking.learners import HYPERPARAMETERS, LearnerSpec
 from rankstream.ranking.online import OnlineRanker
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.recording import RecordingWriter
 from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings

@@ -15,18 +15,23 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from rankstream.harness.generator import TripletGenerator
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.connect import open_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.recording import (
     RecordingWriter,
+    WidthMismatchError,
     committed_positions,
     iter_messages,
     iter_triplet_chunks,
     log_paths,
+    read_log_file,
 )
 from rankstream.stream.schema import block_key, decode_triplets, encode_triplets
 from rankstream.stream.settings import Settings
+from rankstream.stream.transport import Message
 from rankstream.workers.recorder import Recorder, RecorderOptions
 
 BLOCK = 100
@@ -120,3 +125,42 @@ def test_sigkill_mid_stream_then_restart_on_kafka(service_settings, tmp_path):
     assert committed_positions(out, "triplets") == {0: 40}
     assert before < 40
     assert np.array_equal(_recorded_seq(out), np.arange(40 * BLOCK))
+
+
+def _record_blocks(directory: Path, blocks, width: int = 36, version: int = 2) -> None:
+    writer = RecordingWriter(directory, "triplets", "t", width=width)
+    for i, block in enumerate(blocks):
+        value = encode_triplets(block, version=version)
+        writer.add(Message("t", 0, i, block_key(block), value, 1000 + i))
+    writer.commit()
+
+
+def test_simulator_shaped_logs_store_each_image_once_and_read_back_exactly(tmp_path):
+    blocks = list(TripletGenerator(seed=4).messages(20_000, queries_per_message=2))
+    _record_blocks(tmp_path / "new", blocks)
+    chunks = list(iter_triplet_chunks(tmp_path / "new"))
+    got = TripletBlock.concatenate([c.block for c in chunks])
+    expected = TripletBlock.concatenate(blocks)
+    for name in ("seq", "query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2"):
+        assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+    assert len(got.image_id) == len(expected.image_id)  # each judged image once
+    assert chunks[0].first_row == 0 and sum(len(c) for c in chunks) == 20_000
+    (path,) = log_paths(tmp_path / "new", "triplets")
+    info = read_log_file(path, "triplets")
+    assert (info.version, info.phi_dim, info.records, info.messages) == (2, 36, 20_000, len(blocks))
+    assert info.rows == sum(len(set(b.query_id.tolist())) for b in blocks)  # one row a query
+    assert path.stat().st_size / 20_000 < 322 / 4
+
+
+def test_a_log_of_another_width_is_refused_even_when_skipping_damage(tmp_path):
+    _record_blocks(tmp_path, list(TripletGenerator(seed=1, width=8).query_blocks(2000)), width=8)
+    assert sum(len(c) for c in iter_triplet_chunks(tmp_path, width=8)) == 2000
+    for skip_bad in (False, True):
+        with pytest.raises(WidthMismatchError, match=r"recorded at feature width 8.* is 36"):
+            list(iter_triplet_chunks(tmp_path, skip_bad=skip_bad))
+    with pytest.raises(WidthMismatchError, match="width 8"):
+        RecordingWriter(tmp_path, "triplets", "t")  # appending 36-wide files to it
+    writer = RecordingWriter(tmp_path / "other", "triplets", "t", width=8)
+    block = TripletGenerator(seed=2).query_block()  # 36 wide: left out, like a bad message
+    assert writer.add(Message("t", 0, 0, b"k", encode_triplets(block), 0)) == 0
+    assert writer.counts.skipped_messages == 1

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.embedded import EmbeddedTransport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.recording import (
     RecordingError,
     RecordingWriter,
@@ -17,13 +17,13 @@ from rankstream.stream.recording import (
     replay_log,
 )
 from rankstream.stream.schema import (
-    PHI_DIM,
     JudgedQuery,
     block_key,
     decode_query,
     encode_query,
     encode_triplets,
 )
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.transport import Message
 
 T0 = 1_700_000_000_000

@@ -1,9 +1,11 @@
 """Replay of recorded logs: the same weights through the transport + worker and direct.
 
-A stream (with a garbage message and a NaN row the worker must drop) is learned by the
-online worker, recorded, replayed into a fresh topic and learned again, and trained
-straight from the files: every model's weights_sha256 must agree, on the embedded
-transport and on the real Kafka/Redis. Damaged logs are reported with file and row.
+A stream (messages of both wire versions, with a garbage message and a NaN row the
+worker must drop) is learned by the online worker, recorded, replayed into a fresh topic
+and learned again, and trained straight from the files: every model's weights_sha256
+must agree, on the embedded transport and on the real Kafka/Redis. A recording in the
+old format (one row per triplet) gives the same weights as the current one. Damaged
+logs are reported with file and row.
 """
 
 from __future__ import annotations
@@ -19,10 +21,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from rankstream.cli import main
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.generator import TripletGenerator
-from rankstream.stream.recording import RecordingError, iter_messages, log_paths
-from rankstream.stream.schema import block_key, encode_triplets, schema_of
+from rankstream.stream.recording import (
+    RecordingError,
+    iter_messages,
+    log_paths,
+    read_log_file,
+    triplet_log_schema,
+)
+from rankstream.stream.schema import block_key, decode_triplets, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.online import EXIT_OK, LINEAR_ALGOS, OnlineWorker, WorkerOptions
@@ -42,7 +50,7 @@ def _nan_row_message(block, row: int) -> bytes:
     arrays += [
         pa.FixedSizeListArray.from_arrays(pa.array(p.ravel()), 36) for p in (phi1, block.phi2)
     ]
-    batch = pa.RecordBatch.from_arrays(arrays, schema=schema_of("triplets"))
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema_of("triplets", version=1))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
@@ -50,8 +58,10 @@ def _nan_row_message(block, row: int) -> bytes:
 
 
 def _stream() -> list[tuple[bytes, bytes]]:
-    blocks = list(TripletGenerator(seed=5).blocks(N_BLOCKS * BLOCK, BLOCK))
-    values = [(block_key(b), encode_triplets(b)) for b in blocks]
+    """Simulator-shaped blocks, every other one in wire version 1 (a producer that has
+    not upgraded yet), a version-1 block with a NaN row, and junk."""
+    blocks = list(TripletGenerator(seed=5).query_blocks(N_BLOCKS * BLOCK))
+    values = [(block_key(b), encode_triplets(b, version=1 + i % 2)) for i, b in enumerate(blocks)]
     values[4] = (block_key(blocks[4]), _nan_row_message(blocks[4], 17))
     values.insert(7, (b"junk", b"not an arrow message"))
     return values
@@ -124,7 +134,8 @@ def _round_trip(
     out = tmp_path / "log"
     _use(monkeypatch, settings)
     assert _record(out, idle=idle, messages_per_file=5) == 0
-    assert len(log_paths(out, "triplets")) == 3  # 13 messages, 5 per file
+    messages = len(_stream())
+    assert len(log_paths(out, "triplets")) == -(-messages // 5)  # 5 messages per file
 
     replayed = dataclasses.replace(settings, topic_prefix=f"r{uuid.uuid4().hex[:10]}")
     _use(monkeypatch, replayed)
@@ -137,7 +148,60 @@ def _round_trip(
     assert {
         name: (m["weights_sha256"], m["triplets_seen"]) for name, m in direct.items()
     } == original
-    assert direct["opr"]["offsets"] == {settings.triplets_topic: {"0": 13}}
+    assert direct["opr"]["offsets"] == {settings.triplets_topic: {"0": messages}}
+
+    old = tmp_path / "old-format"  # the same stream as a format-1 recording would hold it
+    _write_format_1(old, settings.triplets_topic, list(iter_messages(out, "triplets")))
+    capsys.readouterr()
+    assert main(["replay", str(old), "--direct", "--scaler-rows", str(SCALER_ROWS), "--json"]) == 0
+    from_old = json.loads(capsys.readouterr().out)
+    assert {n: (m["weights_sha256"], m["triplets_seen"]) for n, m in from_old.items()} == original
+    again = dataclasses.replace(settings, topic_prefix=f"r{uuid.uuid4().hex[:10]}")
+    _use(monkeypatch, again)
+    assert main(["replay", str(old), "--topics", "triplets", "--as-fast-as-possible"]) == 0
+    assert _learn_with_worker(again, idle) == original
+
+
+def _write_format_1(directory: Path, topic: str, messages: list) -> None:
+    """A triplet log as the format-1 recorder wrote it: one row per triplet, phi1/phi2
+    per row, no width in the footer (so format-1 readers are exercised, not assumed)."""
+    folder = directory / "triplets"
+    folder.mkdir(parents=True)
+    rows = []
+    for m in messages:
+        block = decode_triplets(m.value)
+        n = len(block)
+        source = {
+            "partition": np.full(n, m.partition, np.int32),
+            "offset": np.full(n, m.offset, np.int64),
+            "key": [m.key] * n,
+            "timestamp_ms": np.full(n, m.timestamp_ms, np.int64),
+        }
+        columns = {**source, **block.pair_columns()}
+        for name in ("phi1", "phi2"):
+            phi = np.ascontiguousarray(columns[name], "<f4")
+            columns[name] = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(144), n, [None, pa.py_buffer(phi)]
+            )
+        rows.append(pa.table(columns, schema=triplet_log_schema(36, 1)))
+    footer = {
+        "version": 1,
+        "kind": "triplets",
+        "topic": topic,
+        "messages": len(messages),
+        "from_offsets": {"0": messages[0].offset},
+        "next_offsets": {"0": messages[-1].offset + 1},
+    }
+    schema = triplet_log_schema(36, 1).with_metadata(
+        {b"rankstream.recording": json.dumps(footer).encode()}
+    )
+    path = folder / "00000000.parquet"
+    with pq.ParquetWriter(path, schema, compression="none") as writer:
+        for i in range(0, len(rows), 3):  # whole messages per row group, as it wrote them
+            group = pa.concat_tables(rows[i : i + 3])
+            writer.write_table(group, row_group_size=group.num_rows)
+    info = read_log_file(path, "triplets")
+    assert (info.version, info.phi_dim, info.records) == (1, None, sum(t.num_rows for t in rows))
 
 
 def test_direct_and_replayed_runs_match_the_original_embedded(tmp_path, monkeypatch, capsys):
@@ -157,7 +221,7 @@ def _recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _produce(
         settings,
         [(block_key(b), encode_triplets(b)) for b in TripletGenerator(seed=2).blocks(3000, 250)],
-    )
+    )  # random pairs, one query each: every group holds one triplet over images 2t, 2t + 1
     out = tmp_path / "log"
     _use(monkeypatch, settings)
     assert _record(out, idle=0.2, messages_per_file=4) == 0
@@ -189,18 +253,16 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
     out = _recorded(tmp_path, monkeypatch)
     path = log_paths(out, "triplets")[2]
 
-    def poison(table: pa.Table) -> pa.Table:
-        phi = (
-            np.frombuffer(table.column("phi1").combine_chunks().buffers()[1], np.float32)
-            .copy()
-            .reshape(-1, 36)
-        )
-        phi[123, 5] = np.inf
-        column = pa.FixedSizeBinaryArray.from_buffers(
+    def poison(table: pa.Table) -> pa.Table:  # triplet 123's first image
+        lists = table.column("phi").combine_chunks()
+        phi = np.frombuffer(lists.values.buffers()[1], np.float32).copy().reshape(-1, 36)
+        phi[2 * 123, 5] = np.inf
+        values = pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(144), len(phi), [None, pa.py_buffer(phi)]
         )
+        column = pa.ListArray.from_arrays(lists.offsets, values, type=lists.type)
         return table.set_column(
-            table.schema.get_field_index("phi1"), table.schema.field("phi1"), column
+            table.schema.get_field_index("phi"), table.schema.field("phi"), column
         )
 
     _rewrite(path, poison)
@@ -214,10 +276,12 @@ def test_nan_and_tied_rows_are_reported_with_file_and_row(tmp_path, monkeypatch)
     assert {m.triplets_seen for m in result.models} == {2999}
 
     def tie(table: pa.Table) -> pa.Table:
-        rel2 = table.column("rel2").to_numpy().copy()
-        rel2[7] = table.column("rel1").to_numpy()[7]
+        rel2 = table.column("rel2").combine_chunks()
+        values = rel2.values.to_numpy().copy()
+        values[7] = table.column("rel1").combine_chunks().values.to_numpy()[7]
+        column = pa.ListArray.from_arrays(rel2.offsets, pa.array(values))
         return table.set_column(
-            table.schema.get_field_index("rel2"), table.schema.field("rel2"), pa.array(rel2)
+            table.schema.get_field_index("rel2"), table.schema.field("rel2"), column
         )
 
     _rewrite(path, tie)

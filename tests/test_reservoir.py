@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from rankstream.ranking.reservoir import Reservoir
+from rankstream.ranking.reservoir import Reservoir, TripletReservoir
+from rankstream.ranking.triplets import TRIPLET_COLUMNS
 
 
 def algorithm_r(values: np.ndarray, capacity: int, seed: int) -> np.ndarray:
@@ -111,3 +112,101 @@ def test_column_layout_is_fixed_by_the_first_batch():
         res.add_many(np.zeros((2, 4)), np.zeros(2))
     with pytest.raises(ValueError, match="capacity"):
         Reservoir(0)
+
+
+# --- the normalized triplet reservoir ---------------------------------------------------
+PAIR_COLUMNS = ("query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2")
+
+
+def _blocks(n: int = 40, seed: int = 0):
+    from rankstream.harness.generator import TripletGenerator
+
+    return [TripletGenerator(seed=seed).query_block() for _ in range(n)]
+
+
+def _pair_reservoir(blocks, capacity: int, seed: int) -> Reservoir:
+    reservoir = Reservoir(capacity, seed=seed)
+    for b in blocks:
+        reservoir.add_many(*(getattr(b, name) for name in PAIR_COLUMNS))
+    return reservoir
+
+
+def _assert_holds(triplets: TripletReservoir, rows: Reservoir) -> None:
+    assert (triplets.n_seen, triplets.size) == (rows.n_seen, rows.size)
+    sample = triplets.sample()
+    for name, column in zip(PAIR_COLUMNS, rows.columns, strict=True):
+        np.testing.assert_array_equal(getattr(sample, name), column)
+
+
+def test_triplet_reservoir_samples_exactly_what_a_per_row_reservoir_does():
+    blocks = _blocks()
+    reservoir = TripletReservoir(500, seed=3)
+    for b in blocks:
+        reservoir.add_block(b)
+    _assert_holds(reservoir, _pair_reservoir(blocks, 500, 3))
+    sample = reservoir.sample()  # each (query, image, phi) point once
+    keys = {
+        (q, i) for q, i in zip(sample.query_id[sample.p1], sample.image_id[sample.p1], strict=True)
+    }
+    assert len(sample.image_id) == reservoir.points < 2 * reservoir.size
+    assert len(keys) <= len(sample.image_id)
+
+
+def test_triplet_reservoir_ignores_how_blocks_are_cut_and_restarts_exactly():
+    from rankstream.ranking.triplets import TripletBlock
+
+    blocks = _blocks(30, seed=1)
+    whole = TripletReservoir(300, seed=5)
+    whole.add_block(TripletBlock.concatenate(blocks))
+    pieces = TripletReservoir(300, seed=5)
+    for i, b in enumerate(blocks):
+        pieces.add_block(b.select(slice(0, 7)))
+        pieces.add_block(b.select(slice(7, None)))
+        if i == 11:
+            meta, arrays = pieces.to_state()
+            pieces = TripletReservoir.from_state(json.loads(json.dumps(meta)), arrays)
+    assert pieces.to_state()[0] == whole.to_state()[0]
+    for name, array in whole.to_state()[1].items():
+        np.testing.assert_array_equal(pieces.to_state()[1][name], array, err_msg=name)
+
+
+def test_a_per_row_state_is_read_and_continued_identically():
+    blocks = _blocks(30, seed=2)
+    rows = _pair_reservoir(blocks[:10], 400, 7)
+    converted = TripletReservoir.from_state(*rows.to_state())
+    assert (converted.sample().seq == -1).all()  # seq was not kept per row
+    for b in blocks[10:]:
+        rows.add_many(*(getattr(b, name) for name in PAIR_COLUMNS))
+        converted.add_block(b)
+    _assert_holds(converted, rows)
+
+
+def test_points_merge_only_when_bit_identical_and_bad_input_is_refused():
+    from rankstream.ranking.triplets import TripletBlock
+
+    phi = np.zeros((3, 4), np.float32)
+    phi[2, 0] = 1.0  # image 7 twice under query 1: two phi rows, two points
+    block = TripletBlock(
+        np.arange(2), np.ones(2, np.int64), np.array([0, 2]), np.array([1, 1]),
+        np.array([2, 2], np.int8), np.array([0, 0], np.int8), np.array([7, 8, 7]), phi,
+    )  # fmt: skip
+    reservoir = TripletReservoir(10, seed=0)
+    reservoir.add_block(block)
+    reservoir.add_block(block)  # the same rows again: no new points
+    assert reservoir.points == 3 and reservoir.size == 4
+    with pytest.raises(ValueError, match="width 5"):
+        reservoir.add_block(
+            TripletBlock(
+                *(getattr(block, n) for n in TRIPLET_COLUMNS),
+                block.image_id,
+                np.zeros((3, 5), np.float32),
+            )
+        )
+    bad = phi.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        TripletReservoir(10).add_block(
+            TripletBlock(*(getattr(block, n) for n in TRIPLET_COLUMNS), block.image_id, bad)
+        )
+    with pytest.raises(ValueError, match="triplet_reservoir"):
+        TripletReservoir.from_state({"kind": "scores"}, {})

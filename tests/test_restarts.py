@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from rankstream.harness.chaos import ChaosPlan, forget_latest_checkpoints, run_chaos
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256

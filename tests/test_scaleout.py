@@ -13,11 +13,11 @@ import uuid
 import numpy as np
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.connect import open_store
 from rankstream.stream.embedded import embedded_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256

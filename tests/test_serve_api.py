@@ -14,7 +14,8 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded import embedded_transport, reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.schema import PHI_DIM, decode_query, decode_triplets
+from rankstream.stream.schema import decode_query, decode_triplets
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers import pins
 from rankstream.workers.metrics import sample_value
@@ -372,7 +373,7 @@ def test_an_empty_store_gets_a_uni_con_calibrated_on_the_first_request() -> None
 
 
 def test_the_openapi_document_names_exactly_the_apps_routes(store) -> None:
-    document = openapi_document()
+    document = openapi_document(PHI_DIM)
     routes = {path: {m.lower() for m in methods} for path, (_, methods, _) in ROUTES.items()}
     assert {p: set(ops) for p, ops in document["paths"].items()} == routes
     with _client(store) as client:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from test_batch_models import Feedback, simulated_feedback
 
 from rankstream.cli import main as cli_main
-from rankstream.ranking.reservoir import Reservoir
+from rankstream.ranking.reservoir import Reservoir, TripletReservoir
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import encode_triplets, triplet_key
 from rankstream.stream.settings import Settings
+from rankstream.stream.store import WrongWidthError
 from rankstream.workers.batch import EXIT_FENCED, EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
-from rankstream.workers.batch_models import RESERVOIR_COLUMNS, RankMKLParams
+from rankstream.workers.batch_models import RankMKLParams
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.serving import ScorerCache
 
@@ -42,18 +45,24 @@ def produce(settings: Settings, feedback: Feedback, junk_at: int | None = None) 
     return sum(len(t) for t in feedback.triplets)
 
 
+PAIR_COLUMNS = ("query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2")
+
+
 def reference_reservoir(feedback: Feedback, capacity: int, seed: int) -> Reservoir:
-    """What an uninterrupted worker must hold: Algorithm R over every row in log order."""
+    """What an uninterrupted worker must hold: Algorithm R over every triplet in log
+    order, written per row in the pair layout (the batch worker's old state)."""
     reservoir = Reservoir(capacity, seed=seed)
     for t in feedback.triplets:
-        reservoir.add_many(*(getattr(t, name) for name in RESERVOIR_COLUMNS))
+        reservoir.add_many(*(getattr(t, name) for name in PAIR_COLUMNS))
     return reservoir
 
 
-def assert_same_reservoir(a: Reservoir, b: Reservoir) -> None:
+def assert_same_reservoir(a: TripletReservoir, b: Reservoir) -> None:
+    """The normalized reservoir holds exactly the per-row reference's triplets."""
     assert (a.n_seen, a.size) == (b.n_seen, b.size)
-    for x, y in zip(a.columns, b.columns, strict=True):
-        np.testing.assert_array_equal(x, y)
+    sample = a.sample()
+    for name, expected in zip(PAIR_COLUMNS, b.columns, strict=True):
+        np.testing.assert_array_equal(getattr(sample, name), expected)
 
 
 def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settings, feedback):
@@ -90,7 +99,34 @@ def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settin
     }
     expected = reference_reservoir(feedback, 1500, seed=4)
     assert_same_reservoir(third.reservoir, expected)
-    assert_same_reservoir(Reservoir.from_state(stored.meta, stored.arrays), expected)
+    assert_same_reservoir(TripletReservoir.from_state(stored.meta, stored.arrays), expected)
+    assert stored.meta["phi_dim"] == 36 and len(stored.arrays["phi"]) < 2 * third.reservoir.size
+
+
+def test_a_reservoir_stored_per_row_is_continued_and_one_of_another_width_refused(
+    embedded_settings, feedback
+):
+    """Upgrading: the pair-layout state an older batch worker saved is read and continued
+    exactly; a deployment of another width refuses it at load."""
+    produce(embedded_settings, feedback)
+    half = len(feedback.triplets) // 2
+    old = Reservoir(700, seed=2)
+    for t in feedback.triplets[:half]:
+        old.add_many(*(getattr(t, name) for name in PAIR_COLUMNS))
+    meta, arrays = old.to_state()
+    topic = embedded_settings.triplets_topic
+    open_store(embedded_settings).save(
+        RESERVOIR_NAME, kind="reservoir", meta=meta, arrays=arrays,
+        offsets={topic: {0: half}}, expected_version=0,
+    )  # fmt: skip
+    options = BatchOptions(reservoir=700, seed=2, models=("rankmkl",), exit_when_idle=0.5)
+    narrow = BatchWorker(dataclasses.replace(embedded_settings, phi_dim=8), options)
+    with pytest.raises(WrongWidthError, match="36-wide"):
+        narrow.start()
+    worker = BatchWorker(embedded_settings, options)
+    assert worker.run() == EXIT_OK
+    assert_same_reservoir(worker.reservoir, reference_reservoir(feedback, 700, seed=2))
+    assert open_store(embedded_settings).load(RESERVOIR_NAME).meta["kind"] == "triplet_reservoir"
 
 
 def test_refit_publishes_scorable_models_with_metrics(embedded_settings, feedback):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_batch_models import simulated_feedback
 from test_worker_batch import assert_same_reservoir, produce, reference_reservoir
 
-from rankstream.ranking.reservoir import Reservoir
+from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.stream.connect import open_store
 from rankstream.workers.batch import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.batch_models import RankMKLParams
@@ -45,7 +45,7 @@ def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings
     assert_same_reservoir(last.reservoir, expected)
     store = open_store(service_settings)
     stored = store.load(RESERVOIR_NAME)
-    assert_same_reservoir(Reservoir.from_state(stored.meta, stored.arrays), expected)
+    assert_same_reservoir(TripletReservoir.from_state(stored.meta, stored.arrays), expected)
     assert stored.offsets[service_settings.triplets_topic] == {0: len(feedback.triplets)}
 
     cache = ScorerCache(store)

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store
 from rankstream.stream.embedded import embedded_transport
-from rankstream.stream.generator import TripletGenerator
-from rankstream.stream.schema import decode_dead_letter, encode_triplets, schema_of
+from rankstream.stream.schema import decode_dead_letter, decode_triplets, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import TrackedModel, weights_sha256
 from rankstream.workers.metrics import sample_value
@@ -140,7 +140,7 @@ def test_stale_worker_is_fenced_and_exits_non_zero() -> None:
 def _unknown_version_message() -> bytes:
     columns = [pa.array([1], pa.int64())] * 4 + [pa.array([1], pa.int8()), pa.array([0], pa.int8())]
     phi = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(36, np.float32)), 36)
-    schema = schema_of("triplets").with_metadata(
+    schema = schema_of("triplets", version=1).with_metadata(
         {b"rankstream.schema": b"triplets", b"rankstream.version": b"99"}
     )
     batch = pa.RecordBatch.from_arrays([*columns, phi, phi], schema=schema)
@@ -161,17 +161,50 @@ def _message_with_nan_rows(generator: TripletGenerator, n: int, bad: list[int]) 
     phis = [
         pa.FixedSizeListArray.from_arrays(pa.array(p.reshape(-1)), 36) for p in (phi1, cols.phi2)
     ]
-    batch = pa.RecordBatch.from_arrays([*arrays, *phis], schema=schema_of("triplets"))
+    batch = pa.RecordBatch.from_arrays([*arrays, *phis], schema=schema_of("triplets", version=1))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 
 
+def _v2_message_with_a_nan_image(generator: TripletGenerator, image: int) -> tuple[bytes, list]:
+    """A version-2 message (one judged query) whose image `image` has a NaN feature;
+    returns it and the triplets (by index) that reference that image."""
+    block = generator.query_block()
+    phi = np.array(block.phi)
+    phi[image, 0] = np.nan
+    schema = schema_of("triplets")
+    one = pa.array([0, len(block.image_id)], pa.int32())
+    rows = pa.array([0, len(block)], pa.int32())
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), 36)
+    columns = [
+        pa.array([int(block.query_id[0])], pa.int64()),
+        pa.array([int(block.seq[0])], pa.int64()),
+        pa.ListArray.from_arrays(one, pa.array(block.image_id)),
+        pa.ListArray.from_arrays(one, flat),
+        *(
+            pa.ListArray.from_arrays(rows, pa.array(np.asarray(getattr(block, name), dtype)))
+            for name, dtype in (
+                ("p1", np.int16),
+                ("p2", np.int16),
+                ("rel1", np.int8),
+                ("rel2", np.int8),
+            )
+        ),
+    ]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+    bad = np.flatnonzero((block.p1 == image) | (block.p2 == image)).tolist()
+    return sink.getvalue().to_pybytes(), bad
+
+
 def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
     settings = _settings()
     generator = TripletGenerator(seed=3)
     good = [encode_triplets(generator.block(400)) for _ in range(3)]
+    nan_image, bad_triplets = _v2_message_with_a_nan_image(generator, 7)
     values = [
         good[0],
         b"\x00not arrow at all",
@@ -179,6 +212,7 @@ def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
         _message_with_nan_rows(generator, 300, [4, 17]),
         good[1],
         good[2],
+        nan_image,
     ]
     _produce(settings, values)
     before = sample_value("rankstream_dead_letters_total", {"reason": "bad_bytes"})
@@ -192,13 +226,17 @@ def test_malformed_records_are_dead_lettered_and_learning_continues() -> None:
         ("bad_bytes", 1),
         ("unknown_version", 2),
         ("non_finite", 3),
+        ("non_finite", 6),
     ]
     assert letters[2].rows == [4, 17] and letters[0].original == values[1]
+    assert letters[3].rows == bad_triplets and len(bad_triplets) > 0
 
+    n_image = len(decode_triplets(nan_image)) + len(bad_triplets)
     for name, (_, seen) in _hashes(settings).items():
-        assert seen == 3 * 400 + 298, name  # the good rows of the NaN message count
+        # the good rows of the NaN messages count
+        assert seen == 3 * 400 + 298 + n_image - len(bad_triplets), name
     stored = open_store(settings).load("opar2")
-    assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 6}
+    assert stored is not None and stored.offsets[settings.triplets_topic] == {0: 7}
     assert np.isfinite(stored.arrays["weights"]).all()
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.generator import TripletGenerator
 from rankstream.stream.schema import decode_dead_letter, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256

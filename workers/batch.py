@@ -1,20 +1,24 @@
 """The batch worker: a restart-proof reservoir of the triplet stream, refit into batch models.
 
 One consumer reads every partition of `settings.triplets_topic` and offers each good
-triplet row to a `ranking.reservoir.Reservoir` (Algorithm R). Every `refit_records`
-triplets or `refit_seconds` (whichever comes first, and only when new triplets arrived)
-the reservoir is turned into cMDS-DML and RankMKL models (`workers.batch_models`) and
-each is published as a new version of the model of the same name and kind ("cmds_dml",
-"rankmkl"), with the offsets its training sample covers.
+triplet to a `ranking.reservoir.TripletReservoir` (Algorithm R over triplets, holding
+the normalized form the wire carries: each sampled (query, image) point's phi once).
+Every `refit_records` triplets or `refit_seconds` (whichever comes first, and only
+when new triplets arrived) the reservoir is turned into cMDS-DML and RankMKL models
+(`workers.batch_models`) and each is published as a new version of the model of the
+same name and kind ("cmds_dml", "rankmkl"), with the offsets its training sample covers.
 
-Exact resume: the reservoir (rows + generator state) is saved as model `reservoir`
-(kind "reservoir") together with the offsets it covers, every `persist_seconds`, before
-each refit, and on a clean stop. On start it is loaded and every partition is sought to
-its stored next-offset (the beginning when nothing is stored); messages below that
-offset are skipped. Algorithm R consumes one draw per row past the fill whatever the
-batch boundaries, so a restarted worker ends with bit-identical reservoir rows to an
-uninterrupted one, as long as the order of messages is the same: always within a
-partition, so single-partition topics resume exactly (as in `workers.online`).
+Exact resume: the reservoir (slots, points, generator state and width) is saved as
+model `reservoir` (kind "reservoir") together with the offsets it covers, every
+`persist_seconds`, before each refit, and on a clean stop. On start it is loaded and
+every partition is sought to its stored next-offset (the beginning when nothing is
+stored); messages below that offset are skipped (a reservoir saved per row in the pair
+layout, before the normalized form, is read and continued). Algorithm R consumes one
+draw per triplet past the fill whatever the batch boundaries, so a restarted worker
+ends with a bit-identical sample to an uninterrupted one, as long as the order of
+messages is the same: always within a partition, so single-partition topics resume
+exactly (as in `workers.online`). A stored reservoir of another feature width than
+the deployment's stops the worker at load (`WrongWidthError`).
 
 Fencing: every save names the version this worker last loaded or saved and that
 save's `write_id` (`stream.store`); a FencingError means another batch worker wrote
@@ -44,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.ranking.reservoir import Reservoir
+from rankstream.ranking.reservoir import TripletReservoir
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.schema import SchemaError, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, fenced_save
+from rankstream.stream.store import Fence, check_width, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.batch_models import (
@@ -56,7 +61,6 @@ from rankstream.workers.batch_models import (
     RANKMKL,
     CMDSDMLParams,
     RankMKLParams,
-    TripletSample,
     fit_cmds_dml,
     fit_rankmkl,
 )
@@ -118,7 +122,7 @@ class BatchOptions:
         )
 
 
-Fitter = Callable[[TripletSample, BatchOptions], tuple[dict[str, Any], dict[str, np.ndarray]]]
+Fitter = Callable[[TripletBlock, BatchOptions], tuple[dict[str, Any], dict[str, np.ndarray]]]
 FITTERS: dict[str, Fitter] = {
     CMDS_DML: lambda sample, options: fit_cmds_dml(sample, options.cmds_dml),
     RANKMKL: lambda sample, options: fit_rankmkl(sample, options.rankmkl),
@@ -145,7 +149,9 @@ class BatchHandler(Handler):
     def __init__(self, settings: Settings, options: BatchOptions) -> None:
         self.settings = settings
         self.options = options
-        self.reservoir = Reservoir(options.reservoir, seed=options.seed)
+        self.reservoir = TripletReservoir(
+            options.reservoir, seed=options.seed, width=settings.phi_dim
+        )
         self.offsets: dict[str, dict[int, int]] = {}
         self.fences: dict[str, Fence] = {}  # per stored name: the save we last loaded or made
         self.counters = BatchCounters()
@@ -174,7 +180,8 @@ class BatchHandler(Handler):
                 raise ValueError(
                     f"model {RESERVOIR_NAME!r} has kind {stored.kind!r}, not {RESERVOIR_KIND!r}"
                 )
-            self.reservoir = Reservoir.from_state(stored.meta, stored.arrays)
+            check_width(stored, self.settings.phi_dim)
+            self.reservoir = TripletReservoir.from_state(stored.meta, stored.arrays)
             self.offsets = {t: dict(parts) for t, parts in stored.offsets.items()}
             self.fences[RESERVOIR_NAME] = Fence.of(stored)
         for name in self.options.models:
@@ -215,7 +222,7 @@ class BatchHandler(Handler):
 
     def _offer(self, message: Message) -> int:
         try:
-            block = decode_triplets(message.value)
+            block = decode_triplets(message.value, width=self.settings.phi_dim)
         except SchemaError as exc:
             self.counters.skipped_messages += 1
             log_event(
@@ -229,16 +236,7 @@ class BatchHandler(Handler):
             )
             return 0
         self.counters.rejected_rows += len(block.rejects)
-        if len(block):
-            self.reservoir.add_many(
-                block.query_id,
-                block.p1_id,
-                block.p2_id,
-                block.rel1,
-                block.rel2,
-                block.phi1,
-                block.phi2,
-            )
+        self.reservoir.add_block(block)
         return len(block)
 
     def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
@@ -287,12 +285,12 @@ class BatchHandler(Handler):
         self.checkpoint(runtime)
         from threadpoolctl import threadpool_limits
 
-        sample = TripletSample.from_columns(self.reservoir.columns)
+        sample = self.reservoir.sample()
         published: dict[str, int] = {}
         for name in self.options.models:
             started = time.perf_counter()
             try:
-                # One BLAS thread: the fits multiply thin (n x 36) matrices, where extra
+                # One BLAS thread: the fits multiply thin (n x d) matrices, where extra
                 # threads only fight the other workers for the cores (measured: a 3.6 s
                 # CPU refit took 9-129 s wall with default threads on a loaded 2-core box).
                 with threadpool_limits(1):
@@ -367,7 +365,7 @@ class BatchWorker(StreamRuntime):
         self.options = options
 
     @property
-    def reservoir(self) -> Reservoir:
+    def reservoir(self) -> TripletReservoir:
         return self.handler.reservoir
 
     @property

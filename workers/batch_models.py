@@ -5,17 +5,20 @@ between that sample and a model the evaluator and the simulator can rank with. I
 nothing of Kafka or Redis: a fit returns the (meta, arrays) a store saves, and a scorer
 is rebuilt from exactly that (meta, arrays), so what is served is what was fitted.
 
-Points. phi(q, p) is query-dependent (the 36 similarities between query q and image
-p), so a *point* is a (query, image) pair, not an image: the same image under two
-queries has two different phi rows and possibly two different relevance grades. The
-reservoir's phi1 and phi2 rows are therefore deduplicated by (query_id, image id)
-(the first occurrence wins; a (query, image) pair always carries the same phi and
-grade). Its graded relevance is an ordinal label of that phi row: a higher grade means
-"more similar to what the user was looking for", which is exactly the kind of ordinal
-target cMDS-DML learns a metric for.
+Points. phi(q, p) is query-dependent (the d similarities between query q and image
+p; d = 36 in the paper), so a *point* is a (query, image) pair, not an image: the same
+image under two queries has two different phi rows and possibly two different
+relevance grades. The sample's triplets (a `TripletBlock` from the batch worker's
+`ranking.reservoir.TripletReservoir`) are therefore turned into points deduplicated by
+(query_id, image id) (the first occurrence wins: the p1 points in sample order, then
+the p2 points; a (query, image) pair always carries the same phi and grade). Its
+graded relevance is an ordinal label of that phi row: a higher grade means "more
+similar to what the user was looking for", which is exactly the kind of ordinal target
+cMDS-DML learns a metric for.
 
 Both models see phi through a `Standardizer` fitted on the deduplicated reservoir
 points, stored with the model (DESIGN: the feature scaling travels in the meta/arrays).
+Every fit stores the width it was trained on (meta `phi_dim`, `stream.store.WIDTH_KEY`).
 """
 
 from __future__ import annotations
@@ -26,70 +29,58 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.ranking.validation import as_float_matrix
+from rankstream.stream.settings import DEFAULT_PHI_DIM
+from rankstream.stream.store import WIDTH_KEY
 
-PHI_DIM = 36
-N_DESCRIPTORS = 9
 MEASURES_PER_DESCRIPTOR = 4
-# simulators.collection.Collection.feature_names is descriptor-major: columns 4g..4g+3
-# are descriptor g under the four similarity measures. One RankMKL kernel per descriptor:
-# its `group_sizes` are these consecutive column blocks.
-DESCRIPTOR_GROUP_SIZES: tuple[int, ...] = (MEASURES_PER_DESCRIPTOR,) * N_DESCRIPTORS
-# The reservoir's columns, in `Reservoir.add_many` order.
-RESERVOIR_COLUMNS = ("query_id", "p1_id", "p2_id", "rel1", "rel2", "phi1", "phi2")
 CMDS_DML, RANKMKL = "cmds_dml", "rankmkl"
 BATCH_KINDS = (CMDS_DML, RANKMKL)
 
 
+def descriptor_groups(width: int) -> tuple[slice, ...]:
+    """RankMKL's kernels: one per descriptor, i.e. per run of 4 consecutive phi columns.
+
+    simulators.collection.Collection.feature_names is descriptor-major: columns 4g..4g+3
+    are descriptor g under the four similarity measures (the paper's 9 x 4 = 36). Any
+    other width is read the same way, its last group holding the remaining columns.
+    """
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    step = MEASURES_PER_DESCRIPTOR
+    return tuple(slice(g, min(g + step, width)) for g in range(0, width, step))
+
+
+def descriptor_group_sizes(width: int) -> tuple[int, ...]:
+    """RankMKL's `group_sizes` at `width`: the sizes of `descriptor_groups(width)`."""
+    return tuple(g.stop - g.start for g in descriptor_groups(width))
+
+
 # --- training sets -------------------------------------------------------------------
-@dataclass(frozen=True)
-class TripletSample:
-    """Triplet records as columns (the reservoir's rows), validated once."""
-
-    query_id: np.ndarray  # (n,) int64
-    p1_id: np.ndarray  # (n,) int64
-    p2_id: np.ndarray  # (n,) int64
-    rel1: np.ndarray  # (n,) int graded relevance
-    rel2: np.ndarray  # (n,)
-    phi1: np.ndarray  # (n, 36) float
-    phi2: np.ndarray  # (n, 36)
-
-    def __post_init__(self) -> None:
-        n = len(self.query_id)
-        for name in RESERVOIR_COLUMNS[1:5]:
-            shape = np.shape(getattr(self, name))
-            if shape != (n,):
-                raise ValueError(f"{name} must have shape ({n},), got {shape}")
-        for name in ("phi1", "phi2"):
-            as_float_matrix(getattr(self, name), name, PHI_DIM)  # shape and finiteness
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"{name} has {len(getattr(self, name))} rows, expected {n}")
-        if np.any(np.asarray(self.rel1) == np.asarray(self.rel2)):
-            raise ValueError("tied relevance (rel1 == rel2) in the sample; ties carry no order")
-
-    @classmethod
-    def from_columns(cls, columns: tuple[np.ndarray, ...]) -> TripletSample:
-        """From `Reservoir.columns` (order `RESERVOIR_COLUMNS`)."""
-        if len(columns) != len(RESERVOIR_COLUMNS):
-            raise ValueError(f"expected {len(RESERVOIR_COLUMNS)} columns, got {len(columns)}")
-        return cls(*columns)
-
-    def __len__(self) -> int:
-        return len(self.query_id)
+def check_sample(sample: TripletBlock) -> TripletBlock:
+    """The reservoir's sample, checked once: finite phi, untied grades, some triplets."""
+    if len(sample) == 0:
+        raise ValueError("the sample holds no triplets")
+    as_float_matrix(sample.phi, "phi", sample.dim)  # finiteness
+    if np.any(np.asarray(sample.rel1) == np.asarray(sample.rel2)):
+        raise ValueError("tied relevance (rel1 == rel2) in the sample; ties carry no order")
+    return sample
 
 
 @dataclass(frozen=True)
 class RankedPoints:
     """Distinct (query, image) points with grades, and the sample's pairs over them."""
 
-    phi: np.ndarray  # (m, 36) float64
+    phi: np.ndarray  # (m, d) float64
     labels: np.ndarray  # (m,) float64 graded relevance
     keys: np.ndarray  # (m, 2) int64 (query_id, image id)
     pairs: np.ndarray  # (n, 2) int64 point indices (more relevant, less relevant)
 
 
-def ranked_points(sample: TripletSample) -> RankedPoints:
+def ranked_points(sample: TripletBlock) -> RankedPoints:
     """Deduplicate phi rows by (query, image) and orient every triplet as (better, worse)."""
+    check_sample(sample)
     n = len(sample)
     keys = np.concatenate(
         [
@@ -197,9 +188,11 @@ class CMDSDMLScorer:
         # The DML's own preprocessing (centring, RMS scale) is folded into `transform`;
         # kNN only needs differences, so the centring's offset is irrelevant here.
         components = dml.components_
-        if components.shape[1] != PHI_DIM:
+        width = int(meta.get(WIDTH_KEY, DEFAULT_PHI_DIM))
+        if components.shape[1] != width or scaler.dim != width:
             raise ValueError(
-                f"cmds_dml components have {components.shape[1]} columns, expected {PHI_DIM}"
+                f"cmds_dml components have {components.shape[1]} columns and its scaler "
+                f"{scaler.dim}; the model's width is {width}"
             )
         reference = np.asarray(arrays["reference"], dtype=np.float64)
         labels = np.asarray(arrays["labels"], dtype=np.float64)
@@ -211,7 +204,7 @@ class CMDSDMLScorer:
 
 
 def fit_cmds_dml(
-    sample: TripletSample, params: CMDSDMLParams = CMDSDMLParams()
+    sample: TripletBlock, params: CMDSDMLParams = CMDSDMLParams()
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on the sample's distinct points; state = scaler + DML + embedded reference set."""
     from rankstream.ranking.dml import CMDSDML
@@ -231,6 +224,7 @@ def fit_cmds_dml(
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {
         "kind": CMDS_DML,
+        WIDTH_KEY: sample.dim,
         "n_neighbors": params.n_neighbors,
         "n_points": len(points.labels),
         "n_triplets": len(sample),
@@ -287,12 +281,16 @@ class RankMKLScorer:
 
         scaler = Standardizer.from_state(meta["scaler"], _unprefixed("scaler", arrays))
         model = RankMKL.from_state(meta["mkl"], _unprefixed("mkl", arrays))
-        if len(model.kinds_) != N_DESCRIPTORS:
+        width = int(meta.get(WIDTH_KEY, DEFAULT_PHI_DIM))  # stored before widths: the paper's
+        groups = descriptor_groups(width)
+        if len(model.kinds_) != len(groups) or scaler.dim != width:
             raise ValueError(
-                f"rankmkl state has {len(model.kinds_)} kernels, expected {N_DESCRIPTORS}"
+                f"rankmkl state has {len(model.kinds_)} kernels and a {scaler.dim}-wide "
+                f"scaler; width {width} needs {len(groups)} kernels"
             )
         shift = arrays.get("shift")
-        return cls(scaler, model, None if shift is None else np.asarray(shift, np.float64))
+        shift = None if shift is None else np.asarray(shift, np.float64)
+        return cls(scaler, model, shift)
 
 
 def sample_pairs(pairs: np.ndarray, max_pairs: int, seed: int) -> np.ndarray:
@@ -305,7 +303,7 @@ def sample_pairs(pairs: np.ndarray, max_pairs: int, seed: int) -> np.ndarray:
 
 
 def fit_rankmkl(
-    sample: TripletSample, params: RankMKLParams = RankMKLParams()
+    sample: TripletBlock, params: RankMKLParams = RankMKLParams()
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on (a bounded sample of) the reservoir's pairs; state = scaler + RankMKL (+ shift)."""
     from rankstream.ranking.mkl import RankMKL
@@ -323,7 +321,7 @@ def fit_rankmkl(
         shift = Z.min(axis=0)
         Z = Z - shift
     model = RankMKL(
-        group_sizes=DESCRIPTOR_GROUP_SIZES,
+        group_sizes=descriptor_group_sizes(sample.dim),
         kernels=params.kernel,
         C=params.C,
         random_state=params.seed,
@@ -333,6 +331,7 @@ def fit_rankmkl(
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {
         "kind": RANKMKL,
+        WIDTH_KEY: sample.dim,
         "n_pairs": len(pairs),
         "n_points": len(used),
         "n_triplets": len(sample),

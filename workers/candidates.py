@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from rankstream.ranking.judgments import UNJUDGED
-from rankstream.stream.schema import PHI_DIM
 
 MAX_CANDIDATES = 10_000  # per query: ranks in ~ms; a 300-candidate query is the design point
 MAX_GRADE = 127  # relevance is int8 on the wire; gains are 2^rel - 1
@@ -25,8 +24,11 @@ class FieldError(ValueError):
         self.field, self.message = field, message
 
 
-def check_candidates(candidate_ids: object, phi: object) -> tuple[np.ndarray, np.ndarray]:
-    """(ids int64 (k,), phi float32 (k, PHI_DIM)): distinct ids, finite features."""
+def check_candidates(
+    candidate_ids: object, phi: object, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int64 (k,), phi float32 (k, width)): distinct ids, finite features; `width` is
+    the deployment's (`Settings.phi_dim`)."""
     ids = _int_vector(candidate_ids, "candidate_ids")
     k = ids.shape[0]
     if not 1 <= k <= MAX_CANDIDATES:
@@ -40,8 +42,8 @@ def check_candidates(candidate_ids: object, phi: object) -> tuple[np.ndarray, np
         raise FieldError("phi", "must be a matrix of numbers (one row per candidate)")
     if features.ndim != 2 or features.shape[0] != k:
         raise FieldError("phi", f"must have one row per candidate ({k}), got {features.shape}")
-    if features.shape[1] != PHI_DIM:
-        raise FieldError("phi", f"wrong width: rows have {features.shape[1]}, expected {PHI_DIM}")
+    if features.shape[1] != width:
+        raise FieldError("phi", f"wrong width: rows have {features.shape[1]}, expected {width}")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes Inf: refused
         features = np.ascontiguousarray(features, dtype=np.float32)
     if not np.isfinite(features).all():  # the common case costs one pass

@@ -5,6 +5,9 @@ was served. Each model is scored with *that* version (`store.load_version`, cach
 an LRU): never a newer one, which may already have learned from this query's
 feedback. A model whose stamped version the store has trimmed is skipped for that
 query and counted (`rankstream_evaluator_skipped_total{reason="missing_version"}`).
+Queries and models must have the deployment's feature width (`Settings.phi_dim`): a
+query of another width is dead-lettered (`wrong_width`), a model of another width is
+not scored (logged, counted as `score_error`).
 
 Per model the evaluator keeps NDCG@50 (graded gains, `ranking.metrics.ndcg_at_k`) and
 average precision over its last W scored queries. Both are computed over the candidates
@@ -171,7 +174,7 @@ class EvaluatorHandler(Handler):
     def __init__(self, settings: Settings, options: EvaluatorOptions, store: ModelStore) -> None:
         self.settings = settings
         self.options = options
-        self.cache = ScorerCache(store, options.cache_size)
+        self.cache = ScorerCache(store, options.cache_size, settings.phi_dim)
         self.rolling = RollingScores(options.window)
         self.history: deque[QueryScores] = deque(maxlen=options.history)
         self.champion = options.policy.default
@@ -337,7 +340,7 @@ class EvaluatorHandler(Handler):
         evaluated = 0
         for message in messages:
             try:
-                query = decode_query(message.value)
+                query = decode_query(message.value, width=self.settings.phi_dim)
             except SchemaError as exc:
                 self._dead_letter(runtime, message, exc.reason, exc.detail)
                 self.offsets[message.partition] = message.offset + 1

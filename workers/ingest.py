@@ -89,10 +89,11 @@ class Receipt:
     distinct_grades: int
 
 
-def check_feedback(feedback: Feedback) -> JudgedQuery:
-    """The feedback as a judged query (seq 0), or FieldError naming the bad field."""
+def check_feedback(feedback: Feedback, width: int) -> JudgedQuery:
+    """The feedback as a judged query (seq 0), or FieldError naming the bad field;
+    `width` is the deployment's phi width."""
     query_id = check_query_id(feedback.query_id)
-    ids, phi = check_candidates(feedback.candidate_ids, feedback.phi)
+    ids, phi = check_candidates(feedback.candidate_ids, feedback.phi, width)
     relevance = check_relevance(feedback.relevance, ids.shape[0])
     judged = relevance != UNJUDGED
     if not judged.any():
@@ -155,7 +156,7 @@ class FeedbackProducer:
 
     def send(self, feedback: Feedback) -> Receipt:
         """Check the feedback, form its triplets and hand both messages to the transport."""
-        query = check_feedback(feedback)
+        query = check_feedback(feedback, self.settings.phi_dim)
         rng = np.random.default_rng([self.seed, query.query_id % 2**64])
         with self._lock:  # seq numbers and the send order of one query stay together
             seq, first = self._next_query_seq, self._next_seq

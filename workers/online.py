@@ -23,6 +23,10 @@ Fencing: a FencingError on a save means another worker saved the model after us,
 this worker is stale; the runtime stops it at once (no further saves) and it exits
 with EXIT_FENCED; its supervisor restarts it, which loads the newer checkpoint.
 
+Width: messages are decoded at the deployment's width (`Settings.phi_dim`); one of
+another width is dead-lettered as `wrong_width`, and a stored model of another width
+stops the worker at load (`WrongWidthError`) instead of learning from misread rows.
+
 Dead letters: a message that fails to decode is sent to the dead-letter topic with the
 reason and its source offset, and every model moves past it. Row-level rejects
 (NaN/Inf, tied relevance) are learned around: the good rows are applied and the
@@ -43,7 +47,7 @@ from typing import Any
 from rankstream.ranking import learners
 from rankstream.stream.schema import NON_FINITE, SchemaError, TripletBlock, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import ModelStore
+from rankstream.stream.store import ModelStore, WrongWidthError
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
 from rankstream.workers.checkpoint import (
@@ -127,6 +131,10 @@ class OnlineHandler(Handler):
             )
             for name, algo in zip(self._names(), self.options.algos, strict=True)
         ]
+        for model in self.models:
+            width = None if model.ranker is None else model.ranker.dim
+            if width is not None and width != self.settings.phi_dim:
+                raise WrongWidthError(model.name, width, self.settings.phi_dim)
         topic = self.settings.triplets_topic
         for model in self.models:
             metrics.MODEL_VERSION.labels(model=model.name).set(model.version)
@@ -162,7 +170,7 @@ class OnlineHandler(Handler):
                 continue  # replayed after a crash; every model already has it
             self.counters.messages += 1
             try:
-                block = decode_triplets(message.value)
+                block = decode_triplets(message.value, width=self.settings.phi_dim)
             except SchemaError as exc:
                 self._dead_letter(runtime, message, exc.reason, exc.detail)
                 for model in targets:

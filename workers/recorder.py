@@ -7,6 +7,8 @@ beginning), so a recorder killed at any moment and restarted records every messa
 exactly once: buffered messages that never reached a file are simply read again. The
 runtime's checkpoint commits what is buffered (every `roll_seconds`, and on a clean
 stop); a topic's buffer is also committed once it holds `messages_per_file` messages.
+Messages are decoded at the deployment's width (`Settings.phi_dim`), which every file
+records; a message of another width is left out and counted like an undecodable one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rankstream.stream.recording import DEFAULT_ROW_GROUP_ROWS, RecordingWriter, WriterCounts
-from rankstream.stream.settings import Settings
+from rankstream.stream.settings import DEFAULT_PHI_DIM, Settings
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
@@ -64,10 +66,13 @@ class RecorderHandler(Handler):
         topics: dict[str, str],
         options: RecorderOptions,
         on_commit: OnCommit | None = None,
+        width: int = DEFAULT_PHI_DIM,
     ) -> None:
         self.options = options
         self.writers = {
-            topic: RecordingWriter(Path(directory), kind, topic, options.row_group_rows)
+            topic: RecordingWriter(
+                Path(directory), kind, topic, options.row_group_rows, width=width
+            )
             for kind, topic in topics.items()
         }
         self._on_commit = on_commit
@@ -122,7 +127,7 @@ class Recorder(StreamRuntime):
         on_commit: OnCommit | None = None,
     ) -> None:
         options = options or RecorderOptions()
-        handler = RecorderHandler(directory, topics, options, on_commit)
+        handler = RecorderHandler(directory, topics, options, on_commit, settings.phi_dim)
         super().__init__(settings, handler, options.runtime(), transport=transport)
         self.options = options
 

@@ -42,6 +42,7 @@ from rankstream.stream.recording import (
     iter_triplet_chunks,
     nonfinite_rows,
 )
+from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class DirectOptions:
     hyper: Mapping[str, float] = field(default_factory=dict)  # ranking.learners.HYPERPARAMETERS
     scaler_rows: int = DEFAULT_SCALER_ROWS
     skip_bad: bool = False
+    width: int = DEFAULT_PHI_DIM  # the deployment's phi width; a log of another is refused
 
     def __post_init__(self) -> None:
         learners.check_names(self.algos)
@@ -115,7 +117,11 @@ def train_from_log(
     """Feed every recorded triplet to fresh models; `on_rows(n)` reports progress."""
     options = options or DirectOptions()
     counts = ReadCounts()
-    chunks = _prefetch(iter_triplet_chunks(directory, skip_bad=options.skip_bad, counts=counts))
+    chunks = _prefetch(
+        iter_triplet_chunks(
+            directory, width=options.width, skip_bad=options.skip_bad, counts=counts
+        )
+    )
     from rankstream.workers.checkpoint import TrackedModel
 
     models = [

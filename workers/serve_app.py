@@ -179,10 +179,12 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     body = await read_body(request, state.settings.api_max_body_bytes)
     kind = media_type(request.headers.get("content-type"))
     if kind == JSON:
-        query = rank_from_json(body)
+        query = rank_from_json(body, state.settings.phi_dim)
     elif kind == ARROW:
         params = request.query_params
-        query = rank_from_arrow(body, params.get("model"), params.get("version"))
+        query = rank_from_arrow(
+            body, params.get("model"), params.get("version"), state.settings.phi_dim
+        )
     else:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
     loaded = await _serving_model(state, query)
@@ -263,7 +265,7 @@ async def readyz(request: Request, state: ServeState) -> tuple[Response, str]:
 
 
 async def openapi(request: Request, state: ServeState) -> tuple[Response, str]:
-    return json_response(openapi_document()), "-"
+    return json_response(openapi_document(state.settings.phi_dim)), "-"
 
 
 ROUTES = {

@@ -100,19 +100,19 @@ def _ids(values: object) -> np.ndarray:
         raise BadRequest(422, "candidate_ids: ids must fit in 64 bits", "candidate_ids") from None
 
 
-def rank_from_json(body: bytes) -> RankRequest:
+def rank_from_json(body: bytes, width: int) -> RankRequest:
     document = parse_json(body)
     ids = _ids(_required(document, "candidate_ids"))
     phi = _matrix(_required(document, "phi"), "phi")
     model, version = _model_choice(document.get("model"), document.get("version"))
     try:
-        ids, phi = check_candidates(ids, phi)
+        ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
     return RankRequest(ids, phi, model, version)
 
 
-def rank_from_arrow(body: bytes, model: str | None, version: str | None) -> RankRequest:
+def rank_from_arrow(body: bytes, model: str | None, version: str | None, width: int) -> RankRequest:
     try:
         table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
         table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
@@ -128,7 +128,7 @@ def rank_from_arrow(body: bytes, model: str | None, version: str | None) -> Rank
     phi = _arrow_matrix(table.column("phi"))
     choice = _model_choice(model, version)
     try:
-        ids, phi = check_candidates(ids, phi)
+        ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
     return RankRequest(ids, phi, *choice)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankstream.stream.schema import PHI_DIM
 from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
 
 _ERROR = {
@@ -18,12 +17,17 @@ _ERROR = {
         "field": {"type": ["string", "null"], "description": "the request field at fault"},
     },
 }
-_PHI = {
-    "type": "array",
-    "description": f"one row of {PHI_DIM} finite numbers per candidate, in candidate order",
-    "items": {"type": "array", "items": {"type": "number"}, "minItems": PHI_DIM,
-              "maxItems": PHI_DIM},
-}  # fmt: skip
+
+
+def _phi(width: int) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": f"one row of {width} finite numbers per candidate, in candidate order",
+        "items": {"type": "array", "items": {"type": "number"}, "minItems": width,
+                  "maxItems": width},
+    }  # fmt: skip
+
+
 _IDS = {
     "type": "array",
     "items": {"type": "integer", "format": "int64"},
@@ -36,12 +40,11 @@ _VERSIONS = {
     "additionalProperties": {"type": "integer"},
     "description": "model name -> version current when the query was ranked",
 }
-_RANK_REQUEST = {
+_RANK_REQUEST: dict[str, Any] = {
     "type": "object",
     "required": ["candidate_ids", "phi"],
     "properties": {
         "candidate_ids": _IDS,
-        "phi": _PHI,
         "model": {"type": "string", "default": "champion",
                   "description": "'champion' (the evaluator's best) or a model name"},
         "version": {"type": "integer", "minimum": 1,
@@ -62,14 +65,13 @@ _RANKING = {
         "model_versions": _VERSIONS,
     },
 }  # fmt: skip
-_FEEDBACK = {
+_FEEDBACK: dict[str, Any] = {
     "type": "object",
     "required": ["query_id", "candidate_ids", "phi", "relevance"],
     "properties": {
         "query_id": {"type": "integer", "format": "int64",
                      "description": "the message key of its triplets and judged query"},
         "candidate_ids": _IDS,
-        "phi": _PHI,
         "relevance": {"type": "array",
                       "items": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_GRADE},
                       "description": "the user's grade per candidate; null = not judged. "
@@ -104,7 +106,13 @@ def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
     return answers
 
 
-def openapi_document() -> dict[str, Any]:
+def _with_phi(schema: dict[str, Any], width: int) -> dict[str, Any]:
+    """A request schema with its `phi` field at the deployment's width."""
+    return {**schema, "properties": {**schema["properties"], "phi": _phi(width)}}
+
+
+def openapi_document(width: int) -> dict[str, Any]:
+    """The document for a deployment whose phi has `width` columns (`Settings.phi_dim`)."""
     arrow = "application/vnd.apache.arrow.stream"
     return {
         "openapi": "3.1.0",
@@ -121,9 +129,9 @@ def openapi_document() -> dict[str, Any]:
                     {"name": "version", "in": "query", "schema": {"type": "integer"}},
                 ],
                 "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": _RANK_REQUEST},
+                    "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
                     arrow: {"schema": {"description": "columns candidate_id int64, phi "
-                                       f"fixed_size_list<float32>[{PHI_DIM}]"}},
+                                       f"fixed_size_list<float32>[{width}]"}},
                 }},
                 "responses": _answers(
                     {"content": {"application/json": {"schema": _RANKING},
@@ -134,7 +142,7 @@ def openapi_document() -> dict[str, Any]:
             "/v1/feedback": {"post": {
                 "summary": "A judged query: produced as triplets + judged query once "
                            "the broker acknowledged",
-                "requestBody": {"required": True, **_json(_FEEDBACK)},
+                "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
                 "responses": _answers(_json(_RECEIPT), 400, 413, 415, 422, 503),
             }},
             "/v1/models": {"get": {"summary": "Every stored model",

@@ -25,9 +25,11 @@ class EmbeddedWorkers:
     """The online worker and the evaluator on threads of this process."""
 
     def __init__(self, settings: Settings) -> None:
+        # Saves are in-memory here: checkpoint and publish every second, so what the
+        # workers learn reaches the API (and is stamped on what it ranks) within a second.
         self.runtimes: list[StreamRuntime] = [
-            OnlineWorker(settings, WorkerOptions()),
-            Evaluator(settings, EvaluatorOptions()),
+            OnlineWorker(settings, WorkerOptions(checkpoint_seconds=1.0)),
+            Evaluator(settings, EvaluatorOptions(publish_seconds=1.0)),
         ]
         self.threads: list[threading.Thread] = []
 

@@ -1,7 +1,10 @@
 """Models read back from the store as scorers, and the champion policy that picks one to serve.
 
 `SCORERS` maps a stored model's kind to a factory that rebuilds it as a `Scorer`
-(`score(phi (k, 36) float32) -> (k,) float64`, higher = more relevant). The simulator
+(`score(phi (k, d) float32) -> (k,) float64`, higher = more relevant, d the deployment's
+width `Settings.phi_dim`). A stored model of another width is refused
+(`stream.store.WrongWidthError`) before it is rebuilt, and a scorer refuses phi of
+another width, so a model is never fed features it was not trained on. The simulator
 ranks with one, the evaluator scores every model with them, so the two can never
 disagree on how a model scores. A worker that publishes a new kind registers its
 factory here (`SCORERS["cmds_dml"] = ...`).
@@ -33,8 +36,8 @@ import numpy as np
 from rankstream.ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.validation import as_float_matrix
-from rankstream.stream.schema import PHI_DIM
-from rankstream.stream.store import ModelStore, StoredModel
+from rankstream.stream.settings import DEFAULT_PHI_DIM
+from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
 from rankstream.workers import metrics
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.pins import pin_record_name, pinned_model
@@ -55,14 +58,16 @@ ScorerFactory = Callable[[StoredModel], Scorer]
 
 
 class CheckedScorer:
-    """Wraps a model's scoring: validates phi (k, 36), returns finite float64 (k,)."""
+    """Wraps a model's scoring: validates phi (k, width), returns finite float64 (k,)."""
 
-    def __init__(self, name: str, version: int, score_fn: Callable[[np.ndarray], Any]) -> None:
-        self.name, self.version = name, version
+    def __init__(
+        self, name: str, version: int, score_fn: Callable[[np.ndarray], Any], width: int
+    ) -> None:
+        self.name, self.version, self.width = name, version, width
         self._score = score_fn
 
     def score(self, phi: np.ndarray) -> np.ndarray:
-        phi = as_float_matrix(phi, "phi", PHI_DIM)
+        phi = as_float_matrix(phi, "phi", self.width)
         scores = np.asarray(self._score(phi), dtype=np.float64).reshape(-1)
         if scores.shape != (phi.shape[0],):
             raise ValueError(
@@ -90,11 +95,12 @@ def linear_scorer(stored: StoredModel) -> Scorer:
             f"linear states are {sorted(_LINEAR_STATES)}"
         )
     model = rebuild(stored.meta, stored.arrays)
-    if model.weights.shape != (PHI_DIM,):
+    width = stored_width(stored)
+    if model.weights.shape != (width,):
         raise ValueError(
-            f"model {stored.name!r} has {model.weights.shape[0]} weights, expected {PHI_DIM}"
+            f"model {stored.name!r} has {model.weights.shape[0]} weights, its width is {width}"
         )
-    return CheckedScorer(stored.name, stored.version, model.score)
+    return CheckedScorer(stored.name, stored.version, model.score, width)
 
 
 SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_scorer}
@@ -106,36 +112,39 @@ def batch_scorer(stored: StoredModel) -> Scorer:
     from rankstream.workers.batch_models import scorer_from_state
 
     model = scorer_from_state(stored.kind, stored.meta, stored.arrays)
-    return CheckedScorer(stored.name, stored.version, model.score)
+    return CheckedScorer(stored.name, stored.version, model.score, stored_width(stored))
 
 
 SCORERS["cmds_dml"] = batch_scorer
 SCORERS["rankmkl"] = batch_scorer
 
 
-def scorer_for(stored: StoredModel) -> Scorer:
-    """The stored model as a Scorer; ValueError for a kind nobody registered."""
+def scorer_for(stored: StoredModel, width: int = DEFAULT_PHI_DIM) -> Scorer:
+    """The stored model as a Scorer of `width`-wide phi; ValueError for a kind nobody
+    registered, WrongWidthError (a ValueError) for a model of another width."""
     factory = SCORERS.get(stored.kind)
     if factory is None:
         raise ValueError(
             f"model {stored.name!r} has kind {stored.kind!r}, which has no scorer "
             f"(registered: {sorted(SCORERS)})"
         )
-    return factory(stored)
+    return factory(check_width(stored, width))
 
 
 class ScorerCache:
     """LRU of (name, version) -> Scorer, None when that version is gone (trimmed).
 
     Also remembers each name's kind, so a name whose kind has no scorer (a reservoir,
-    the evaluator's own record) is loaded once, not on every query.
+    the evaluator's own record) is loaded once, not on every query. Scorers take
+    `width`-wide phi (the deployment's); a model of another width raises WrongWidthError.
     """
 
-    def __init__(self, store: ModelStore, capacity: int = 64) -> None:
+    def __init__(self, store: ModelStore, capacity: int = 64, width: int = DEFAULT_PHI_DIM) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.store = store
         self.capacity = capacity
+        self.width = width
         self._entries: OrderedDict[tuple[str, int], Scorer | None] = OrderedDict()
         self.kinds: dict[str, str] = {}
 
@@ -157,7 +166,7 @@ class ScorerCache:
         scorer = None
         if stored is not None:
             self.kinds[name] = stored.kind
-            scorer = scorer_for(stored)
+            scorer = scorer_for(stored, self.width)
         self._entries[key] = scorer
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -183,7 +192,7 @@ class ScorerCache:
                 if stored is not None:
                     self.kinds[name] = stored.kind
                     if stored.kind in SCORERS:
-                        self._entries[(name, stored.version)] = scorer_for(stored)
+                        self._entries[(name, stored.version)] = scorer_for(stored, self.width)
 
 
 # --- champion policy -----------------------------------------------------------------
@@ -234,10 +243,16 @@ class ServingModel:
     evaluator keeps scoring them.
     """
 
-    def __init__(self, store: ModelStore, serving: str = CHAMPION, cache_size: int = 16) -> None:
+    def __init__(
+        self,
+        store: ModelStore,
+        serving: str = CHAMPION,
+        cache_size: int = 16,
+        width: int = DEFAULT_PHI_DIM,
+    ) -> None:
         self.store = store
         self.serving = serving
-        self.cache = ScorerCache(store, cache_size)
+        self.cache = ScorerCache(store, cache_size, width)
         self.current: Served | None = None
         self.switches = 0
         self._champion: str = UNI_CON

@@ -21,6 +21,9 @@ the runtime's clean close), the embedded demo calls `step()` itself.
 
 Determinism: the records depend only on the seed, the collection and the sequence of
 serving models (the feedback loop's own guarantee); the rate limit only delays sends.
+
+Width: the simulated collection's phi is the paper's 36 features; a deployment of
+another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankstream.simulators.collection import PAPER_N_IMAGES, Collection
-from rankstream.simulators.feedback import FeedbackSimulator
+from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import FencingError, ModelStore
+from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
@@ -137,7 +140,7 @@ def publish_unicon(
         return existing.version
     scaler = Standardizer().fit(simulator.calibration_phi(calibration_queries))
     meta, arrays = UniCon(scaler=scaler).to_state()
-    meta["calibration_queries"] = calibration_queries
+    meta.update(calibration_queries=calibration_queries, **{WIDTH_KEY: scaler.dim})
     try:
         version = store.save(
             UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0
@@ -177,7 +180,7 @@ class SimulatorHandler(Handler):
         self.settings = settings
         self.options = options
         self.simulator = simulator
-        self.serving = ServingModel(store, options.serving)
+        self.serving = ServingModel(store, options.serving, width=settings.phi_dim)
         self.bucket = TokenBucket(options.rate) if options.rate is not None else None
         self.triplets_produced = 0
         self.queries_produced = 0
@@ -264,6 +267,11 @@ class Simulation:
     ) -> None:
         self.settings = settings
         self.options = options
+        if settings.phi_dim != PHI_DIM:
+            raise ValueError(
+                f"the simulator's phi is {PHI_DIM} features wide; this deployment's width "
+                f"(RANKSTREAM_PHI_DIM) is {settings.phi_dim}"
+            )
         if collection is None:
             collection, index = load_collection(settings, options, progress)
         simulator = FeedbackSimulator(

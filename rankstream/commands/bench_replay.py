@@ -1,7 +1,8 @@
 """`rankstream bench replay`: a recorded log through the four linear learners, whole process.
 
-A log of N triplets (the benchmark's 2,000-row blocks, as a recorder writes them) is
-generated into a temporary directory first; then `rankstream replay DIR --direct --algo
+A log of N simulator-shaped triplets (`TripletGenerator.messages`: one judged query a
+message by default, as the simulator sends them; recorded as a recorder writes them)
+is generated into a temporary directory first; then `rankstream replay DIR --direct --algo
 opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
 interpreter start-up, imports, numba's cache load, Parquet reading and learning all
 count. One warm-up run (populating numba's cache and the page cache) is reported apart;
@@ -25,23 +26,25 @@ TOPIC = "bench.triplets"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="triplets in the log")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
-    parser.add_argument("--block-size", type=int, default=2000, help="triplets per message")
+    parser.add_argument(
+        "--queries-per-message", type=int, default=1, help="judged queries per message"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the triplet generator")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def write_log(
-    directory, n_triplets: int, block_size: int, seed: int, on_rows=lambda n: None
+    directory, n_triplets: int, queries_per_message: int, seed: int, on_rows=lambda n: None
 ) -> int:
     """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
-    from rankstream.stream.generator import TripletGenerator
+    from rankstream.harness.generator import TripletGenerator
     from rankstream.stream.recording import RecordingWriter
     from rankstream.stream.schema import block_key, encode_triplets
     from rankstream.stream.transport import Message
 
     writer = RecordingWriter(directory, "triplets", TOPIC)
     start_ms = 1_700_000_000_000
-    blocks = TripletGenerator(seed=seed).blocks(n_triplets, block_size)
+    blocks = TripletGenerator(seed=seed).messages(n_triplets, queries_per_message)
     for offset, block in enumerate(blocks):
         writer.add(
             Message(TOPIC, 0, offset, block_key(block), encode_triplets(block), start_ms + offset)
@@ -96,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    if args.triplets < 1 or args.repeats < 1 or args.block_size < 1:
-        print("--triplets, --repeats and --block-size must be >= 1", file=sys.stderr)
+    if args.triplets < 1 or args.repeats < 1 or args.queries_per_message < 1:
+        print("--triplets, --repeats and --queries-per-message must be >= 1", file=sys.stderr)
         return 2
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="rankstream-bench-replay-") as tmp:
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             log_bytes = write_log(
                 directory,
                 args.triplets,
-                args.block_size,
+                args.queries_per_message,
                 args.seed,
                 lambda n: progress.advance(task, n),
             )

@@ -82,7 +82,8 @@ def _run_direct(args: argparse.Namespace) -> int:
         # Nothing here calls BLAS, but numpy's and scipy's OpenBLAS (numba imports
         # scipy) would each start a thread pool at import: ~0.1 s of CPU for nothing.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from rankstream.stream.recording import RecordingError
+    from rankstream.stream.recording import RecordingError, WidthMismatchError
+    from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
 
@@ -93,9 +94,13 @@ def _run_direct(args: argparse.Namespace) -> int:
             hyper=hyperparameter_values(args),
             scaler_rows=args.scaler_rows,
             skip_bad=args.skip_bad,
+            width=Settings.from_env().phi_dim,
         )
         with _Progress("training from the log", _log_rows(args.directory)) as advance:
             result = train_from_log(args.directory, options, on_rows=advance)
+    except WidthMismatchError as exc:
+        print(f"wrong width: {exc}", file=sys.stderr)
+        return 1
     except RecordingError as exc:
         print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
         return 1
@@ -119,7 +124,7 @@ def _run_into_transport(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
     from rankstream.commands.record import KIND_TOPICS
     from rankstream.stream.connect import open_transport
-    from rankstream.stream.recording import RecordingError, replay_log
+    from rankstream.stream.recording import RecordingError, WidthMismatchError, replay_log
     from rankstream.stream.settings import Settings
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
@@ -138,9 +143,13 @@ def _run_into_transport(args: argparse.Namespace) -> int:
                 args.directory,
                 topics,
                 speed=speed,
+                width=settings.phi_dim,
                 skip_bad=args.skip_bad,
                 on_message=lambda m: advance(m.rows if m.kind == "triplets" else 0),
             )
+    except WidthMismatchError as exc:
+        print(f"wrong width: {exc}", file=sys.stderr)
+        return 1
     except RecordingError as exc:
         print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
         return 1
@@ -168,13 +177,13 @@ def _run_into_transport(args: argparse.Namespace) -> int:
 
 
 def _log_rows(directory: str) -> int:
-    """Triplet rows in the log's footers (for the progress bar); 0 if unreadable."""
+    """Triplets in the log's footers (for the progress bar); 0 if unreadable."""
     from rankstream.stream.recording import RecordingError, log_paths, read_log_file
 
     total = 0
     for path in log_paths(directory, "triplets"):
         try:
-            total += read_log_file(path, "triplets").rows
+            total += read_log_file(path, "triplets").records
         except RecordingError:
             continue
     return total

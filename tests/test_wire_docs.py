@@ -1,0 +1,25 @@
+"""docs/WIRE.md's producer example, run as written: rankstream decodes what it sends."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from rankstream.stream.schema import decode_triplets
+
+WIRE = Path(__file__).resolve().parents[1] / "docs" / "WIRE.md"
+
+
+def test_the_documented_producer_writes_a_message_rankstream_reads():
+    blocks = re.findall(r"```python\n(.*?)```", WIRE.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    scope: dict = {}
+    exec(compile(blocks[0], str(WIRE), "exec"), scope)
+    block = decode_triplets(scope["value"])
+    assert block.rejects == [] and scope["key"] == b"4242"
+    assert block.seq.tolist() == [0, 1, 2]
+    assert (block.rel1 > block.rel2).all() and set(block.query_id.tolist()) == {4242}
+    assert np.array_equal(block.phi, scope["phi"]) and block.image_id.tolist() == [17, 23, 99]
+    assert np.array_equal(block.p1_id, scope["image_id"][scope["p1"]])
