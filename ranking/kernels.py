@@ -20,10 +20,10 @@ float64: x, the weights, AROW's covariance, every dot product and its accumulato
 Summation order, fixed so every run is bit-identical (no fast-math) while the dot
 products still vectorise: every float64 row the kernels keep (x, the weights, AROW's
 covariance) is padded with zeros to a multiple of `LANES` = 8 (adding a padded 0
-changes no sum), and every dot product is `ranking.lanes.dot_rows`: eight vector lanes
-of partial sums, lane k over j = k, k + 8, ..., added as ((l0 + l1) + (l2 + l3)) +
-((l4 + l5) + (l6 + l7)). The kernels' buffers start on a 64-byte boundary, so each
-padded row is whole cache lines.
+changes no sum), and every dot product is `ranking.lanes.dot_rows`: sixteen partial
+sums in two vector accumulators, added in an order fixed by the code, not by the
+compiler or the machine (see `ranking.lanes`). The kernels' buffers start on a 64-byte
+boundary, so each padded row is whole cache lines.
 
 The loops never divide by zero (|x|^2 > 0 where it divides, C > 0), so they compile
 with `error_model="numpy"`: no Python zero-division checks in the hot loop. The

@@ -67,7 +67,10 @@ def test_normalized_form_matches_the_reference_loop_at_every_width(algo: str, d:
     np.testing.assert_allclose(ranker.weights, w, rtol=0, atol=1e-9)
     if algo == "arow":
         np.testing.assert_allclose(ranker.sigma, sigma, rtol=0, atol=1e-9)
-    assert ranker.n_updates == n_updates > 0
+    # 400 triplets over 40 images repeat pairs: after an OPAR step a repeated pair sits
+    # on a margin of exactly 1 up to rounding, so its next step is 0 or ~1e-16 depending
+    # on the summation order; such a vanishing step may be counted on one side only
+    assert n_updates > 0 and abs(ranker.n_updates - n_updates) <= 2
 
 
 def test_float32_and_float64_tables_learn_the_same_weights() -> None:
