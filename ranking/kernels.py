@@ -89,7 +89,8 @@ def learn_linear(
     times a padded 0 of x) and writes them back at the end. Model m learns
     x / scales[group[m]] (its scaler's std), or x itself when scales is None (no model
     has a scaler: one group). Each distinct scaler's x is gathered once per row, |x|^2
-    summed in the same pass; every model's margin and update then work on it. Per
+    and the margin of that scaler's first model summed in the same pass; every other
+    model's margin and every update then work on it. Per
     model the arithmetic and its order are those of one model alone, so the weights
     are bit-identical to separate calls.
 
@@ -106,6 +107,11 @@ def learn_linear(
     Wp[:, :d] = W
     xs = buf[k * dp :].reshape((n_groups, dp))  # x of each scaler, padded with 0
     sqnorms = np.empty(n_groups)
+    lead = np.full(n_groups, -1)  # each scaler's first model: its margin comes with x
+    lead_dots = np.empty(n_groups)
+    for m in range(k):
+        if lead[group[m]] < 0:
+            lead[group[m]] = m
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
@@ -115,9 +121,11 @@ def learn_linear(
             break
         for g in range(n_groups):
             if p1 is None:
-                sqnorms[g] = gather_row(xs, g, phi, i, None, scales, g)
+                sqnorms[g], lead_dots[g] = gather_row(xs, g, phi, i, None, scales, g, Wp, lead[g])
             else:
-                sqnorms[g] = gather_row(xs, g, phi, p1[i], p2[i], scales, g)
+                sqnorms[g], lead_dots[g] = gather_row(
+                    xs, g, phi, p1[i], p2[i], scales, g, Wp, lead[g]
+                )
         for m in range(k):
             if status[m] != _OK:
                 continue
@@ -128,7 +136,8 @@ def learn_linear(
                 continue
             if sqnorm == 0.0:
                 continue
-            lam = _step_size(rules[m], yi * dot_rows(Wp, m, xs, g), sqnorm, params[m])
+            dot = lead_dots[g] if m == lead[g] else dot_rows(Wp, m, xs, g)
+            lam = _step_size(rules[m], yi * dot, sqnorm, params[m])
             if lam != 0.0:
                 add_scaled_row(Wp, m, lam * yi, xs, g)
                 n_updates[m] += 1
@@ -171,12 +180,12 @@ def learn_arow(w, sigma_out, phi, p1, p2, scales, y, r):  # pragma: no cover - c
         if yi != 1.0 and yi != -1.0:
             return n_updates, _BAD_LABEL, i
         if p1 is None:
-            sqnorm = gather_row(S, X_, phi, i, None, scales, 0)
+            sqnorm, dot = gather_row(S, X_, phi, i, None, scales, 0, S, W_)
         else:
-            sqnorm = gather_row(S, X_, phi, p1[i], p2[i], scales, 0)
+            sqnorm, dot = gather_row(S, X_, phi, p1[i], p2[i], scales, 0, S, W_)
         if not sqnorm < np.inf:
             return n_updates, _NONFINITE, i
-        loss = 1.0 - yi * dot_rows(S, W_, S, X_)
+        loss = 1.0 - yi * dot
         if sqnorm == 0.0 or loss <= 0.0:
             continue
         for k in range(dp):

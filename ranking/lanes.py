@@ -20,7 +20,8 @@ zeros to a multiple of `LANES` = 8 (one 64-byte cache line):
   margin (d = 36: 3 adds instead of 5);
 * `gather_row`: x = (phi[a] - phi[b]) / scale, eight entries at a time (masked loads
   past phi's width, so the padding comes out 0), each entry widened to float64 before
-  the subtraction; returns |x|^2 summed in `dot_rows`' order in the same pass;
+  the subtraction; returns |x|^2 and one model's w.x, summed in `dot_rows`' order in the
+  same pass (a single-model pass then reads x once, as a fused C loop does);
 * `add_scaled_row`: y += c x, eight entries at a time.
 
 The order is fixed by the IR, not by the machine: AVX-512 runs an <8 x double> in one
@@ -158,9 +159,10 @@ def dot_rows(typingctx, A, a, B, b):  # type: ignore[no-untyped-def]  # pragma: 
 
 
 @intrinsic
-def gather_row(typingctx, X, g, phi, a, b, scales, s):  # type: ignore[no-untyped-def]  # pragma: no cover
+def gather_row(typingctx, X, g, phi, a, b, scales, s, W, m):  # type: ignore[no-untyped-def]  # pragma: no cover
     """X[g, :] = (phi[a] - phi[b]) / scales[s] widened to float64, 0 past phi's width;
-    returns |X[g]|^2 (`dot_rows(X, g, X, g)`, summed in the same pass).
+    returns (|X[g]|^2, W[m].X[g]), both summed in the same pass in `dot_rows`' order
+    (equal to `dot_rows(X, g, X, g)` and `dot_rows(W, m, X, g)`; W's rows as wide as X's).
 
     b None: phi[a] itself; scales None: unscaled. X's rows are phi's width padded to a
     multiple of `LANES` (wider rows keep their extra entries; callers keep them 0); phi
@@ -177,12 +179,18 @@ def gather_row(typingctx, X, g, phi, a, b, scales, s):  # type: ignore[no-untype
         and _rows(g, a, s)
         and (not pair or _rows(b))
         and (not scaled or _float_rows(scales))
+        and _float_rows(W)
+        and _rows(m)
     ):
         return None
+    result = types.UniTuple(types.float64, 2)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        x_type, g_type, phi_type, a_type, b_type, scales_type, s_type = signature.args
+        x_type, g_type, phi_type, a_type, b_type, scales_type, s_type, w_type, m_type = (
+            signature.args
+        )
         out, _ = _row_pointer(context, builder, x_type, args[0], args[1], g_type)
+        row_w, _ = _row_pointer(context, builder, w_type, args[7], args[8], m_type)
         row_a, d = _row_pointer(context, builder, phi_type, args[2], args[3], a_type)
         if pair:
             row_b, _ = _row_pointer(context, builder, phi_type, args[2], args[4], b_type)
@@ -190,7 +198,7 @@ def gather_row(typingctx, X, g, phi, a, b, scales, s):  # type: ignore[no-untype
             row_s, _ = _row_pointer(context, builder, scales_type, args[5], args[6], s_type)
         narrow = phi_type.dtype == types.float32
         vin = ir.VectorType(ir.FloatType() if narrow else _F64, LANES)
-        sums = _Sums(builder)
+        sums, dots = _Sums(builder), _Sums(builder)
 
         def step(j, inside, which):  # type: ignore[no-untyped-def]
             """Entries j..j+7 into accumulator `which`: plain loads, or masked ones
@@ -211,6 +219,7 @@ def gather_row(typingctx, X, g, phi, a, b, scales, s):  # type: ignore[no-untype
                 x = builder.fdiv(x, load(row_s, _VECTOR, 1.0))
             _store(builder, x, out, j)
             sums.add(which, builder.fmul(x, x))
+            dots.add(which, builder.fmul(_load(builder, row_w, j), x))
 
         eight = ir.Constant(d.type, LANES)
         whole = builder.udiv(d, eight)
@@ -232,9 +241,9 @@ def gather_row(typingctx, X, g, phi, a, b, scales, s):  # type: ignore[no-untype
                     step(j, inside, 1)
                 with otherwise:
                     step(j, inside, 0)
-        return sums.total()
+        return context.make_tuple(builder, result, [sums.total(), dots.total()])
 
-    return types.float64(X, g, phi, a, b, scales, s), codegen
+    return result(X, g, phi, a, b, scales, s, W, m), codegen
 
 
 @intrinsic
