@@ -6,8 +6,29 @@ step-size code) for several models in one pass; `learn_arow` is AROW's second-or
 update. Both work on copies the caller commits only when the whole batch passed, and
 report the first bad row through a status code (`OK`, `NONFINITE`, `BAD_LABEL`).
 
-The compile is paid once per machine (numba's on-disk cache); `bench learners` times
-the first call apart from the passes it measures.
+Both read the triplets' normalized form directly: row i is
+x = (phi[p1[i]] - phi[p2[i]]) / scale, gathered inside the loop into a small buffer
+(no (n, d) differences or gathered copies), or x = phi[i] / scale when p1 and p2 are
+None (a matrix of ready differences, `OnlineRanker.learn_many`); scale None means 1.
+
+Precision: phi is stored as it comes, float32 from the wire (or float64); each entry is
+widened to float64 before the subtraction, so x is exactly
+`np.subtract(phi1, phi2, dtype=np.float64)` (then divided by the scaler's std in
+float64, exactly as `Standardizer.transform_differences`). Everything after that is
+float64: x, the weights, AROW's covariance, every dot product and its accumulators.
+
+Summation order, fixed so every run is bit-identical (no fast-math) while the dot
+products still vectorise: every float64 row the kernels keep (x, the weights, AROW's
+covariance) is padded with zeros to a multiple of `LANES` = 8 (adding a padded 0
+changes no sum), and every dot product is `ranking.lanes.dot_rows`: sixteen partial
+sums in two vector accumulators, added in an order fixed by the code, not by the
+compiler or the machine (see `ranking.lanes`). The kernels' buffers start on a 64-byte
+boundary, so each padded row is whole cache lines.
+
+The loops never divide by zero (|x|^2 > 0 where it divides, C > 0), so they compile
+with `error_model="numpy"`: no Python zero-division checks in the hot loop. The
+compile is paid once per machine (numba's on-disk cache); `bench learners` times the
+first call apart from the passes it measures.
 """
 
 from __future__ import annotations
@@ -15,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rankstream.ranking.lanes import LANES, add_scaled_row, dot_rows, gather_row
 from rankstream.ranking.rules import OGDR_RULE, OPAR1_RULE, OPAR2_RULE, OPR_RULE
 
 # Kernel status codes: which check stopped the loop at `bad_row`.
@@ -28,7 +50,7 @@ _OK, _NONFINITE, _BAD_LABEL = OK, NONFINITE, BAD_LABEL
 _OPR, _OPAR1, _OPAR2, _OGDR = OPR_RULE, OPAR1_RULE, OPAR2_RULE, OGDR_RULE
 
 
-@njit(cache=True, fastmath=False)
+@njit(inline="always", fastmath=False, error_model="numpy")
 def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
     """lambda_t of w += lambda_t y x; param is C (OPAR-I/II) or eta (OGDR)."""
     if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included
@@ -43,92 +65,67 @@ def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
     return param  # OGDR, eq. (7): eta while the hinge loss is positive
 
 
-@njit(cache=True, fastmath=False, nogil=True)
+@njit(cache=True)
+def _zeros_aligned(n):  # pragma: no cover - compiled
+    """n float64 zeros starting on a 64-byte (cache line, AVX-512 vector) boundary.
+
+    numba's allocator aligns to 16 bytes only; with rows padded to 8 doubles, an
+    aligned start keeps every vector load inside one cache line (AROW measured 4.7-5.5
+    M rows/s from process to process without it, 5.7-5.9 with it).
+    """
+    buf = np.zeros(n + 7)
+    start = (-buf.ctypes.data % 64) // 8
+    return buf[start : start + n]
+
+
+@njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 def learn_linear(
-    rules, params, W, scales, group, order, starts, A, B, y, n_updates, status, bad_row
+    rules, params, W, scales, group, phi, p1, p2, y, n_updates, status, bad_row
 ):  # pragma: no cover - compiled
     """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
-    Row i of the data is x = A[i] - B[i] (each entry widened to float64 first, exactly
-    as `np.subtract(A, B, dtype=np.float64)`), or A[i] when B is None; model m learns
-    x / scales[group[m]] (its scaler's std: a division, like `transform_differences`),
-    or x itself when scales is None (no model has a scaler: one group).
-    Each distinct scaler's x is computed once per row into a small buffer, and the
-    margins of four models at a time (order[starts[g]:starts[g+1]] lists group g's
-    models; the rest one by one) are accumulated in one sweep over the features as
-    independent chains, |x|^2 riding along with the first, so four models cost about
-    what one does (each sum runs in j order, so it is bound by the adder's latency, and
-    four chains fill the gap). Per model the arithmetic and its order are those of one
-    model alone (no fast-math), so the weights are bit-identical to separate calls.
-    W holds copies; n_updates, status and bad_row (k,) are outputs:
-    a model stops at its first bad row (label not +1/-1 stops all; a non-finite
-    |x|^2 stops the models of that scaler) and callers keep only models left _OK.
+    W (k, d) holds copies of the weights; the loop works on them padded with zero
+    columns to a multiple of `LANES` (the pads stay 0: they only ever gain lambda_t y
+    times a padded 0 of x) and writes them back at the end. Model m learns
+    x / scales[group[m]] (its scaler's std), or x itself when scales is None (no model
+    has a scaler: one group). Each distinct scaler's x is gathered once per row, |x|^2
+    and the margin of that scaler's first model summed in the same pass; every other
+    model's margin and every update then work on it. Per
+    model the arithmetic and its order are those of one model alone, so the weights
+    are bit-identical to separate calls.
+
+    n_updates, status and bad_row (k,) are outputs: a label not +1/-1 stops every
+    model at that row, a non-finite |x|^2 the models of that scaler, and callers keep
+    only models left OK.
     """
-    n, d = A.shape
-    k = group.shape[0]
+    n = y.shape[0]
+    k, d = W.shape
+    dp = (d + LANES - 1) // LANES * LANES
     n_groups = 1 if scales is None else scales.shape[0]
-    xs = np.empty((n_groups, d))
+    buf = _zeros_aligned((k + n_groups) * dp)
+    Wp = buf[: k * dp].reshape((k, dp))  # the weights, padded: the pads stay 0
+    Wp[:, :d] = W
+    xs = buf[k * dp :].reshape((n_groups, dp))  # x of each scaler, padded with 0
     sqnorms = np.empty(n_groups)
-    dots = np.empty(k)
+    lead = np.full(n_groups, -1)  # each scaler's first model: its margin comes with x
+    lead_dots = np.empty(n_groups)
+    for m in range(k):
+        if lead[group[m]] < 0:
+            lead[group[m]] = m
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
             for m in range(k):
                 if status[m] == _OK:
                     status[m], bad_row[m] = _BAD_LABEL, i
-            return
-        if scales is None:  # no scaler: x itself (vectorised, like the rest of this step)
-            for j in range(d):
-                xs[0, j] = (
-                    np.float64(A[i, j])
-                    if B is None
-                    else (np.float64(A[i, j]) - np.float64(B[i, j]))
+            break
+        for g in range(n_groups):
+            if p1 is None:
+                sqnorms[g], lead_dots[g] = gather_row(xs, g, phi, i, None, scales, g, Wp, lead[g])
+            else:
+                sqnorms[g], lead_dots[g] = gather_row(
+                    xs, g, phi, p1[i], p2[i], scales, g, Wp, lead[g]
                 )
-        else:
-            for g in range(n_groups):
-                if B is None:
-                    for j in range(d):
-                        xs[g, j] = np.float64(A[i, j]) / scales[g, j]
-                else:
-                    for j in range(d):
-                        xs[g, j] = (np.float64(A[i, j]) - np.float64(B[i, j])) / scales[g, j]
-        for g in range(n_groups):  # |x|^2 rides along with the first sweep of margins
-            b, end = starts[g], starts[g + 1]
-            sq = 0.0
-            while b + 4 <= end:  # four models per sweep
-                m0, m1, m2, m3 = order[b], order[b + 1], order[b + 2], order[b + 3]
-                d0 = d1 = d2 = d3 = 0.0
-                if b == starts[g]:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        sq += xj * xj
-                        d0 += W[m0, j] * xj
-                        d1 += W[m1, j] * xj
-                        d2 += W[m2, j] * xj
-                        d3 += W[m3, j] * xj
-                else:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        d0 += W[m0, j] * xj
-                        d1 += W[m1, j] * xj
-                        d2 += W[m2, j] * xj
-                        d3 += W[m3, j] * xj
-                dots[m0], dots[m1], dots[m2], dots[m3] = d0, d1, d2, d3
-                b += 4
-            while b < end:  # the rest one by one
-                m0 = order[b]
-                d0 = 0.0
-                if b == starts[g]:
-                    for j in range(d):
-                        xj = xs[g, j]
-                        sq += xj * xj
-                        d0 += W[m0, j] * xj
-                else:
-                    for j in range(d):
-                        d0 += W[m0, j] * xs[g, j]
-                dots[m0] = d0
-                b += 1
-            sqnorms[g] = sq
         for m in range(k):
             if status[m] != _OK:
                 continue
@@ -139,38 +136,19 @@ def learn_linear(
                 continue
             if sqnorm == 0.0:
                 continue
-            yi = y[i]
-            lam = _step_size(rules[m], yi * dots[m], sqnorm, params[m])
+            dot = lead_dots[g] if m == lead[g] else dot_rows(Wp, m, xs, g)
+            lam = _step_size(rules[m], yi * dot, sqnorm, params[m])
             if lam != 0.0:
-                c = lam * yi
-                for j in range(d):
-                    W[m, j] += c * xs[g, j]
+                add_scaled_row(Wp, m, lam * yi, xs, g)
                 n_updates[m] += 1
+    W[:, :] = Wp[:, :d]
 
 
-# Sigma's rows are padded to a multiple of this many columns inside the AROW kernel,
-# so the compiled sweep over a row has no scalar remainder: with d = 36 and 8-wide
-# (AVX-512) or 4-wide (AVX2) vectors, the 4-entry tail otherwise ran scalar and cost
-# ~20% of the pass (profiled: `rankstream bench learners`, 4.6 -> 5.6 M rows/s).
-_AROW_PAD = 8
+@njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+def learn_arow(w, sigma_out, phi, p1, p2, scales, y, r):  # pragma: no cover - compiled
+    """Sequential AROW over the rows (see the module docstring), w and sigma_out in place.
 
-
-@njit(cache=True)
-def _zeros_aligned(n):  # pragma: no cover - compiled
-    """n float64 zeros starting on a 64-byte (cache line, AVX-512 vector) boundary.
-
-    numba's allocator aligns to 16 bytes only; with rows of Sigma padded to 8 doubles,
-    an aligned start keeps every vector load inside one cache line (measured: 4.7-5.5
-    M rows/s from process to process without it, 5.7-5.9 with it).
-    """
-    buf = np.zeros(n + 7)
-    start = (-buf.ctypes.data % 64) // 8
-    return buf[start : start + n]
-
-
-@njit(cache=True, fastmath=False)
-def learn_arow(w, sigma_out, X, y, r):  # pragma: no cover - compiled
-    """Sequential AROW over the rows of X, updating w and sigma_out in place.
+    scales is None or (1, d): the model's scaler's std.
 
     Written for speed; equal to the textbook update up to rounding, in a fixed order,
     so runs are bit-for-bit repeatable. Three layout choices:
@@ -181,96 +159,72 @@ def learn_arow(w, sigma_out, X, y, r):  # pragma: no cover - compiled
       stored once per four rows), and flushed before returning. Entries are reduced
       by u_j u_k, so Sigma stays exactly symmetric and Sigma x can be accumulated row
       of Sigma by row (contiguous, vectorisable).
-    * Sigma is worked on in a cache-line-aligned scratch copy whose rows are padded
-      with zero columns to a multiple of `_AROW_PAD` (u and v padded alike; the pads
-      stay exactly 0), so the sweep vectorises without a scalar tail.
-    * w.x, |x|^2 and x'Sigma x are summed in four interleaved partial sums, which
-      breaks their serial add chains.
+    * Sigma, w, x, u and v are worked on in a cache-line-aligned scratch buffer whose
+      rows are padded with zero columns to a multiple of `LANES` (the pads stay exactly
+      0), so every sweep vectorises without a scalar tail.
+    * w.x, |x|^2 and x'Sigma x are `dot_rows`: eight lanes of partial sums, fixed order.
 
-    Returns (n_updates, bad_row, status) like `_learn_linear`; on a bad row sigma_out
-    is left as it was and w is partly updated, which is fine because callers pass
-    copies and discard them then.
+    Returns (n_updates, status, bad_row) with `learn_linear`'s status codes; on a bad
+    row w and sigma_out are left as they were.
     """
-    n, d = X.shape
-    dp = (d + _AROW_PAD - 1) // _AROW_PAD * _AROW_PAD
-    d4 = d - d % 4
-    scratch = _zeros_aligned((d + 2) * dp)
-    sigma = scratch[: d * dp].reshape((d, dp))
-    sigma[:, :d] = sigma_out
-    v = scratch[d * dp : (d + 1) * dp]
-    u = scratch[(d + 1) * dp :]  # pending rank-one update: the true Sigma is sigma - u u'
+    n = y.shape[0]
+    d = sigma_out.shape[0]
+    dp = (d + LANES - 1) // LANES * LANES
+    S = _zeros_aligned((d + 4) * dp).reshape((d + 4, dp))  # rows: Sigma, then x, w, v, u
+    S[:d, :d] = sigma_out
+    X_, W_, V_, U_ = d, d + 1, d + 2, d + 3  # u: the pending update, Sigma = S[:d] - u u'
+    S[W_, :d] = w
     n_updates = 0
     for i in range(n):
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
-            return n_updates, i, _BAD_LABEL
-        a0 = a1 = a2 = a3 = 0.0  # partial sums of w.x
-        q0 = q1 = q2 = q3 = 0.0  # partial sums of |x|^2
-        for j in range(0, d4, 4):
-            x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
-            a0 += w[j] * x0
-            a1 += w[j + 1] * x1
-            a2 += w[j + 2] * x2
-            a3 += w[j + 3] * x3
-            q0 += x0 * x0
-            q1 += x1 * x1
-            q2 += x2 * x2
-            q3 += x3 * x3
-        for j in range(d4, d):
-            xj = X[i, j]
-            a0 += w[j] * xj
-            q0 += xj * xj
-        dot = (a0 + a1) + (a2 + a3)
-        sqnorm = (q0 + q1) + (q2 + q3)
+            return n_updates, _BAD_LABEL, i
+        if p1 is None:
+            sqnorm, dot = gather_row(S, X_, phi, i, None, scales, 0, S, W_)
+        else:
+            sqnorm, dot = gather_row(S, X_, phi, p1[i], p2[i], scales, 0, S, W_)
         if not sqnorm < np.inf:
-            return n_updates, i, _NONFINITE
+            return n_updates, _NONFINITE, i
         loss = 1.0 - yi * dot
         if sqnorm == 0.0 or loss <= 0.0:
             continue
         for k in range(dp):
-            v[k] = 0.0
+            S[V_, k] = 0.0
         j = 0
         while j + 4 <= d:  # four rows of sigma per sweep: v is loaded/stored once
-            x0, x1, x2, x3 = X[i, j], X[i, j + 1], X[i, j + 2], X[i, j + 3]
-            u0, u1, u2, u3 = u[j], u[j + 1], u[j + 2], u[j + 3]
+            x0, x1, x2, x3 = S[X_, j], S[X_, j + 1], S[X_, j + 2], S[X_, j + 3]
+            u0, u1, u2, u3 = S[U_, j], S[U_, j + 1], S[U_, j + 2], S[U_, j + 3]
             for k in range(dp):
-                uk = u[k]
-                s0 = sigma[j, k] - u0 * uk
-                s1 = sigma[j + 1, k] - u1 * uk
-                s2 = sigma[j + 2, k] - u2 * uk
-                s3 = sigma[j + 3, k] - u3 * uk
-                sigma[j, k] = s0
-                sigma[j + 1, k] = s1
-                sigma[j + 2, k] = s2
-                sigma[j + 3, k] = s3
-                v[k] = (((v[k] + s0 * x0) + s1 * x1) + s2 * x2) + s3 * x3  # row order kept
+                uk = S[U_, k]
+                s0 = S[j, k] - u0 * uk
+                s1 = S[j + 1, k] - u1 * uk
+                s2 = S[j + 2, k] - u2 * uk
+                s3 = S[j + 3, k] - u3 * uk
+                S[j, k] = s0
+                S[j + 1, k] = s1
+                S[j + 2, k] = s2
+                S[j + 3, k] = s3
+                S[V_, k] = (((S[V_, k] + s0 * x0) + s1 * x1) + s2 * x2) + s3 * x3  # row order
             j += 4
         while j < d:
-            xj = X[i, j]
-            uj = u[j]
+            xj = S[X_, j]
+            uj = S[U_, j]
             for k in range(dp):
-                s = sigma[j, k] - uj * u[k]
-                sigma[j, k] = s
-                v[k] += s * xj
+                s = S[j, k] - uj * S[U_, k]
+                S[j, k] = s
+                S[V_, k] += s * xj
             j += 1
-        c0 = c1 = c2 = c3 = 0.0  # partial sums of x'Sigma x
-        for j in range(0, d4, 4):
-            c0 += X[i, j] * v[j]
-            c1 += X[i, j + 1] * v[j + 1]
-            c2 += X[i, j + 2] * v[j + 2]
-            c3 += X[i, j + 3] * v[j + 3]
-        for j in range(d4, d):
-            c0 += X[i, j] * v[j]
-        beta = 1.0 / (((c0 + c1) + (c2 + c3)) + r)
+        beta = 1.0 / (dot_rows(S, X_, S, V_) + r)
         c = loss * beta * yi
         root_beta = np.sqrt(beta)
-        for j in range(d):
-            w[j] += c * v[j]
-        for j in range(dp):
-            u[j] = root_beta * v[j]
+        for k in range(dp):
+            S[W_, k] += c * S[V_, k]
+        for k in range(dp):
+            S[U_, k] = root_beta * S[V_, k]
         n_updates += 1
     for j in range(d):
-        uj = u[j]
+        uj = S[U_, j]
         for k in range(d):
-            sigma_out[j, k] = sigma[j, k] - uj * u[k]
-    return n_updates, -1, _OK
+            sigma_out[j, k] = S[j, k] - uj * S[U_, k]
+    w[:] = S[W_, :d]
+    return n_updates, _OK, -1

@@ -6,17 +6,26 @@ worker and its CLI options (`--algo`, one `--<hyper-parameter>` per entry of
 its plots and the chaos run. Adding a learner, or a hyper-parameter, touches this
 module (and the kernel it names) and nothing else; `register` adds one at run time.
 
-A learner learns in one of two ways:
+A learner learns in one of three ways:
 
 * `linear_rule`: one of the four step-size rules of Gao et al. (IJCAI 2015), which
   share the fused compiled pass of `ranking.kernels` (several models per sweep over the
-  rows, each row's x formed once);
+  rows, each row's x gathered once from the triplets' image table);
+* `triplet_kernel`: its own compiled pass over the triplets' normalized form,
+  `triplet_kernel(w, state, phi, p1, p2, scale, y, params) -> (updates, status,
+  bad_row)`: row i is x = (phi[p1[i]] - phi[p2[i]]) / scale, or phi[i] / scale when p1
+  and p2 are None (scale None: unscaled), widened to float64 inside the loop; it checks
+  the labels and |x|^2 itself and reports the first bad row with `ranking.kernels`'
+  status codes (AROW);
 * `kernel`: its own sequential update, `kernel(w, state, X, y, params) -> updates`,
-  given copies of the weights and of its extra state arrays (AROW's covariance) to
-  update in place, the rows x = phi1 - phi2 already widened to float64 and scaled, the
+  given the rows x = phi[p1] - phi[p2] gathered, widened to float64 and scaled, the
   labels (+1/-1, checked), and its hyper-parameters by name. Rows and labels are
-  validated before the call and the result after it (non-finite weights or state
-  refuse the batch), so a kernel is only the update rule.
+  validated before the call, so a kernel is only the update rule: the slow path, for
+  a rule written in plain Python.
+
+Either kernel gets copies of the weights and of its extra state arrays (AROW's
+covariance) to update in place; the result is checked after it (non-finite weights or
+state refuse the batch).
 
 This module imports neither numba nor numpy (both on first use): the command line is
 built from it before `rankstream replay --direct` tunes numpy's start-up.
@@ -35,6 +44,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 Kernel = Callable[["np.ndarray", dict[str, "np.ndarray"], "np.ndarray", "np.ndarray", dict], int]
+TripletKernel = Callable[..., tuple[int, int, int]]  # see the module docstring
 StateFactory = Callable[[int], dict[str, "np.ndarray"]]
 
 
@@ -76,13 +86,17 @@ class LearnerSpec:
     update: str  # the update rule in one line, for help texts
     uses: tuple[str, ...] = ()  # the HYPERPARAMETERS it reads
     linear_rule: int | None = None  # a step-size code of the fused linear kernel
-    kernel: Kernel | None = None
+    kernel: Kernel | None = None  # an update over gathered rows (the slow path)
+    triplet_kernel: TripletKernel | None = None  # a compiled pass over the normalized form
     initial_state: StateFactory = field(default=lambda dim: {})
     in_worker_default: bool = False  # learned by `rankstream worker online` by default
 
     def __post_init__(self) -> None:
-        if (self.linear_rule is None) == (self.kernel is None):
-            raise ValueError(f"learner {self.name!r} needs exactly one of linear_rule, kernel")
+        ways = (self.linear_rule, self.kernel, self.triplet_kernel)
+        if sum(way is not None for way in ways) != 1:
+            raise ValueError(
+                f"learner {self.name!r} needs exactly one of linear_rule, kernel, triplet_kernel"
+            )
         unknown = set(self.uses) - set(HYPERPARAMETERS)
         if unknown:
             raise ValueError(f"learner {self.name!r} uses unknown hyper-parameters {unknown}")
@@ -91,15 +105,20 @@ class LearnerSpec:
 
 
 def _arow(
-    w: np.ndarray, state: dict[str, np.ndarray], X: np.ndarray, y: np.ndarray, params: dict
-) -> int:
-    """AROW's compiled pass; a row whose |x|^2 overflows refuses the batch."""
-    from rankstream.ranking.kernels import OK, learn_arow  # numba: on first use only
+    w: np.ndarray,
+    state: dict[str, np.ndarray],
+    phi: np.ndarray,
+    p1: np.ndarray | None,
+    p2: np.ndarray | None,
+    scale: np.ndarray | None,
+    y: np.ndarray,
+    params: dict,
+) -> tuple[int, int, int]:
+    """AROW's compiled pass over the normalized form (`ranking.kernels.learn_arow`)."""
+    from rankstream.ranking.kernels import learn_arow  # numba: on first use only
 
-    n_updates, bad_row, status = learn_arow(w, state["sigma"], X, y, params["r"])
-    if status != OK:
-        raise ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
-    return int(n_updates)
+    scales = None if scale is None else scale.reshape((1, -1))
+    return learn_arow(w, state["sigma"], phi, p1, p2, scales, y, params["r"])
 
 
 def _identity(dim: int) -> np.ndarray:
@@ -143,7 +162,7 @@ for _spec in (
         "AROW",
         "w += l beta y Sigma x, Sigma -= beta Sigma x x' Sigma, beta = 1/(x' Sigma x + r)",
         ("r",),
-        kernel=_arow,
+        triplet_kernel=_arow,
         initial_state=lambda dim: {"sigma": _identity(dim)},
     ),
 ):

@@ -26,8 +26,10 @@ Each learner is declared once in `ranking.learners` (name, label, hyper-paramete
 kernel). The sequential loops are compiled with numba (`ranking.kernels`, cache=True:
 the compile is paid once per machine); the four linear rules share one loop and differ
 only in the step size chosen through their spec's rule code, as river's
-`linear_model/pa.py` dispatches its PA variants; any other learner (AROW, or one
-added with `ranking.learners.register`) runs its own kernel on the validated rows.
+`linear_model/pa.py` dispatches its PA variants; AROW runs its own compiled loop, and
+a learner added with `ranking.learners.register` its own kernel on the validated rows.
+The compiled loops read triplets in their normalized form (an image table phi and row
+indices p1, p2; `learn_many_together`) and gather x = phi[p1] - phi[p2] themselves.
 
 Example: learn that the first feature decides the order.
 
@@ -75,10 +77,10 @@ def _labels(y: object, n: int) -> np.ndarray:
     """y as float64 (n,); the +1/-1 check runs in the compiled pass (it names the row)."""
     labels = np.asarray(y)
     if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"y must have shape ({n},) to match X, got {labels.shape}")
+        raise ValueError(f"y must have shape ({n},) to match the rows, got {labels.shape}")
     if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number):
         raise ValueError(f"y must be numeric +1/-1 labels, got dtype {labels.dtype}")
-    return np.ascontiguousarray(labels, dtype=np.float64)
+    return _readonly(np.ascontiguousarray(labels, dtype=np.float64))
 
 
 def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | None:
@@ -90,36 +92,39 @@ def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | 
     return None
 
 
+def _readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view: decoded blocks are read-only, and numba compiles (and caches)
+    one specialisation per writability, so every input is handed over read-only."""
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def _learn_linear_models(
-    rankers: Sequence[OnlineRanker], A: np.ndarray, B: np.ndarray | None, labels: np.ndarray
+    rankers: Sequence[OnlineRanker],
+    phi: np.ndarray,
+    p1: np.ndarray | None,
+    p2: np.ndarray | None,
+    labels: np.ndarray,
 ) -> list[ValueError | None]:
     """Run `learn_linear` for linear rankers whose width is known; commit each that passed.
 
     Rankers sharing a scaler (equal std, e.g. fitted on the same rows) share one
     scaled x per row. Returns per ranker None or the error its `learn_many` raises.
     """
-    k, d = len(rankers), A.shape[1]
+    k, d = len(rankers), phi.shape[1]
     groups: dict[bytes, int] = {}
     scales: list[np.ndarray] = []
     group = np.empty(k, dtype=np.int64)
     for m, ranker in enumerate(rankers):
         std = np.ones(d) if ranker.scaler is None else ranker.scaler.std_
-        key = std.tobytes()
-        if key not in groups:
-            groups[key] = len(scales)
+        group[m] = groups.setdefault(std.tobytes(), len(groups))
+        if group[m] == len(scales):
             scales.append(std)
-        group[m] = groups[key]
-    rules = np.empty(k, dtype=np.int64)
-    params = np.empty(k)
-    for m, ranker in enumerate(rankers):
-        spec = learners.learner(ranker.algo)
-        rules[m] = spec.linear_rule
-        params[m] = getattr(ranker, spec.uses[0]) if spec.uses else 0.0
-    order_list: list[int] = []
-    starts = np.zeros(len(scales) + 1, dtype=np.int64)
-    for g in range(len(scales)):
-        order_list += [m for m in range(k) if group[m] == g]
-        starts[g + 1] = len(order_list)
+    rules = np.array([r.spec.linear_rule for r in rankers], dtype=np.int64)
+    params = np.array([getattr(r, r.spec.uses[0]) if r.spec.uses else 0.0 for r in rankers])
     W = np.array([ranker._w for ranker in rankers])
     n_updates = np.zeros(k, dtype=np.int64)
     status = np.zeros(k, dtype=np.int64)
@@ -131,10 +136,9 @@ def _learn_linear_models(
         W,
         None if unscaled else np.array(scales),
         group,
-        np.array(order_list, dtype=np.int64),
-        starts,
-        A,
-        B,
+        phi,
+        p1,
+        p2,
         labels,
         n_updates,
         status,
@@ -146,37 +150,72 @@ def _learn_linear_models(
         if error is None and not np.isfinite(W[m]).all():
             error = ValueError(_NONFINITE_WEIGHTS)
         if error is None:
-            ranker._commit(W[m].copy(), None, int(n_updates[m]), A.shape[0])
+            ranker._commit(W[m].copy(), None, int(n_updates[m]), labels.shape[0])
         errors.append(error)
     return errors
 
 
-def _as_phi(phi: object, name: str, dim: int | None) -> np.ndarray:
-    """phi (n, d) as C-ordered float32 or float64 (kept: widened inside the kernel)."""
+def _learn(
+    rankers: Sequence[OnlineRanker],
+    phi: np.ndarray,
+    p1: np.ndarray | None,
+    p2: np.ndarray | None,
+    labels: np.ndarray,
+) -> list[ValueError | None]:
+    """Validated rows to rankers of known width: the linear ones in one fused pass,
+    each other one through its own kernel; per ranker None or its error."""
+    errors: dict[int, ValueError | None] = {}
+    linear = [m for m, r in enumerate(rankers) if r.spec.linear_rule is not None]
+    if linear:
+        found = _learn_linear_models([rankers[m] for m in linear], phi, p1, p2, labels)
+        errors.update(zip(linear, found, strict=True))
+    for m, ranker in enumerate(rankers):
+        if m not in errors:
+            errors[m] = ranker._learn_own(phi, p1, p2, labels)
+    return [errors[m] for m in range(len(rankers))]
+
+
+def _as_phi(phi: object, dim: int | None) -> np.ndarray:
+    """The image table (m, d) as C-ordered float32 or float64 (kept: widened in the loop)."""
     arr = np.asarray(phi)
     if arr.dtype in (np.float32, np.float64):
         if arr.ndim != 2:
-            raise ValueError(f"{name} must be 2-d (n, d), got {arr.ndim}-d shape {arr.shape}")
+            raise ValueError(f"phi must be 2-d (m, d), got {arr.ndim}-d shape {arr.shape}")
         if dim is not None and arr.shape[1] != dim:
-            raise ValueError(f"{name} has {arr.shape[1]} columns, expected {dim}")
-        return np.ascontiguousarray(arr)
-    return as_float_matrix(arr, name, dim, check_finite=False)
+            raise ValueError(f"phi has {arr.shape[1]} columns, expected {dim}")
+        return _readonly(np.ascontiguousarray(arr))
+    return _readonly(as_float_matrix(arr, "phi", dim, check_finite=False))
+
+
+def _as_rows(index: object, name: str, n_images: int) -> np.ndarray:
+    """Triplets' rows of the image table as int32 (n,); each must lie in 0..m-1."""
+    arr = np.asarray(index)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be 1-d integer rows of phi, got {arr.dtype} {arr.shape}")
+    if arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < 0 or high >= n_images:
+            bad = int(np.flatnonzero((arr < 0) | (arr >= n_images))[0])
+            raise ValueError(f"{name}[{bad}] = {arr[bad]} is not a row of phi (0..{n_images - 1})")
+    return _readonly(np.ascontiguousarray(arr, dtype=np.int32))
 
 
 def learn_many_together(
-    rankers: Sequence[OnlineRanker], phi1: object, phi2: object, y: object
+    rankers: Sequence[OnlineRanker], phi: object, p1: object, p2: object, y: object
 ) -> list[ValueError | None]:
-    """Every ranker learns the rows x = phi1 - phi2 (n, d) with labels y (n,).
+    """Every ranker learns the triplets x_i = phi[p1[i]] - phi[p2[i]] with labels y (n,).
 
-    Equal, bit for bit, to `ranker.learn_many(np.subtract(phi1, phi2, dtype=np.float64),
-    y)` for each ranker in turn, but the linear rankers share one compiled pass: each
-    row's x is formed once (in float64, from float32 or float64 phi, no (n, d)
-    temporaries) and scaled once per distinct scaler. Rankers with a kernel of their own
-    (AROW) learn on their own.
+    The normalized form of `ranking.triplets.TripletBlock`: phi (m, d) holds each image
+    once (float32 from the wire, or float64), p1 and p2 (n,) index its rows. Equal, bit
+    for bit, to `ranker.learn_many(np.subtract(phi[p1], phi[p2], dtype=np.float64), y)`
+    for each ranker in turn, but no difference or gathered row is materialised: the
+    compiled loops gather each row themselves, and the linear rankers share one pass
+    (each row's x formed once per distinct scaler). AROW runs its own compiled pass;
+    a learner with a Python kernel gets the gathered rows (the slow path).
 
     Rankers are independent: returns, per ranker, None or the ValueError its
     `learn_many` would have raised (that ranker unchanged, the others updated).
-    Shapes that fit no ranker raise ValueError at once.
+    Shapes and indices that fit no ranker raise ValueError at once.
     """
     rankers = list(rankers)
     if len({id(r) for r in rankers}) != len(rankers):
@@ -184,29 +223,15 @@ def learn_many_together(
     widths = {r.dim for r in rankers} - {None}
     if len(widths) > 1:
         raise ValueError(f"rankers have different widths {sorted(widths)}")
-    dim = next(iter(widths), None)
-    A, B = _as_phi(phi1, "phi1", dim), _as_phi(phi2, "phi2", dim)
-    if A.shape != B.shape:
-        raise ValueError(f"phi1 {A.shape} and phi2 {B.shape} must have the same shape")
-    if A.dtype != B.dtype:
-        A, B = A.astype(np.float64), B.astype(np.float64)
-    labels = _labels(y, A.shape[0])
+    table = _as_phi(phi, next(iter(widths), None))
+    rows1, rows2 = _as_rows(p1, "p1", table.shape[0]), _as_rows(p2, "p2", table.shape[0])
+    if rows1.shape != rows2.shape:
+        raise ValueError(f"p1 {rows1.shape} and p2 {rows2.shape} must have the same shape")
+    labels = _labels(y, rows1.shape[0])
     for ranker in rankers:
         if ranker.dim is None:
-            ranker._init_state(A.shape[1])
-    errors: dict[int, ValueError | None] = {}
-    linear = [m for m, r in enumerate(rankers) if r.spec.linear_rule is not None]
-    if linear:
-        found = _learn_linear_models([rankers[m] for m in linear], A, B, labels)
-        errors.update(zip(linear, found, strict=True))
-    for m, ranker in enumerate(rankers):
-        if m not in errors:
-            try:
-                ranker.learn_many(np.subtract(A, B, dtype=np.float64), labels)
-                errors[m] = None
-            except ValueError as exc:
-                errors[m] = exc
-    return [errors[m] for m in range(len(rankers))]
+            ranker._init_state(table.shape[1])
+    return _learn(rankers, table, rows1, rows2, labels)
 
 
 def _dense_row(x: object, dim: int | None) -> np.ndarray:
@@ -325,24 +350,40 @@ class OnlineRanker:
         labels = _labels(y, X.shape[0])
         if self._dim is None:
             self._init_state(X.shape[1])
-        if self.spec.linear_rule is not None:
-            error = _learn_linear_models([self], X, None, labels)[0]
-            if error is not None:
-                raise error
-            return self
-        error = _first_bad_row(X, labels)
+        error = _learn([self], _readonly(X), None, None, labels)[0]
         if error is not None:
             raise error
-        if self.scaler is not None:
-            X = self.scaler.transform_differences(X, check_finite=False)
+        return self
+
+    def _learn_own(
+        self, phi: np.ndarray, p1: np.ndarray | None, p2: np.ndarray | None, labels: np.ndarray
+    ) -> ValueError | None:
+        """Learn through the spec's own kernel (not a linear rule); commit only on success."""
         w = self._w.copy()
         state = {name: array.copy() for name, array in self._state.items()}
-        n_updates = self.spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
+        scale = None if self.scaler is None else self.scaler.std_
+        try:
+            if self.spec.triplet_kernel is not None:
+                n_updates, status, bad_row = self.spec.triplet_kernel(
+                    w, state, phi, p1, p2, scale, labels, self.params
+                )
+                error = _batch_error(int(status), int(bad_row), labels)
+            else:
+                X = phi if p1 is None else np.subtract(phi[p1], phi[p2], dtype=np.float64)
+                error = _first_bad_row(X, labels)
+                if error is None:
+                    if self.scaler is not None:
+                        X = self.scaler.transform_differences(X, check_finite=False)
+                    n_updates = self.spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
+        except ValueError as exc:
+            return exc
+        if error is not None:
+            return error
         finite = np.isfinite(w).all() and all(np.isfinite(a).all() for a in state.values())
         if not finite:
-            raise ValueError(_NONFINITE_WEIGHTS)
-        self._commit(w, state, int(n_updates), X.shape[0])
-        return self
+            return ValueError(_NONFINITE_WEIGHTS)
+        self._commit(w, state, int(n_updates), labels.shape[0])
+        return None
 
     def _commit(
         self, w: np.ndarray, state: dict[str, np.ndarray] | None, n_updates: int, n: int

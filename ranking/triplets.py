@@ -32,6 +32,19 @@ TRIPLET_COLUMNS = ("seq", "query_id", "p1", "p2", "rel1", "rel2")  # one value p
 IMAGE_COLUMNS = ("image_id", "phi")  # one value per row of the image table
 
 
+def pair_table(phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair layout (phi1, phi2 per triplet) as the normalized form (phi, p1, p2):
+    the table is the n phi1 rows followed by the n phi2 rows (read-only)."""
+    phi1, phi2 = np.asarray(phi1), np.asarray(phi2)
+    if phi1.ndim != 2 or phi1.shape != phi2.shape:
+        raise ValueError(f"phi1 {phi1.shape} and phi2 {phi2.shape} must both have shape (n, d)")
+    n = phi1.shape[0]
+    index = np.arange(n, dtype=np.int32)
+    table = np.concatenate([phi1, phi2])
+    table.setflags(write=False)  # a record: read-only like a decoded message's buffers
+    return table, index, index + np.int32(n)
+
+
 def pair_labels(rel1: np.ndarray, rel2: np.ndarray) -> np.ndarray:
     """y = sign(rel1 - rel2) as float64 +1/-1 (a tie, never sent, would give -1)."""
     return np.where(np.asarray(rel1, np.int16) > rel2, 1.0, -1.0)
@@ -69,19 +82,15 @@ class TripletBlock:
     ) -> TripletBlock:
         """A block from the pair layout: table = the phi1 rows, then the phi2 rows."""
         n = len(seq)
-        phi1, phi2 = np.asarray(phi1), np.asarray(phi2)
-        if phi1.ndim != 2 or phi1.shape != phi2.shape or phi1.shape[0] != n:
-            raise ValueError(
-                f"phi1 {phi1.shape} and phi2 {phi2.shape} must both have shape (n={n}, d)"
-            )
-        index = np.arange(n, dtype=np.int32)
-        table = np.concatenate([phi1, phi2])
-        table.setflags(write=False)  # a record: read-only like a decoded message's buffers
+        shape1, shape2 = np.shape(phi1), np.shape(phi2)
+        if len(shape1) != 2 or shape1 != shape2 or shape1[0] != n:
+            raise ValueError(f"phi1 {shape1} and phi2 {shape2} must both have shape (n={n}, d)")
+        table, p1, p2 = pair_table(phi1, phi2)
         return cls(
             np.asarray(seq),
             np.asarray(query_id),
-            index,
-            index + np.int32(n),
+            p1,
+            p2,
             np.asarray(rel1),
             np.asarray(rel2),
             np.concatenate([np.asarray(p1_id), np.asarray(p2_id)]),

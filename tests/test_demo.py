@@ -10,6 +10,7 @@ import pytest
 from rankstream.cli import main
 from rankstream.demo import BATCH_MODELS, ONLINE_MODELS, REPORT_MODELS, DemoOptions, run_demo
 from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
+from rankstream.ranking.kernels import learn_arow, learn_linear
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex
 
@@ -75,6 +76,8 @@ def test_report_matches_the_curves(tiny_run) -> None:
     assert report["improvement_over_uni_con"]["opr"] == pytest.approx(gain, abs=1e-4)
     assert sum(report["served_by"].values()) == 16
     assert report["champion"] in REPORT_MODELS
+    first_call = report["learners_first_call"]  # reported on its own, not as learning
+    assert set(first_call) == {"seconds", "cpu_seconds"} and first_call["seconds"] > 0
     json.dumps(report)  # plain JSON types throughout
 
 
@@ -113,7 +116,8 @@ def test_cli_writes_report_plots_and_table(tmp_path, monkeypatch, capsys) -> Non
     assert report["ndcg_at_50"]["cmds_dml"] is None  # never refitted, never scored
     for name in ("ndcg_at_50.png", "learning_time.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Uni-Con" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "Uni-Con" in table and "first call" in table
 
 
 def test_cumulative_mean_skips_unscored_queries() -> None:
@@ -140,6 +144,7 @@ def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> N
         DemoOptions(queries=4, refit_every=3, **TINY), collection=collection, index=index
     )
     pipeline.start()
+    compiled = {kernel: len(kernel.signatures) for kernel in (learn_linear, learn_arow)}
     assert pipeline.online.options.algos == ONLINE_MODELS
     assert pipeline.learning_seconds == dict.fromkeys(ONLINE_MODELS + BATCH_MODELS, 0.0)
     try:
@@ -153,3 +158,6 @@ def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> N
         assert curves[model][-1] == pipeline.online.learn_seconds[model] > 0
     assert all(curves[m][-1] == pipeline.refit_seconds[m] > 0 for m in BATCH_MODELS)
     assert pipeline.online.counters.records == pipeline.simulation.triplets_produced
+    # start() ran every specialisation the stream needs: none compiled while learning,
+    # so no model's learning time holds numba's compile or cache load
+    assert {kernel: len(kernel.signatures) for kernel in compiled} == compiled

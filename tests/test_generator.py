@@ -1,4 +1,4 @@
-"""The stream generator: simulator-shaped judged queries at any width, and random pairs."""
+"""The harness stream generator: simulator-shaped judged queries at any width, and random pairs."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ Exactly-once rests on two rules kept here:
   wrote since (`FencingError`), even if a lost write let them reuse our number (ABA).
 
 Scaling: raw phi on the wire is not standardized. A model holds whole messages back
-until it has seen `scaler_rows` triplets, fits its `Standardizer` on their phi1 and phi2
-rows, freezes it, then learns the held messages in order. Which messages are held
+until it has seen `scaler_rows` triplets, fits its `Standardizer` on their phi1 rows then
+their phi2 rows (each triplet's gathered phi[p1], phi[p2]), freezes it, then learns the
+held messages in order. Which messages are held
 depends only on the log, so a restarted worker fits the identical scaler; and a model
 with no scaler yet is never saved (its stored position stays at the start), so a crash
 while messages are held loses nothing.
@@ -28,10 +29,21 @@ import numpy as np
 
 from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.triplets import TripletBlock, pair_table
 from rankstream.stream.store import Fence, ModelStore, StoredModel, fenced_save
 from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
 
 MODEL_KIND = "online"
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One message's triplets in normalized form: x_i = phi[p1[i]] - phi[p2[i]], label y_i."""
+
+    phi: np.ndarray
+    p1: np.ndarray
+    p2: np.ndarray
+    y: np.ndarray
 
 
 @dataclass
@@ -41,9 +53,7 @@ class _Held:
     topic: str
     partition: int
     offset: int
-    phi1: np.ndarray | None
-    phi2: np.ndarray | None
-    y: np.ndarray | None
+    rows: _Rows | None
 
 
 @dataclass
@@ -111,68 +121,52 @@ class TrackedModel:
         y: np.ndarray,
         x: np.ndarray | None = None,
     ) -> int:
-        """Apply one message's rows; returns how many weight updates that caused.
+        """Apply one message's rows in the pair layout; returns its weight updates.
 
-        `x` is accepted for older callers and ignored: x = phi1 - phi2 is formed inside
-        the compiled loop (see `learn_together`, which serves several models at once).
+        The pair-layout entry (tests, warm-ups): the worker and replay learn
+        `TripletBlock`s through `learn_together`. `x` is accepted for older callers
+        and ignored: x = phi1 - phi2 is formed inside the compiled loop.
 
         Raises ValueError (model and offsets unchanged) when the ranker rejects the
         batch, e.g. a row that would make the weights non-finite.
         """
-        result = learn_together([self], topic, partition, offset, phi1, phi2, y)[0]
-        if isinstance(result, ValueError):
-            raise result
-        return result
+        rows = _Rows(*pair_table(phi1, phi2), np.asarray(y))
+        return self._apply(topic, partition, offset, rows)
 
     def skip(self, topic: str, partition: int, offset: int) -> None:
         """Move past a message that holds nothing to learn (dead-lettered)."""
         if self._held:
-            self._held.append(_Held(topic, partition, offset, None, None, None))
+            self._held.append(_Held(topic, partition, offset, None))
         else:
             self._advance(topic, partition, offset)
 
     def _fit_scaler_when_ready(self) -> int:
         if self._held_rows < self.scaler_rows:
             return 0
-        rows = [h.phi1 for h in self._held if h.phi1 is not None]
-        rows += [h.phi2 for h in self._held if h.phi2 is not None]
-        scaler = Standardizer().fit(np.vstack(rows))
+        held_rows = [h.rows for h in self._held if h.rows is not None]
+        scaler = Standardizer().fit(
+            np.vstack([r.phi[r.p1] for r in held_rows] + [r.phi[r.p2] for r in held_rows])
+        )
         self.ranker = OnlineRanker(algo=self.algo, scaler=scaler, **self.params)
         held, self._held, self._held_rows = self._held, [], 0
         updates = 0
         for h in held:
-            if h.y is None:
+            if h.rows is None:
                 self._advance(h.topic, h.partition, h.offset)
                 continue
             try:
-                updates += self._apply(h.topic, h.partition, h.offset, h.phi1, h.phi2, h.y)
+                updates += self._apply(h.topic, h.partition, h.offset, h.rows)
             except ValueError:
                 self._advance(h.topic, h.partition, h.offset)  # rejected by the ranker
         return updates
 
-    def _hold(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        phi1: np.ndarray,
-        phi2: np.ndarray,
-        y: np.ndarray,
-    ) -> int:
-        self._held.append(_Held(topic, partition, offset, phi1, phi2, y))
-        self._held_rows += len(y)
+    def _hold(self, topic: str, partition: int, offset: int, rows: _Rows) -> int:
+        self._held.append(_Held(topic, partition, offset, rows))
+        self._held_rows += len(rows.y)
         return self._fit_scaler_when_ready()
 
-    def _apply(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        phi1: np.ndarray,
-        phi2: np.ndarray,
-        y: np.ndarray,
-    ) -> int:
-        result = learn_together([self], topic, partition, offset, phi1, phi2, y)[0]
+    def _apply(self, topic: str, partition: int, offset: int, rows: _Rows) -> int:
+        result = _learn_rows([self], topic, partition, offset, rows)[0]
         if isinstance(result, ValueError):
             raise result
         return result
@@ -210,28 +204,32 @@ class TrackedModel:
 
 
 def learn_together(
-    models: list[TrackedModel],
-    topic: str,
-    partition: int,
-    offset: int,
-    phi1: np.ndarray,
-    phi2: np.ndarray,
-    y: np.ndarray,
+    models: list[TrackedModel], topic: str, partition: int, offset: int, block: TripletBlock
 ) -> list[int | ValueError]:
-    """One message to several models: per model, its weight updates or the ValueError it
-    raised (that model and its offsets unchanged; the others learn regardless).
+    """One message's block to several models: per model, its weight updates or the
+    ValueError it raised (that model and its offsets unchanged; the others learn
+    regardless).
 
-    Models whose scaler is fitted share one compiled pass over the rows
-    (`ranking.online.learn_many_together`, bit-identical to one `learn_many` each);
-    the others hold the message until their scaler can be fitted.
+    Models whose scaler is fitted share one compiled pass over the triplets in their
+    normalized form (`ranking.online.learn_many_together`: x = phi[p1] - phi[p2] is
+    gathered inside the loop; bit-identical to one `learn_many` each); the others hold
+    the message until their scaler can be fitted.
     """
+    rows = _Rows(block.phi, block.p1, block.p2, block.y())
+    return _learn_rows(models, topic, partition, offset, rows)
+
+
+def _learn_rows(
+    models: list[TrackedModel], topic: str, partition: int, offset: int, rows: _Rows
+) -> list[int | ValueError]:
+    """`learn_together` for rows in normalized form (from a block or the pair layout)."""
     results: dict[int, int | ValueError] = {}
     ready = [m for m in models if m.ranker is not None]
     if ready:
         before = [m.n_updates for m in ready]
         errors = (
-            learn_many_together([m.ranker for m in ready], phi1, phi2, y)
-            if len(y)
+            learn_many_together([m.ranker for m in ready], rows.phi, rows.p1, rows.p2, rows.y)
+            if len(rows.y)
             else [None] * len(ready)
         )
         for model, updates_before, error in zip(ready, before, errors, strict=True):
@@ -242,7 +240,7 @@ def learn_together(
                 results[id(model)] = error
     for model in models:
         if model.ranker is None:  # after the ready ones: fitting here makes it ready
-            results[id(model)] = model._hold(topic, partition, offset, phi1, phi2, y)
+            results[id(model)] = model._hold(topic, partition, offset, rows)
     return [results[id(m)] for m in models]
 
 

@@ -266,13 +266,10 @@ class OnlineHandler(Handler):
         ]
         shared_ids = {id(m) for m in shared}
         groups = ([shared] if shared else []) + [[m] for m in targets if id(m) not in shared_ids]
-        y = block.y()
         results: dict[int, int | ValueError] = {}
         for group in groups:
             started = time.thread_time()
-            found = learn_together(
-                group, message.topic, message.partition, message.offset, block.phi1, block.phi2, y
-            )
+            found = learn_together(group, message.topic, message.partition, message.offset, block)
             share = (time.thread_time() - started) / len(group)
             for model, result in zip(group, found, strict=True):
                 results[id(model)] = result

@@ -6,7 +6,7 @@ a worker's that consumed the log through a transport:
 
 * while a model's scaler is not yet fitted it is fed one recorded message at a time,
   because which whole messages are held back to fit the scaler is part of the result;
-* after that, spans of whole messages (~16k rows) go to all models in one compiled
+* after that, spans of whole messages (up to 64k rows) go to all models in one compiled
   pass (`workers.checkpoint.learn_together`, as the worker does per message). The
   rules are sequential per row, so one call over many messages computes exactly what
   one call per message does; the only difference would be a batch a ranker refuses
@@ -49,9 +49,10 @@ if TYPE_CHECKING:
     from rankstream.workers.checkpoint import TrackedModel
 
 _PREFETCH_CHUNKS = 3
-# Rows per learn_many once scalers are fitted: x and its scaled copy (~2 x 4.7 MB in
-# float64) stay in cache across the four models instead of streaming from memory.
-_SPAN_ROWS = 16_384
+# Rows per compiled pass once scalers are fitted. The loop gathers each row from the
+# chunk's image table itself, so a span costs no memory of its own; spans only bound
+# how much a refused batch (weights that would become non-finite) must re-feed.
+_SPAN_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -164,24 +165,22 @@ def _prefetch(chunks: Iterator[TripletChunk]) -> Iterator[TripletChunk]:
 def _learn_chunk(
     models: list[TrackedModel], chunk: TripletChunk, skip_bad: bool, counts: ReadCounts
 ) -> None:
-    """Scaler phase message by message, then the rest of the chunk in one span."""
-    y = chunk.block.y()
+    """Scaler phase message by message, then the rest of the chunk in spans."""
     start = 0
     if any(m.ranker is None for m in models):
         bounds = chunk.message_bounds()
         for a, b in itertools.pairwise(bounds):
             if all(m.ranker is not None for m in models):
                 break
-            _learn_span(models, chunk, y, int(a), int(b), skip_bad, counts)
+            _learn_span(models, chunk, int(a), int(b), skip_bad, counts)
             start = int(b)
     for a in range(start, len(chunk), _SPAN_ROWS):
-        _learn_span(models, chunk, y, a, min(a + _SPAN_ROWS, len(chunk)), skip_bad, counts)
+        _learn_span(models, chunk, a, min(a + _SPAN_ROWS, len(chunk)), skip_bad, counts)
 
 
 def _learn_span(
     models: list[TrackedModel],
     chunk: TripletChunk,
-    y: np.ndarray,
     a: int,
     b: int,
     skip_bad: bool,
@@ -196,9 +195,7 @@ def _learn_span(
         topic,
         int(chunk.partition[last]),
         int(chunk.offset[last]),
-        chunk.block.phi1[a:b],
-        chunk.block.phi2[a:b],
-        y[a:b],
+        chunk.block.select(slice(a, b)),
     )
     refused = [m for m, r in zip(models, results, strict=True) if isinstance(r, ValueError)]
     if refused:
@@ -213,25 +210,24 @@ def _learn_span(
             keep = np.ones(len(chunk), bool)
             keep[a + bad] = False
             keep[:a] = keep[b:] = False
-            _learn_span(models, chunk.select(keep), y[keep], 0, int(keep.sum()), skip_bad, counts)
+            _learn_span(models, chunk.select(keep), 0, int(keep.sum()), skip_bad, counts)
             return
         for model in refused:
-            _learn_messages(model, chunk, y, a, b)
+            _learn_messages(model, chunk, a, b)
     for model in models:
         if all(model is not r for r in refused):
             _advance_other_partitions(model, chunk, a, b)
 
 
-def _learn_messages(
-    model: TrackedModel, chunk: TripletChunk, y: np.ndarray, a: int, b: int
-) -> None:
+def _learn_messages(model: TrackedModel, chunk: TripletChunk, a: int, b: int) -> None:
     """The worker's rule for a refused batch: per message, skipping refused ones."""
+    from rankstream.workers.checkpoint import learn_together
+
     sub = chunk.select(_mask(len(chunk), a, b))
     for s, e in itertools.pairwise(sub.message_bounds()):
         topic, p, o = chunk.topic, int(sub.partition[s]), int(sub.offset[s])
-        try:
-            model.learn(topic, p, o, sub.block.phi1[s:e], sub.block.phi2[s:e], y[a:b][s:e])
-        except ValueError:
+        result = learn_together([model], topic, p, o, sub.block.select(slice(int(s), int(e))))[0]
+        if isinstance(result, ValueError):
             model.skip(topic, p, o)
 
 

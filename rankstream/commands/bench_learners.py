@@ -1,21 +1,41 @@
-"""`rankstream bench learners`: sequential throughput of the online learners.
+"""`rankstream bench learners`: sequential throughput of the online learners, against C.
 
-Times exactly `OnlineRanker.learn_many` over N pre-generated 36-d float64 pair
-differences, from a fresh model each pass; data generation, model construction and
-the first (compiling or cache-loading) call are outside the timed region, and the
-latter is reported on its own as compile_seconds. Wall and CPU time (of this process)
-are both reported: on a shared machine the CPU time is the steadier measure.
+Times exactly the path the online worker and direct replay take: one learner's
+`learn_many_together` over N triplets in the normalized form a decoded block has (a
+float32 image table phi, int32 rows p1 and p2, float64 labels), from a fresh model each
+pass. The data is shaped like the simulator's stream: 50 candidates per judged query,
+123 triplets per query (the demo's 246,747 triplets from 2,000 queries), random labels so
+the passive-aggressive rules and AROW update on nearly every row (the slow case). The
+table holds 400 queries' candidates (20,000 images, 2.9 MB) and query q's triplets read
+table query q mod 400: a worker learns a block right after decoding it, so its table is
+in cache; a 3M-triplet table would measure memory, not the learner.
+
+A C loop of the same rule over the same arrays (`_c_reference`, built with `cc -O3
+-march=native -ffast-math` when a compiler is present) runs in the same process, its
+passes alternating with the learner's so both see the same machine; each learner's
+`ratio_to_c` is C's median seconds over its own (>= 1: as fast as C or faster), wall
+and CPU. Before timing, both run the first 10,000 triplets and must agree on the
+weights (the C reference is the same rule). Data generation, model construction and
+the first (compiling or cache-loading) call are outside the timed region; the latter is
+reported on its own as compile_seconds. Wall and CPU time (of this process) are both
+reported: on a shared machine the CPU time is the steadier measure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from typing import Any
 
 DIM = 36
 WARMUP_ROWS = 1000
+CHECK_ROWS = 10_000
+CANDIDATES = 50  # per judged query (the demo's top 50)
+TRIPLETS_PER_QUERY = 123  # the demo's stream: 246,747 triplets from 2,000 queries
+TABLE_QUERIES = 400  # queries whose candidates the table holds (cache-resident)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,82 +45,160 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def make_stream(n: int, seed: int):
-    """Random pair differences with random labels: the hinge loss stays positive, so
-    the passive-aggressive rules and AROW update on (almost) every row, the slow case.
-    """
+def make_stream(n: int, seed: int):  # type: ignore[no-untyped-def]
+    """(phi, p1, p2, y): n triplets over a table of candidates, as described above."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, DIM))
+    phi = rng.standard_normal((TABLE_QUERIES * CANDIDATES, DIM)).astype(np.float32)
+    phi.setflags(write=False)  # like a decoded block's table
+    query = (np.arange(n) // TRIPLETS_PER_QUERY) % TABLE_QUERIES
+    first = rng.integers(0, CANDIDATES, n)
+    second = (first + rng.integers(1, CANDIDATES, n)) % CANDIDATES  # another candidate
+    p1 = (query * CANDIDATES + first).astype(np.int32)
+    p2 = (query * CANDIDATES + second).astype(np.int32)
     y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-    return X, y
+    return phi, p1, p2, y
 
 
-def bench_algo(algo: str, X, y, repeats: int) -> dict[str, float]:
+def _timed(run) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    start, cpu_start = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def bench_algo(algo: str, stream, repeats: int, reference) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Median wall/CPU seconds of the learner's passes (and of C's, interleaved)."""
     import numpy as np
 
-    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.learners import hyperparameters, learner
+    from rankstream.ranking.online import OnlineRanker, learn_many_together
 
-    start = time.perf_counter()
-    OnlineRanker(algo).learn_many(X[:WARMUP_ROWS], y[:WARMUP_ROWS])
-    compile_seconds = time.perf_counter() - start
-    passes, cpu_passes = [], []
+    phi, p1, p2, y = stream
+    n = len(y)
+    compile_seconds, _ = _timed(
+        lambda: learn_many_together(
+            [OnlineRanker(algo)], phi, p1[:WARMUP_ROWS], p2[:WARMUP_ROWS], y[:WARMUP_ROWS]
+        )
+    )
+    c_pass = None if reference is None else reference.learner(learner(algo), hyperparameters())
+    if c_pass is not None:
+        _check_agreement(algo, stream, c_pass)
+    ours: list[tuple[float, float]] = []
+    theirs: list[tuple[float, float]] = []
     for _ in range(repeats):
         ranker = OnlineRanker(algo, dim=DIM)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        ranker.learn_many(X, y)
-        passes.append(time.perf_counter() - start)
-        cpu_passes.append(time.process_time() - cpu_start)
-    seconds = float(np.median(passes))
-    cpu_seconds = float(np.median(cpu_passes))
-    return {
+        ours.append(_timed(lambda r=ranker: learn_many_together([r], phi, p1, p2, y)))
+        if c_pass is not None:
+            theirs.append(_timed(lambda: c_pass(phi, p1, p2, y)))
+    seconds, cpu_seconds = (float(np.median([t[k] for t in ours])) for k in (0, 1))
+    result: dict[str, Any] = {
         "seconds": seconds,
-        "triplets_per_s": X.shape[0] / seconds,
+        "triplets_per_s": n / seconds,
         "cpu_seconds": cpu_seconds,
-        "cpu_triplets_per_s": X.shape[0] / cpu_seconds if cpu_seconds > 0 else None,
+        "cpu_triplets_per_s": n / cpu_seconds if cpu_seconds > 0 else None,
         "compile_seconds": compile_seconds,
+        "c_seconds": None,
+        "c_triplets_per_s": None,
+        "ratio_to_c": None,
+        "cpu_ratio_to_c": None,
     }
+    if theirs:
+        c_seconds, c_cpu = (statistics.median(t[k] for t in theirs) for k in (0, 1))
+        result.update(
+            c_seconds=c_seconds,
+            c_triplets_per_s=n / c_seconds,
+            ratio_to_c=c_seconds / seconds,
+            cpu_ratio_to_c=c_cpu / cpu_seconds if cpu_seconds > 0 else None,
+        )
+    return result
+
+
+def _check_agreement(algo: str, stream, c_pass) -> None:  # type: ignore[no-untyped-def]
+    """The C reference must compute the learner's rule: the same weights up to the
+    rounding its reordered sums allow. The update counts may differ by a few: a repeated
+    pair lands on a margin of exactly 1 after a passive-aggressive step, give or take a
+    rounding, and the next step is then 0 or a vanishing one."""
+    import numpy as np
+
+    from rankstream.ranking.online import OnlineRanker, learn_many_together
+
+    phi, p1, p2, y = (a[:CHECK_ROWS] if a.ndim == 1 else a for a in stream)
+    ranker = OnlineRanker(algo, dim=DIM)
+    learn_many_together([ranker], phi, p1, p2, y)
+    weights, updates = c_pass(phi, p1, p2, y)
+    scale = max(float(np.abs(ranker.weights).max()), 1.0)
+    apart = float(np.abs(weights - ranker.weights).max()) / scale
+    if apart > 1e-6 or abs(updates - ranker.n_updates) > max(2, ranker.n_updates // 1000):
+        raise RuntimeError(
+            f"the C reference of {algo} disagrees with the learner on the first {len(y)} "
+            f"triplets: weights {apart:.1e} apart, {updates} vs {ranker.n_updates} updates"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
+    from rankstream.commands import _c_reference
     from rankstream.ranking.learners import names
-
-    algos = names()
 
     if args.triplets < 1 or args.repeats < 1:
         print("--triplets and --repeats must be >= 1", file=sys.stderr)
         return 2
     err = Console(stderr=True)
+    with err.status("compiling the C reference"):
+        built = _c_reference.build()
+    reference = None if isinstance(built, str) else built
+    c_note = built if isinstance(built, str) else f"{built.command}, same process and data"
+    if reference is None:
+        err.print(f"[yellow]{c_note}")
     with err.status(f"generating {args.triplets:,} triplets of {DIM} features"):
-        X, y = make_stream(args.triplets, args.seed)
+        stream = make_stream(args.triplets, args.seed)
     results = {}
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("benchmarking", total=len(algos))
-        for algo in algos:
+        task = progress.add_task("benchmarking", total=len(names()))
+        for algo in names():
             progress.update(task, description=f"benchmarking {algo}")
-            results[algo] = bench_algo(algo, X, y, args.repeats)
+            results[algo] = bench_algo(algo, stream, args.repeats, reference)
             progress.advance(task)
-    report = {"triplets": args.triplets, "dim": DIM, "results": results}
+    report = {
+        "triplets": args.triplets,
+        "dim": DIM,
+        "images": int(stream[0].shape[0]),
+        "c_reference": c_note,
+        "results": results,
+    }
     if args.json:
         print(json.dumps(report))
         return 0
+    _print_table(report, args.repeats)
+    return 0
+
+
+def _print_table(report: dict[str, Any], repeats: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(
-        title=f"learn_many over {args.triplets:,} triplets x {DIM} (median of {args.repeats})"
+        title=f"learn_many_together over {report['triplets']:,} triplets x {DIM} "
+        f"(median of {repeats}); C: {report['c_reference']}"
     )
-    for column in ("algo", "seconds", "M triplets/s", "CPU M triplets/s", "compile s"):
+    columns = ("algo", "seconds", "M triplets/s", "CPU M triplets/s", "C M triplets/s")
+    for column in (*columns, "vs C", "compile s"):
         table.add_column(column, justify="left" if column == "algo" else "right")
-    for algo, r in results.items():
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value / 1e6:.2f}"
+
+    for algo, r in report["results"].items():
         table.add_row(
             algo,
             f"{r['seconds']:.3f}",
-            f"{r['triplets_per_s'] / 1e6:.2f}",
-            "-" if r["cpu_triplets_per_s"] is None else f"{r['cpu_triplets_per_s'] / 1e6:.2f}",
+            rate(r["triplets_per_s"]),
+            rate(r["cpu_triplets_per_s"]),
+            rate(r["c_triplets_per_s"]),
+            "-" if r["ratio_to_c"] is None else f"{r['ratio_to_c']:.2f}x",
             f"{r['compile_seconds']:.2f}",
         )
     Console().print(table)
-    return 0

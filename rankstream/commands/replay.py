@@ -79,9 +79,14 @@ def _run_direct(args: argparse.Namespace) -> int:
     from rankstream.cli import batch_job
 
     if batch_job() and "numpy" not in sys.modules:
-        # Nothing here calls BLAS, but numpy's and scipy's OpenBLAS (numba imports
-        # scipy) would each start a thread pool at import: ~0.1 s of CPU for nothing.
+        # Nothing here calls BLAS, but numpy's OpenBLAS would start a thread pool at
+        # import: ~0.1 s of CPU for nothing.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        # numba's first compile or cache load imports scipy.linalg (~0.17 s of CPU, a
+        # third of numba's start-up) only to find out whether compiled code may call
+        # BLAS (np.dot); the learners' kernels never do, so this one-shot process
+        # blocks that import and numba records "no BLAS" (same weights, bit for bit).
+        sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
     from rankstream.stream.recording import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
