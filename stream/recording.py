@@ -62,6 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rankstream.ranking.triplets import TripletBlock
+from rankstream.stream.arrow_views import numpy_view, offsets_view
 from rankstream.stream.schema import (
     SchemaError,
     decode_query,
@@ -632,7 +633,7 @@ def _list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if array.null_count or array.values.null_count:
         raise pa.ArrowInvalid(f"list column holds {array.null_count} null lists")
-    offsets = array.offsets.to_numpy(zero_copy_only=True)
+    offsets = offsets_view(array)
     first, last = int(offsets[0]), int(offsets[-1])
     values = array.values
     if first or last != len(values):
@@ -662,10 +663,10 @@ def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if column.null_count:
         raise pa.ArrowInvalid(f"column holds {column.null_count} nulls")
     if isinstance(column, pa.Array):
-        return column.to_numpy(zero_copy_only=True)
+        return numpy_view(column)
     if column.num_chunks == 1:
-        return column.chunk(0).to_numpy(zero_copy_only=True)
-    return column.to_numpy()
+        return numpy_view(column.chunk(0))
+    return numpy_view(column.combine_chunks())
 
 
 def _column_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray:

@@ -533,3 +533,23 @@ def test_dead_letters_carry_the_original_bytes_reason_and_source():
     _expect(
         "bad_schema", encode_triplets(TripletBlock.from_pairs(**_columns(3))), decode_dead_letter
     )
+
+
+def test_decoding_never_imports_pandas(tmp_path):
+    """pyarrow's to_numpy imports pandas when it is installed (~0.5 s of a process's
+    start); decoding uses buffer views instead (encoding is the producers' cost)."""
+    import subprocess
+    import sys
+
+    message = tmp_path / "message.arrow"
+    message.write_bytes(encode_triplets(TripletGenerator(seed=0).query_block()))
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from rankstream.stream.schema import decode_triplets\n"
+        f"block = decode_triplets(Path({str(message)!r}).read_bytes())\n"
+        "assert len(block) > 0 and block.phi.shape[0] > 0\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
