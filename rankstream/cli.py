@@ -28,6 +28,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "cbir"): ("eval_cbir", "online rankers vs baselines on a CBIR test bed"),
     ("eval", "dml"): ("eval_dml", "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)"),
     ("eval", "mkl"): ("eval_mkl", "RankMKL vs single features and concatenation (PubFig)"),
+    ("eval", "stream"): (
+        "eval_stream",
+        "§5.5 loop per learner, per collection (--grid)",
+    ),
     ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
     ("bench", "scaleout"): ("bench_scaleout", "throughput of 1/2/4 per-partition online workers"),

@@ -41,16 +41,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rankstream.ranking import learners
-from rankstream.simulators.collection import Collection
-from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.settings import Settings
 
-DEFAULT_IMAGES = 1_007_157  # the paper's ImageCLEFFlickr scale; Uni-Con sits near 0.80 here
+if TYPE_CHECKING:
+    from rankstream.workers.simulator import SimulateOptions
+
 ONLINE_MODELS = learners.names()  # every registered online learner
 BATCH_MODELS = ("cmds_dml", "rankmkl")
 BASELINE = "uni_con"
@@ -64,9 +65,13 @@ class DemoOptions:
 
     queries: int = 2000  # the paper's 2,000 sequential queries
     triplets: int | None = None  # also stop once at least this many triplets were produced
-    images: int = DEFAULT_IMAGES
+    collection: str = "synthetic"  # a name of `simulators.catalog.COLLECTIONS`
+    images: int | None = None  # synthetic only (None: the paper's 1,007,157)
     seed: int = 0  # query stream, reservoir and RankMKL pair sampling
-    collection_seed: int = 0
+    collection_seed: int | None = None  # synthetic only
+    # the online learners' hyper-parameters over `ranking.learners.HYPERPARAMETERS`'
+    # defaults (validated on both collections' streams; README "Hyper-parameters")
+    hyper: Mapping[str, float] = field(default_factory=dict)
     checkpoint_every: int = 1  # queries between online checkpoints (new servable versions)
     refit_every: int = 500  # queries between batch refits
     reservoir: int = 2000  # triplets in the batch worker's sample
@@ -83,7 +88,6 @@ class DemoOptions:
     def __post_init__(self) -> None:
         positive = (
             "queries",
-            "images",
             "checkpoint_every",
             "refit_every",
             "reservoir",
@@ -99,6 +103,22 @@ class DemoOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.triplets is not None and self.triplets < 1:
             raise ValueError(f"triplets must be >= 1, got {self.triplets}")
+        object.__setattr__(self, "hyper", learners.hyperparameters(self.hyper))
+        self.simulate_options()  # the collection and its options are checked there
+
+    def simulate_options(self, **overrides: Any) -> SimulateOptions:
+        """The simulator's options for this run: its collection, seeds and size."""
+        from rankstream.workers.simulator import SimulateOptions
+
+        fields = {
+            "triplets": self.triplets,
+            "seed": self.seed,
+            "collection": self.collection,
+            "images": self.images,
+            "collection_seed": self.collection_seed,
+            "calibration_queries": self.calibration_queries,
+        }
+        return SimulateOptions(**{**fields, **overrides})
 
 
 @dataclass
@@ -106,12 +126,14 @@ class DemoResult:
     """Per-query curves and totals of one run; `report()` is DIR/report.json."""
 
     options: DemoOptions
+    collection: str  # the collection's catalog name
     images: int
     triplets: int
     seconds: float  # wall time including the collection build or load
     cpu_seconds: float  # this process's CPU time (wall time grows on a shared machine)
     collection_seconds: float
     ndcg: dict[str, np.ndarray]  # model -> (queries,) NDCG@50, NaN where not scored
+    ap: dict[str, np.ndarray]  # model -> (queries,) AP over the K candidates, same queries
     learning_seconds: dict[str, np.ndarray]  # model -> (queries,) cumulative CPU seconds
     served_by: list[str]
     champion: str
@@ -127,11 +149,11 @@ class DemoResult:
 
     def report(self) -> dict[str, Any]:
         scored = {m: np.isfinite(v) for m, v in self.ndcg.items()}
-        base = self.ndcg[BASELINE]
 
-        def improvement(model: str) -> float | None:
+        def improvement(curves: dict[str, np.ndarray], model: str) -> float | None:
             both = scored[model] & scored[BASELINE]
-            return _mean(self.ndcg[model][both] - base[both]) if both.any() else None
+            gain = curves[model][both] - curves[BASELINE][both]
+            return _mean(gain) if both.any() else None
 
         served: dict[str, int] = {}
         for name in self.served_by:
@@ -142,10 +164,17 @@ class DemoResult:
             "seconds": round(self.seconds, 2),
             "cpu_seconds": round(self.cpu_seconds, 2),
             "collection_seconds": round(self.collection_seconds, 2),
+            "collection": self.collection,
             "images": self.images,
             "seed": self.options.seed,
             "ndcg_at_50": {m: _mean(v[scored[m]]) for m, v in self.ndcg.items()},
-            "improvement_over_uni_con": {m: improvement(m) for m in self.ndcg if m != BASELINE},
+            "improvement_over_uni_con": {
+                m: improvement(self.ndcg, m) for m in self.ndcg if m != BASELINE
+            },
+            "map": {m: _mean(v[scored[m]]) for m, v in self.ap.items()},
+            "map_improvement_over_uni_con": {
+                m: improvement(self.ap, m) for m in self.ap if m != BASELINE
+            },
             "scored_queries": {m: int(s.sum()) for m, s in scored.items()},
             "rolling_ndcg_at_50": {m: round(v, 4) for m, v in self.rolling_ndcg.items()},
             "learning_seconds": {
@@ -217,8 +246,8 @@ class DemoPipeline:
         options: DemoOptions,
         settings: Settings | None = None,
         *,
-        collection: Collection | None = None,
-        index: CandidateIndex | None = None,
+        collection: ImageCollection | None = None,
+        index: CandidateRetriever | None = None,
     ) -> None:
         from rankstream.stream.embedded import EmbeddedTransport
         from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -226,7 +255,7 @@ class DemoPipeline:
         from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
         from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
         from rankstream.workers.online import OnlineWorker, WorkerOptions
-        from rankstream.workers.simulator import SimulateOptions, Simulation
+        from rankstream.workers.simulator import Simulation
 
         # no services, whatever the environment says: the demo is the embedded pipeline
         self.settings = dataclasses.replace(
@@ -239,13 +268,7 @@ class DemoPipeline:
         # query count, with no timers, so a run is deterministic.
         self.simulation = Simulation(
             self.settings,
-            SimulateOptions(
-                triplets=options.triplets,
-                seed=options.seed,
-                images=options.images,
-                collection_seed=options.collection_seed,
-                calibration_queries=options.calibration_queries,
-            ),
+            options.simulate_options(),
             transport=self.transport,
             store=self.store,
             collection=collection,
@@ -255,6 +278,7 @@ class DemoPipeline:
             self.settings,
             WorkerOptions(
                 algos=ONLINE_MODELS,
+                hyper=options.hyper,
                 checkpoint_records=None,
                 checkpoint_seconds=None,
                 scaler_rows=options.scaler_rows,
@@ -359,12 +383,13 @@ class DemoPipeline:
         self.simulation.close()
         self.evaluator.close()
 
-    def ndcg_curves(self) -> dict[str, np.ndarray]:
-        """Per-query NDCG@50 of every report model from the evaluator's history."""
+    def score_curves(self, metric: str = "ndcg") -> dict[str, np.ndarray]:
+        """Per-query NDCG@50 ("ndcg") or AP over the candidates ("ap") of every report
+        model from the evaluator's history; NaN where a model was not scored."""
         n = len(self.served_by)
         curves = {m: np.full(n, np.nan) for m in REPORT_MODELS}
         for scores in self.evaluator.history:
-            for model, value in scores.ndcg.items():
+            for model, value in getattr(scores, metric).items():
                 if model in curves and 0 <= scores.seq < n:
                     curves[model][scores.seq] = value
         return curves
@@ -374,23 +399,23 @@ def run_demo(
     options: DemoOptions,
     settings: Settings | None = None,
     *,
-    collection: Collection | None = None,
-    index: CandidateIndex | None = None,
+    collection: ImageCollection | None = None,
+    index: CandidateRetriever | None = None,
     progress: bool = True,
 ) -> DemoResult:
-    """Build or load the collection, run the pipeline for the options' queries, collect."""
+    """Build or load the collection, run the pipeline for the options' queries, collect.
+
+    `collection` (and its `index`) given: served instead of the options' collection.
+    """
     from rankstream.workers.logging import configure_logging
-    from rankstream.workers.simulator import SimulateOptions, load_collection
+    from rankstream.workers.simulator import load_collection
 
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()
     settings = settings or Settings.from_env()
     if collection is None:
-        collection, index = load_collection(
-            settings,
-            SimulateOptions(images=options.images, collection_seed=options.collection_seed),
-            progress,
-        )
+        served = load_collection(settings, options.simulate_options(), progress)
+        collection, index = served.collection, served.index
     collection_seconds = time.perf_counter() - started
     pipeline = DemoPipeline(options, settings, collection=collection, index=index)
     pipeline.start()
@@ -404,12 +429,14 @@ def run_demo(
     summary = pipeline.evaluator.summary()
     return DemoResult(
         options=options,
+        collection=collection.name,
         images=collection.n_images,
         triplets=pipeline.simulation.triplets_produced,
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - cpu_started,
         collection_seconds=collection_seconds,
-        ndcg=pipeline.ndcg_curves(),
+        ndcg=pipeline.score_curves("ndcg"),
+        ap=pipeline.score_curves("ap"),
         learning_seconds=pipeline.clock.arrays(),
         served_by=pipeline.served_by,
         champion=pipeline.evaluator.champion,

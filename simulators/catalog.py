@@ -15,13 +15,15 @@ environment).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rankstream.simulators.images import ServedCollection
+if TYPE_CHECKING:  # the command line lists the names without importing numpy
+    from rankstream.simulators.images import ServedCollection
 
-CollectionLoader = Callable[..., ServedCollection]
+CollectionLoader = Callable[..., "ServedCollection"]
 
 
 def load_synthetic(
@@ -37,16 +39,27 @@ def load_synthetic(
 
 
 def load_fashion_mnist(
-    cache_dir: str | os.PathLike, progress: bool = True, **options: Any
+    cache_dir: str | os.PathLike,
+    progress: bool = True,
+    directory: str | os.PathLike | None = None,
+    limit: int | None = None,
+    index_seed: int = 0,
 ) -> ServedCollection:
     """Fashion-MNIST's 70,000 photos (descriptors cached once) and their index.
 
-    Options are `simulators.fashion_collection.load_served`'s (`directory`, `limit`,
-    `index_seed`).
+    `directory` holds the idx files (default: where Debian's package puts them),
+    `limit` keeps the first photos of each split, `index_seed` seeds the first stage
+    (`simulators.fashion_collection.load_served`).
     """
-    from rankstream.simulators.fashion_collection import load_served
+    from rankstream.simulators.fashion_collection import DEFAULT_DIR, load_served
 
-    return load_served(cache_dir, progress=progress, **options)
+    return load_served(
+        cache_dir,
+        progress=progress,
+        directory=DEFAULT_DIR if directory is None else directory,
+        limit=limit,
+        index_seed=index_seed,
+    )
 
 
 COLLECTIONS: dict[str, CollectionLoader] = {
@@ -56,10 +69,40 @@ COLLECTIONS: dict[str, CollectionLoader] = {
 """Collection name -> loader(cache_dir, progress, **options) -> ServedCollection."""
 
 
+def check_name(name: str) -> str:
+    """`name` if the catalog has it; a ValueError naming the choices otherwise."""
+    if name not in COLLECTIONS:
+        raise ValueError(f"unknown collection {name!r}; choose from {sorted(COLLECTIONS)}")
+    return name
+
+
+def loader_options(name: str) -> tuple[str, ...]:
+    """The options the named collection's loader takes (its keyword parameters)."""
+    parameters = inspect.signature(COLLECTIONS[check_name(name)]).parameters
+    return tuple(p for p in parameters if p not in ("cache_dir", "progress"))
+
+
+def check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` if the named collection's loader takes them all; a ValueError otherwise.
+
+    >>> check_options("fashion-mnist", {"n_images": 1000})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: collection 'fashion-mnist' takes no option n_images; it takes directory, ...
+    """
+    known = loader_options(name)
+    unknown = [option for option in options if option not in known]
+    if unknown:
+        raise ValueError(
+            f"collection {name!r} takes no option {', '.join(unknown)}; "
+            f"it takes {', '.join(known) or 'none'}"
+        )
+    return options
+
+
 def load_collection(
     name: str, cache_dir: str | os.PathLike, progress: bool = True, **options: Any
 ) -> ServedCollection:
     """The named collection with its first-stage index, built or read under `cache_dir`."""
-    if name not in COLLECTIONS:
-        raise ValueError(f"unknown collection {name!r}; choose from {sorted(COLLECTIONS)}")
+    check_options(name, options)
     return COLLECTIONS[name](cache_dir, progress=progress, **options)

@@ -32,7 +32,7 @@ import numpy as np
 
 from rankstream.ranking import learners
 from rankstream.ranking.judgments import feedback_triplets
-from rankstream.ranking.metrics import ndcg_at_k, ranked_order
+from rankstream.ranking.metrics import average_precision, ndcg_at_k, ranked_order
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.simulators.progress import progress_bar
@@ -180,6 +180,70 @@ class FeedbackSimulator:
         return np.concatenate([self.retrieve(int(i)).phi for i in images])
 
 
+Variant = tuple[str, Mapping[str, float]]  # (learner name, its hyper-parameters)
+
+
+def online_experiment_scores(
+    collection: ImageCollection,
+    variants: Mapping[str, Variant],
+    n_queries: int = 2000,
+    seed: int = 0,
+    index: CandidateRetriever | None = None,
+    calibration_queries: int = 50,
+    progress: bool | str = False,
+) -> dict[str, dict[str, np.ndarray]]:
+    """§5.5: per-query NDCG@50 and AP of Uni-Con and of each online ranker serving its own loop.
+
+    `variants` names each ranker: name -> (learner, hyper-parameters), so one learner
+    can run at several settings side by side. Every ranker sees the same query
+    sequence and candidates; each ranks with its current model (zero weights at first:
+    ties keep retrieval order), is scored on that ranking, learns from the triplets of
+    its own judged top 50, and serves the next query with the updated model. Uni-Con
+    (equal weights on standardized phi) is scored on the same queries. Features are
+    standardized with a scaler fitted on `calibration_phi`. AP counts every candidate
+    with relevance > 0 as relevant (`ranking.metrics.average_precision`) over all K.
+    Returns {"ndcg": {"unicon": (n_queries,), name: ...}, "ap": {...}}; a string
+    `progress` labels the progress bar.
+    """
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.scaling import Standardizer
+
+    if "unicon" in variants:
+        raise ValueError("'unicon' names the baseline; pick another variant name")
+    sim = FeedbackSimulator(collection, seed=seed, index=index)
+    scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
+    rankers = {
+        name: OnlineRanker(algo=algo, scaler=scaler, **params)
+        for name, (algo, params) in variants.items()
+    }
+    unicon = UniCon(scaler=scaler)
+    judge_rngs = {
+        a: np.random.default_rng(s)
+        for a, s in zip(rankers, np.random.SeedSequence([seed, 1]).spawn(len(rankers)), strict=True)
+    }
+    names = ("unicon", *rankers)
+    scores = {metric: {n: np.empty(n_queries) for n in names} for metric in ("ndcg", "ap")}
+
+    def record(name: str, query: RetrievedQuery, ranking: np.ndarray, t: int) -> None:
+        scores["ndcg"][name][t] = served_ndcg(query, ranking)
+        scores["ap"][name][t] = average_precision(ranking, query.relevance)
+
+    label = progress if isinstance(progress, str) else "online experiment"
+    with progress_bar(bool(progress), label, n_queries) as advance:
+        for t in range(n_queries):
+            query = sim.next_query()
+            record("unicon", query, unicon.score(query.phi), t)
+            for name, ranker in rankers.items():
+                ranking = ranker.score(query.phi)
+                record(name, query, ranking, t)
+                _, triplets = judge(query, ranking, sim.n_judged, 0, judge_rngs[name])
+                if len(triplets):
+                    ranker.learn_many(triplets.x(), triplets.y())
+            advance()
+    return scores
+
+
 def run_online_experiment(
     collection: ImageCollection,
     algos: Iterable[str] = learners.worker_defaults(),
@@ -190,41 +254,14 @@ def run_online_experiment(
     calibration_queries: int = 50,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
-    """§5.5: per-query NDCG@50 of Uni-Con and of each online ranker serving its own loop.
-
-    Every algorithm sees the same query sequence and candidates; each ranks with its
-    current model (zero weights at first: ties keep retrieval order), is scored on that
-    ranking, learns from the triplets of its own judged top 50, and serves the next
-    query with the updated model. Uni-Con (equal weights on standardized phi) is scored
-    on the same queries. Features are standardized with a scaler fitted on
-    `calibration_phi`. Returns {"unicon": (n_queries,), algo: (n_queries,), ...}.
-    """
-    from rankstream.ranking.baselines import UniCon
-    from rankstream.ranking.online import OnlineRanker
-    from rankstream.ranking.scaling import Standardizer
-
-    sim = FeedbackSimulator(collection, seed=seed, index=index)
-    scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
+    """Per-query NDCG@50 of Uni-Con and of each learner in `algos` (hyper-parameters from
+    `ranker_params`, else the defaults) serving its own loop (`online_experiment_scores`).
+    Returns {"unicon": (n_queries,), algo: (n_queries,), ...}."""
     params = ranker_params or {}
-    rankers = {a: OnlineRanker(algo=a, scaler=scaler, **params.get(a, {})) for a in algos}
-    unicon = UniCon(scaler=scaler)
-    judge_rngs = {
-        a: np.random.default_rng(s)
-        for a, s in zip(rankers, np.random.SeedSequence([seed, 1]).spawn(len(rankers)), strict=True)
-    }
-    curves = {name: np.empty(n_queries) for name in ("unicon", *rankers)}
-    with progress_bar(progress, "online experiment", n_queries) as advance:
-        for t in range(n_queries):
-            query = sim.next_query()
-            curves["unicon"][t] = served_ndcg(query, unicon.score(query.phi))
-            for name, ranker in rankers.items():
-                scores = ranker.score(query.phi)
-                curves[name][t] = served_ndcg(query, scores)
-                _, triplets = judge(query, scores, sim.n_judged, 0, judge_rngs[name])
-                if len(triplets):
-                    ranker.learn_many(triplets.x(), triplets.y())
-            advance()
-    return curves
+    variants = {algo: (algo, params.get(algo, {})) for algo in algos}
+    return online_experiment_scores(
+        collection, variants, n_queries, seed, index, calibration_queries, progress
+    )["ndcg"]
 
 
 def served_ndcg(query: RetrievedQuery, scores: np.ndarray) -> float:

@@ -111,3 +111,16 @@ def service_settings(services: RunningServices, tmp_path: Path) -> Settings:
 def embedded_settings(tmp_path: Path) -> Settings:
     """Settings with no Kafka or Redis: the in-process transport and store."""
     return Settings(topic_prefix=_unique_prefix(), data_dir=str(tmp_path))
+
+
+# -- real image collections -------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fashion_slice(tmp_path_factory: pytest.TempPathFactory):
+    """Fashion-MNIST's first 200 photos of each split (400, more than the 300 candidates a
+    query retrieves) with their index: the real files, described once per session."""
+    from rankstream.simulators.catalog import load_collection
+
+    cache = tmp_path_factory.mktemp("fashion-slice")
+    return load_collection("fashion-mnist", cache, progress=False, limit=200)

@@ -74,7 +74,9 @@ def simulated_feedback(n_queries: int = 40, n_held_out: int = 10) -> Feedback:
         build_collection(n_images=4000, progress=False, seed=0), seed=1, candidates=200
     )
     unicon = UniCon().fit(sim.calibration_phi(10))
-    triplets = [sim.step(unicon.score)[1] for _ in range(n_queries)]
+    blocks = [sim.step(unicon.score)[1] for _ in range(n_queries)]
+    # a query whose judged top 50 all tie yields no triplets, and the simulator sends nothing
+    triplets = [block for block in blocks if len(block)]
     return Feedback(triplets, [sim.next_query() for _ in range(n_held_out)])
 
 

@@ -75,9 +75,10 @@ def test_the_c_reference_computes_each_rule(algo: str) -> None:
     # linked without -ffast-math: loading it left the process's float state alone
     assert np.nextafter(0.0, 1.0) * 1.0 > 0.0
     phi, p1, p2, y = make_stream(400, seed=1)
-    weights, updates = reference.learner(learner(algo), hyperparameters())(phi, p1, p2, y)
+    hyper = hyperparameters()  # the registry's defaults, given to both sides
+    weights, updates = reference.learner(learner(algo), hyper)(phi, p1, p2, y)
     x = np.subtract(phi[p1], phi[p2], dtype=np.float64)
-    expected, _, expected_updates = reference_loop(algo, x, y)
+    expected, _, expected_updates = reference_loop(algo, x, y, **hyper)
     np.testing.assert_allclose(weights, expected, rtol=1e-9, atol=1e-9)
     assert updates == expected_updates > 0
 

@@ -31,6 +31,7 @@ ENV_EXAMPLE = DEPLOY / ".env.example"  # the secrets a user sets in deploy/.env
 SETTINGS_ENV = DEPLOY / "rankstream.env"  # the shared, non-secret settings
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.compose.yml"
 DOCKERFILE = DEPLOY / "Dockerfile"
+FASHION_MNIST_OVERRIDE = DEPLOY / "docker-compose.fashion-mnist.yml"
 DOCKERIGNORE = REPO / ".dockerignore"
 
 INTERPOLATION = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -252,6 +253,19 @@ def test_the_simulator_serves_the_champion() -> None:
     assert command[command.index("--serving") + 1] == "champion"
 
 
+def test_the_fashion_mnist_override_changes_only_the_simulators_collection() -> None:
+    override = yaml.safe_load(FASHION_MNIST_OVERRIDE.read_text())
+    assert list(override) == ["services"] and list(override["services"]) == ["simulator"]
+    assert list(override["services"]["simulator"]) == ["command"]
+    command = [str(word) for word in override["services"]["simulator"]["command"]]
+    base = [str(word) for word in SERVICES["simulator"]["command"]]
+    at = command.index("--collection")
+    assert command[at + 1] == "fashion-mnist"
+    assert command[:at] + command[at + 2 :] == base  # every other option as in the main file
+    args = cli.build_parser().parse_args(command)
+    assert args.collection == "fashion-mnist" and args._module == _module_for(base)
+
+
 # -- settings ------------------------------------------------------------------------------
 
 
@@ -403,6 +417,19 @@ def test_dockerfile_runs_the_console_script_as_a_non_root_user() -> None:
     wrapper = (DEPLOY / "image" / "entrypoint.sh").read_text()
     assert wrapper.rstrip().endswith('exec rankstream "$@"')
     assert scripts["rankstream"] == "rankstream.cli:program"
+
+
+def test_the_image_has_fashion_mnist_unless_built_without() -> None:
+    from rankstream.simulators.fashion_mnist import DEBIAN_PACKAGE
+
+    stage = _final_stage()
+    args = [a for k, a in stage if k == "ARG"]
+    assert "FASHION_MNIST=1" in args  # on by default
+    (install,) = [a for k, a in stage if k == "RUN" and DEBIAN_PACKAGE in a]
+    assert '"$FASHION_MNIST"' in install and "rm -rf /var/lib/apt/lists/*" in install
+    keywords = [k for k, _ in stage]
+    # installed before the environment is copied in: code changes keep the layer
+    assert keywords.index("ARG") < keywords.index("COPY")
 
 
 def _dockerignored() -> set[str]:

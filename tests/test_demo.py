@@ -10,6 +10,7 @@ import pytest
 from rankstream.cli import main
 from rankstream.demo import BATCH_MODELS, ONLINE_MODELS, REPORT_MODELS, DemoOptions, run_demo
 from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
+from rankstream.ranking import learners
 from rankstream.ranking.kernels import learn_arow, learn_linear
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex
@@ -24,6 +25,9 @@ TINY = {
     "window": 10,
     "calibration_queries": 5,
 }
+
+
+SMALL = {k: v for k, v in TINY.items() if k != "images"}
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +71,20 @@ def test_learning_time_is_cumulative_and_charged_to_learners_only(tiny_run) -> N
 def test_report_matches_the_curves(tiny_run) -> None:
     report = tiny_run.report()
     assert report["queries"] == 16 and report["triplets"] > 0 and report["images"] == 4000
+    assert report["collection"] == "synthetic"
     for model in REPORT_MODELS:
-        curve = tiny_run.ndcg[model]
+        curve, ap = tiny_run.ndcg[model], tiny_run.ap[model]
+        np.testing.assert_array_equal(np.isfinite(ap), np.isfinite(curve))  # same queries
         assert report["ndcg_at_50"][model] == pytest.approx(np.nanmean(curve), abs=1e-4)
+        assert report["map"][model] == pytest.approx(np.nanmean(ap), abs=1e-4)
         assert report["scored_queries"][model] == np.isfinite(curve).sum()
     both = np.isfinite(tiny_run.ndcg["opr"])
-    gain = np.mean(tiny_run.ndcg["opr"][both] - tiny_run.ndcg["uni_con"][both])
-    assert report["improvement_over_uni_con"]["opr"] == pytest.approx(gain, abs=1e-4)
+    for curves, key in (
+        (tiny_run.ndcg, "improvement_over_uni_con"),
+        (tiny_run.ap, "map_improvement_over_uni_con"),
+    ):
+        gain = np.mean(curves["opr"][both] - curves["uni_con"][both])
+        assert report[key]["opr"] == pytest.approx(gain, abs=1e-4)
     assert sum(report["served_by"].values()) == 16
     assert report["champion"] in REPORT_MODELS
     first_call = report["learners_first_call"]  # reported on its own, not as learning
@@ -118,6 +129,42 @@ def test_cli_writes_report_plots_and_table(tmp_path, monkeypatch, capsys) -> Non
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "Uni-Con" in table and "first call" in table
+
+
+def test_the_demo_serves_real_photos_and_its_report_names_them(fashion_slice) -> None:
+    options = DemoOptions(collection="fashion-mnist", queries=6, refit_every=100, **SMALL)
+    result = run_demo(
+        options, collection=fashion_slice.collection, index=fashion_slice.index, progress=False
+    )
+    report = result.report()
+    assert report["collection"] == "fashion-mnist" and report["images"] == 400
+    assert report["options"]["collection"] == "fashion-mnist" and report["triplets"] > 0
+    assert np.isfinite(result.ndcg["uni_con"]).all() and 0 < report["map"]["uni_con"] <= 1
+    with pytest.raises(ValueError, match="collection 'fashion-mnist' given"):
+        run_demo(DemoOptions(queries=1, **SMALL), collection=fashion_slice.collection)
+
+
+def test_demo_options_check_the_collection_and_the_hyperparameters() -> None:
+    with pytest.raises(ValueError, match="takes no option n_images"):
+        DemoOptions(collection="fashion-mnist", images=1000)
+    with pytest.raises(ValueError, match="unknown collection"):
+        DemoOptions(collection="imagenet")
+    with pytest.raises(ValueError, match="unknown hyper-parameters"):
+        DemoOptions(hyper={"gamma": 1.0})
+    assert DemoOptions(hyper={"C": 0.5}).hyper == learners.hyperparameters({"C": 0.5})
+
+
+def test_cli_names_the_debian_package_when_fashion_mnist_is_missing(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    from rankstream.simulators import fashion_collection
+
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(fashion_collection, "DEFAULT_DIR", tmp_path / "absent")
+    assert main(["demo", "--collection", "fashion-mnist", "--out", str(tmp_path)]) == 2
+    assert "dataset-fashion-mnist" in capsys.readouterr().err
+    assert main(["demo", "--collection", "fashion-mnist", "--images", "1000"]) == 2
+    assert "takes no option n_images" in capsys.readouterr().err
 
 
 def test_cumulative_mean_skips_unscored_queries() -> None:

@@ -102,19 +102,22 @@ def test_bad_sizes_raise(collection, index) -> None:
         FeedbackSimulator(collection, index=index, candidates=40, judged=50)
 
 
-def test_calibration_unicon_band_and_learners_beat_it(collection, index) -> None:
-    """Uni-Con sits in a mid band at 20k images (~0.78; ~0.80 at full scale) and every
-    learner serving its own loop clearly beats it after 50 queries. A simulator whose
-    descriptors carried no signal (or a learner that did not learn) would fail."""
+def test_calibration_unicon_band_and_learners_beat_it_by_a_few_percent(collection, index) -> None:
+    """Generator version 2's calibration at 20k images: Uni-Con in a mid band (~0.80, as
+    at full scale) and learners serving their own loops above it by a few percent after
+    50 queries, not by version 1's +0.15. A simulator whose descriptors carried no
+    signal, a learner that did not learn, or a collection that hands learners a large
+    reweighting win again would fail."""
     curves = run_online_experiment(
-        collection, algos=("opr", "opar1", "ogdr"), n_queries=120, seed=0, index=index
+        collection, algos=("opar1", "ogdr", "arow"), n_queries=300, seed=0, index=index
     )
-    assert set(curves) == {"unicon", "opr", "opar1", "ogdr"}
-    assert all(c.shape == (120,) and np.isfinite(c).all() for c in curves.values())
-    unicon = curves["unicon"].mean()
-    assert 0.68 < unicon < 0.86
-    for algo in ("opr", "opar1", "ogdr"):
-        assert curves[algo][50:].mean() > unicon + 0.1, (algo, curves[algo][50:].mean(), unicon)
+    assert set(curves) == {"unicon", "opar1", "ogdr", "arow"}
+    assert all(c.shape == (300,) and np.isfinite(c).all() for c in curves.values())
+    unicon = curves["unicon"]
+    assert 0.72 < unicon.mean() < 0.88
+    gain = {algo: (curves[algo][50:] - unicon[50:]).mean() for algo in ("opar1", "ogdr", "arow")}
+    assert 0.01 < gain["opar1"] < 0.08 and 0.01 < gain["ogdr"] < 0.08, gain
+    assert 0.04 < gain["arow"] < 0.15, gain
 
 
 def test_the_simulators_width_is_the_collections(collection) -> None:

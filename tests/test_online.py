@@ -111,7 +111,7 @@ def test_warm_start_and_scaler_travel_with_the_model():
     rng = np.random.default_rng(3)
     Phi = rng.uniform(0, 10, (50, 4)) * np.array([1.0, 100.0, 0.01, 1.0])
     scaler = Standardizer().fit(Phi)
-    uni_con = OnlineRanker("opar1", scaler=scaler, warm_start=np.ones(4))
+    uni_con = OnlineRanker("opar1", C=0.1, scaler=scaler, warm_start=np.ones(4))
     np.testing.assert_allclose(uni_con.score(Phi), scaler.transform(Phi).sum(axis=1))
     X = Phi[:25] - Phi[25:]
     y = np.where(X[:, 1] > 0, 1.0, -1.0)

@@ -10,6 +10,7 @@ import pytest
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.simulators.collection import build_collection
+from rankstream.simulators.fashion_mnist import graded_relevance
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
@@ -149,3 +150,53 @@ def test_cli_json_prints_one_object(monkeypatch, tmp_path, capsys) -> None:
     assert main(["simulate", "--triplets", "200", "--images", "4000", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["triplets"] >= 200 and summary["served_by"] == {UNI_CON: summary["queries"]}
+    assert summary["collection"] == "synthetic" and summary["images"] == 4000
+    assert main(["simulate", "--collection", "fashion-mnist", "--images", "4000"]) == 2
+    assert "takes no option n_images" in capsys.readouterr().err
+
+
+def test_the_simulator_serves_real_photos(embedded_settings, fashion_slice) -> None:
+    options = SimulateOptions(triplets=2000, seed=1, collection="fashion-mnist")
+    simulation = Simulation(
+        embedded_settings,
+        options,
+        collection=fashion_slice.collection,
+        index=fashion_slice.index,
+    )
+    summary = simulation.run()
+    assert summary["collection"] == "fashion-mnist" and summary["images"] == 400
+    topic = embedded_settings.triplets_topic
+    blocks = [decode_triplets(m.value) for m in _read(embedded_settings, topic)]
+    assert sum(len(b) for b in blocks) == summary["triplets"] >= 2000
+    labels = fashion_slice.collection.labels
+    queries = [
+        decode_query(m.value) for m in _read(embedded_settings, embedded_settings.queries_topic)
+    ]
+    assert len(queries) == summary["queries"]
+    for query in queries:  # graded by the photos' own classes, for the query photo's class
+        candidates = labels[query.candidate_ids]
+        assert any(
+            np.array_equal(query.relevance, graded_relevance(label, candidates))
+            for label in range(10)
+        )
+
+
+def test_options_name_a_catalog_collection_and_only_its_options() -> None:
+    assert SimulateOptions().collection_options() == {}
+    assert SimulateOptions(images=5000, collection_seed=2).collection_options() == {
+        "n_images": 5000,
+        "collection_seed": 2,
+    }
+    with pytest.raises(ValueError, match="takes no option collection_seed"):
+        SimulateOptions(collection="fashion-mnist", collection_seed=1)
+    with pytest.raises(ValueError, match="unknown collection"):
+        SimulateOptions(collection="imagenet")
+    with pytest.raises(ValueError, match="images must be >= 1"):
+        SimulateOptions(images=0)
+
+
+def test_a_collection_other_than_the_options_one_is_refused(
+    embedded_settings, fashion_slice
+) -> None:
+    with pytest.raises(ValueError, match="collection 'fashion-mnist' given"):
+        Simulation(embedded_settings, OPTIONS, collection=fashion_slice.collection)

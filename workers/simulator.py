@@ -9,6 +9,10 @@ query on `settings.queries_topic` (sent by `workers.ingest.FeedbackProducer`, th
 library the ingestion API shares) stamped with the serving model and the version of
 every scorable model current at serving time.
 
+The collection served is one of `simulators.catalog.COLLECTIONS`, by name
+(`SimulateOptions.collection`: the synthetic ImageCLEF/Flickr one by default, or
+Fashion-MNIST's 70,000 photos), built or read under `settings.data_dir`.
+
 Before the first query Uni-Con (equal weights on standardized phi) is published as
 `uni_con` (kind "linear") unless the store has it; its Standardizer is fitted on
 `FeedbackSimulator.calibration_phi`, candidate phi of queries from a seed stream of
@@ -33,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankstream.simulators.collection import PAPER_N_IMAGES, Collection
+from rankstream.simulators import catalog
 from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator
-from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
@@ -55,8 +59,9 @@ class SimulateOptions:
 
     triplets: int | None = 100_000  # stop after at least this many triplets; None: never
     seed: int = 0  # query stream seed (order, orientation coins, calibration)
-    images: int = PAPER_N_IMAGES
-    collection_seed: int = 0  # the collection is cached per (images, collection_seed)
+    collection: str = "synthetic"  # a name of `simulators.catalog.COLLECTIONS`
+    images: int | None = None  # synthetic only: its size (None: the paper's 1,007,157)
+    collection_seed: int | None = None  # synthetic only: cached per (images, seed)
     rate: float | None = None  # triplets per second; None = unlimited
     serving: str = CHAMPION
     candidates: int = 300
@@ -71,6 +76,14 @@ class SimulateOptions:
             raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
         if self.calibration_queries < 1 or self.partitions < 1:
             raise ValueError("calibration_queries and partitions must be >= 1")
+        if self.images is not None and self.images < 1:
+            raise ValueError(f"images must be >= 1, got {self.images}")
+        catalog.check_options(self.collection, self.collection_options())
+
+    def collection_options(self) -> dict[str, int]:
+        """The options given for the collection's loader (`simulators.catalog`)."""
+        given = {"n_images": self.images, "collection_seed": self.collection_seed}
+        return {name: value for name, value in given.items() if value is not None}
 
 
 class TokenBucket:
@@ -116,16 +129,12 @@ class TokenBucket:
 
 def load_collection(
     settings: Settings, options: SimulateOptions, progress: bool = True
-) -> tuple[Collection, CandidateIndex]:
-    """The cached collection and its candidate index under `settings.data_dir`."""
+) -> ServedCollection:
+    """The options' collection and its candidate index, cached under `settings.data_dir`."""
     cache = Path(settings.data_dir) / "collections"
-    collection = Collection.load_or_build(
-        cache, progress=progress, n_images=options.images, seed=options.collection_seed
+    return catalog.load_collection(
+        options.collection, cache, progress=progress, **options.collection_options()
     )
-    index = CandidateIndex.load_or_build(
-        collection, cache, seed=options.collection_seed, progress=progress
-    )
-    return collection, index
 
 
 def publish_unicon(
@@ -247,6 +256,7 @@ class SimulatorHandler(Handler):
             "served_by": dict(sorted(self.served_by.items())),
             "serving_switches": self.serving.switches,
             "seed": self.options.seed,
+            "collection": self.simulator.collection.name,
             "images": self.simulator.collection.n_images,
         }
 
@@ -261,10 +271,11 @@ class Simulation:
         *,
         transport: Transport | None = None,
         store: ModelStore | None = None,
-        collection: Collection | None = None,
-        index: CandidateIndex | None = None,
+        collection: ImageCollection | None = None,
+        index: CandidateRetriever | None = None,
         progress: bool = False,
     ) -> None:
+        """`collection` (and its `index`) given: served instead of the options' one."""
         self.settings = settings
         self.options = options
         if settings.phi_dim != PHI_DIM:
@@ -273,7 +284,12 @@ class Simulation:
                 f"(RANKSTREAM_PHI_DIM) is {settings.phi_dim}"
             )
         if collection is None:
-            collection, index = load_collection(settings, options, progress)
+            served = load_collection(settings, options, progress)
+            collection, index = served.collection, served.index
+        elif collection.name != options.collection:
+            raise ValueError(
+                f"collection {collection.name!r} given for options naming {options.collection!r}"
+            )
         simulator = FeedbackSimulator(
             collection,
             seed=options.seed,

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from rankstream.commands._collection_args import add_collection_arguments, collection_fields
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -16,19 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop after at least N triplets (default 100000)",
     )
     parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
-    parser.add_argument(
-        "--images",
-        type=int,
-        default=None,
-        metavar="M",
-        help="collection size (default: the paper's 1,007,157)",
-    )
-    parser.add_argument(
-        "--collection-seed",
-        type=int,
-        default=0,
-        help="seed of the synthetic collection (cached per size and seed)",
-    )
+    add_collection_arguments(parser)
     parser.add_argument(
         "--rate",
         type=float,
@@ -59,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from rankstream.simulators.collection import PAPER_N_IMAGES
+    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
     from rankstream.stream.settings import Settings
     from rankstream.workers.logging import configure_logging
     from rankstream.workers.metrics import start_metrics_server
@@ -70,12 +60,11 @@ def run(args: argparse.Namespace) -> int:
         options = SimulateOptions(
             triplets=args.triplets,
             seed=args.seed,
-            images=args.images if args.images is not None else PAPER_N_IMAGES,
-            collection_seed=args.collection_seed,
             rate=args.rate,
             serving=args.serving,
             candidates=args.candidates,
             partitions=args.partitions,
+            **collection_fields(args),
         )
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
@@ -86,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         simulation = Simulation(settings, options, progress=True)
     except ValueError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
+        return 2
+    except FashionMNISTMissingError as exc:  # names the Debian package to install
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     columns = (TextColumn("simulate [dim]{task.fields[model]}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:

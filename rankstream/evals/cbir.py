@@ -227,7 +227,7 @@ def evaluate_cbir(
     return {**evaluate_testbed(testbed, seed=seed, progress=progress), "dataset": dataset}
 
 
-def _spread(values: Sequence[float]) -> dict[str, float | None]:
+def spread(values: Sequence[float]) -> dict[str, float | None]:
     """Mean, sample standard deviation (None for one value), min and max."""
     array = np.asarray(values, dtype=np.float64)
     std = float(array.std(ddof=1)) if array.size > 1 else None
@@ -248,7 +248,7 @@ def summarise_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     gains: dict[str, dict[str, Any]] = {}
     for baseline in ("uni_con", "best_fea"):
         gains[baseline] = {
-            m: _spread([(run["map"][m] / run["map"][baseline] - 1.0) * 100 for run in runs])
+            m: spread([(run["map"][m] / run["map"][baseline] - 1.0) * 100 for run in runs])
             for m in LEARNED
         }
     above_both = {
@@ -258,8 +258,8 @@ def summarise_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "dataset": runs[0]["dataset"],
         "seeds": [run["seed"] for run in runs],
-        "map": {m: _spread(values) for m, values in maps.items()},
-        "ndcg_at_50": {m: _spread([run["ndcg_at_50"][m] for run in runs]) for m in METHODS},
+        "map": {m: spread(values) for m, values in maps.items()},
+        "ndcg_at_50": {m: spread([run["ndcg_at_50"][m] for run in runs]) for m in METHODS},
         "gain_over_uni_con_percent": gains["uni_con"],
         "gain_over_best_fea_percent": gains["best_fea"],
         "above_uni_con_and_best_fea_every_seed": above_both,
