@@ -109,10 +109,23 @@ def command_words(argv: Sequence[str]) -> tuple[str, ...] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check the `RANKSTREAM_*` settings, run the command; its exit code.
+
+    A bad setting or a refused option (`SettingsError`, `UsageError`), whenever it
+    surfaces, is one line `rankstream: ...` on stderr and exit code 2.
+    """
+    from rankstream.commands._usage import UsageError
+    from rankstream.stream.settings import Settings, SettingsError
+
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(command_words(argv)).parse_args(argv)
-    module = importlib.import_module(f"rankstream.commands.{args._module}")
-    return int(module.run(args) or 0)
+    try:
+        Settings.from_env()  # every command refuses a bad setting before it starts work
+        module = importlib.import_module(f"rankstream.commands.{args._module}")
+        return int(module.run(args) or 0)
+    except (SettingsError, UsageError) as exc:
+        print(f"rankstream: {exc}", file=sys.stderr)
+        return 2
 
 
 _program = False  # this process runs `program` (not `main` called in-process)

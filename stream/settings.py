@@ -1,7 +1,8 @@
 """Where a process finds its transport, store and metrics endpoint: the deployment settings.
 
 Configuration comes from the environment (`RANKSTREAM_*`), read here by `Settings.from_env`
-and nowhere else, so this class is the one list of what the system can be told. Unset
+and nowhere else, so `VARIABLES` is the one list of what the system can be told, each
+variable with its check (a bad value is a `SettingsError` naming it). Unset
 Kafka/Redis settings mean the embedded default (no services). It lives in `stream/`, the
 lowest layer that needs it; the layers above receive a `Settings`, never the environment.
 """
@@ -9,25 +10,119 @@ lowest layer that needs it; the layers above receive a `Settings`, never the env
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 ENV_PREFIX = "RANKSTREAM_"
 DEFAULT_PHI_DIM = 36  # the paper's phi: 9 descriptors x 4 similarity measures
+# The values kafka-python takes (its consumer's docs; `kafka.net.sasl.SASL_MECHANISMS`).
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_SASL_MECHANISMS = (
+    "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER", "AWS_MSK_IAM",
+)  # fmt: skip
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url understands
+# Kafka's topic characters, and room for the longest suffix (".dead-letter") within 249
+_TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
-def _env(name: str, default: str | None = None) -> str | None:
+class SettingsError(ValueError):
+    """A RANKSTREAM_* variable the system cannot use: names it, its value and what it wants.
+
+    A ValueError, so code that already refuses bad values keeps doing so; the CLI prints
+    it as one line and exits 2 before any work starts.
+    """
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        self.variable, self.value, self.expected = variable, value, expected
+        super().__init__(f"{variable} must be {expected}, got {value!r}")
+
+
+def _env(name: str) -> str | None:
     value = os.environ.get(ENV_PREFIX + name)
-    return value if value not in (None, "") else default
+    return value if value not in (None, "") else None
 
 
-def _int_env(name: str, default: int) -> int:
-    value = _env(name)
-    if value is None:
-        return default
+def _text(name: str, value: str) -> str:
+    """Free text (names, passwords, paths): anything but blank."""
+    if not value.strip():
+        raise SettingsError(ENV_PREFIX + name, value, "non-blank text")
+    return value
+
+
+def _host(name: str, value: str) -> str:
+    if not value.strip() or any(c.isspace() for c in value):
+        raise SettingsError(ENV_PREFIX + name, value, "a host name or address (no spaces)")
+    return value
+
+
+def _port(name: str, value: str) -> int:
+    number = _integer(value)
+    if number is None or not 0 <= number <= 65535:
+        raise SettingsError(ENV_PREFIX + name, value, "an integer port 0-65535 (0: any free port)")
+    return number
+
+
+def _positive_int(name: str, value: str) -> int:
+    number = _integer(value)
+    if number is None or number < 1:
+        raise SettingsError(ENV_PREFIX + name, value, "an integer >= 1")
+    return number
+
+
+def _integer(value: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{ENV_PREFIX}{name} must be an integer, got {value!r}") from None
+        return None
+
+
+def _bootstrap(name: str, value: str) -> str:
+    """host:port[,host:port...] ([v6::addr]:port too), each port 1-65535."""
+    for server in value.split(","):
+        host, colon, port = server.strip().rpartition(":")
+        number = _integer(port) if colon and host else None
+        if number is None or not 1 <= number <= 65535:
+            raise SettingsError(
+                ENV_PREFIX + name, value, "comma-separated host:port pairs (ports 1-65535)"
+            )
+    return value
+
+
+def _url(schemes: tuple[str, ...], needs_host: bool = True):  # type: ignore[no-untyped-def]
+    def parse(name: str, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in schemes or (
+            needs_host and parts.scheme != "unix" and not parts.hostname
+        ):
+            wanted = " or ".join(f"{s}://" for s in schemes)
+            raise SettingsError(ENV_PREFIX + name, value, f"a {wanted} URL")
+        try:
+            parts.port  # noqa: B018 (raises ValueError for a port out of range)
+        except ValueError:
+            raise SettingsError(ENV_PREFIX + name, value, "a URL with a port 1-65535") from None
+        return value
+
+    return parse
+
+
+def _one_of(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    def parse(name: str, value: str) -> str:
+        if value not in choices:
+            raise SettingsError(ENV_PREFIX + name, value, f"one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _topic_prefix(name: str, value: str) -> str:
+    if not _TOPIC_PREFIX.fullmatch(value):
+        raise SettingsError(
+            ENV_PREFIX + name, value, "1-200 of Kafka's topic characters: letters, digits, . _ -"
+        )
+    return value
 
 
 def default_data_dir() -> str:
@@ -82,42 +177,39 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        """The Settings the environment describes (unset = the defaults)."""
-        port = _env("METRICS_PORT")
-        width = _env("PHI_DIM")
-        defaults = cls()
-        return cls(
-            kafka_bootstrap=_env("KAFKA_BOOTSTRAP"),
-            redis_url=_env("REDIS_URL"),
-            redis_password=_env("REDIS_PASSWORD"),
-            prometheus_url=_env("PROMETHEUS_URL"),
-            metrics_port=int(port) if port is not None else None,
-            metrics_host=_env("METRICS_HOST", defaults.metrics_host),
-            topic_prefix=_env("TOPIC_PREFIX", defaults.topic_prefix),
-            kafka_security_protocol=_env(
-                "KAFKA_SECURITY_PROTOCOL", defaults.kafka_security_protocol
-            ),
-            kafka_sasl_mechanism=_env("KAFKA_SASL_MECHANISM"),
-            kafka_sasl_username=_env("KAFKA_SASL_USERNAME"),
-            kafka_sasl_password=_env("KAFKA_SASL_PASSWORD"),
-            kafka_ssl_cafile=_env("KAFKA_SSL_CAFILE"),
-            kafka_ssl_certfile=_env("KAFKA_SSL_CERTFILE"),
-            kafka_ssl_keyfile=_env("KAFKA_SSL_KEYFILE"),
-            data_dir=_env("DATA_DIR", defaults.data_dir),
-            api_host=_env("API_HOST", defaults.api_host),
-            api_port=_int_env("API_PORT", defaults.api_port),
-            api_token=_env("API_TOKEN"),
-            api_max_body_bytes=_int_env("API_MAX_BODY_BYTES", defaults.api_max_body_bytes),
-            phi_dim=_positive_int("PHI_DIM", width) if width is not None else DEFAULT_PHI_DIM,
-        )
+        """The Settings the environment describes (unset or empty = the defaults).
+
+        Every variable is checked here: a SettingsError names the first bad one.
+        """
+        values = {
+            field_name: parse(name, text)
+            for field_name, (name, parse) in VARIABLES.items()
+            if (text := _env(name)) is not None
+        }
+        return cls(**values)
 
 
-def _positive_int(name: str, value: str) -> int:
-    """An integer >= 1 read from RANKSTREAM_<name>; ValueError naming the variable."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ValueError(f"{ENV_PREFIX}{name} must be an integer >= 1, got {value!r}")
-    return number
+# Settings field -> (variable after RANKSTREAM_, its check): the one list of what the
+# environment can set. Free text (passwords, file names, a token) is only refused blank.
+VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "kafka_bootstrap": ("KAFKA_BOOTSTRAP", _bootstrap),
+    "redis_url": ("REDIS_URL", _url(REDIS_URL_SCHEMES)),
+    "redis_password": ("REDIS_PASSWORD", _text),
+    "prometheus_url": ("PROMETHEUS_URL", _url(("http", "https"))),
+    "metrics_port": ("METRICS_PORT", _port),
+    "metrics_host": ("METRICS_HOST", _host),
+    "topic_prefix": ("TOPIC_PREFIX", _topic_prefix),
+    "kafka_security_protocol": ("KAFKA_SECURITY_PROTOCOL", _one_of(KAFKA_SECURITY_PROTOCOLS)),
+    "kafka_sasl_mechanism": ("KAFKA_SASL_MECHANISM", _one_of(KAFKA_SASL_MECHANISMS)),
+    "kafka_sasl_username": ("KAFKA_SASL_USERNAME", _text),
+    "kafka_sasl_password": ("KAFKA_SASL_PASSWORD", _text),
+    "kafka_ssl_cafile": ("KAFKA_SSL_CAFILE", _text),
+    "kafka_ssl_certfile": ("KAFKA_SSL_CERTFILE", _text),
+    "kafka_ssl_keyfile": ("KAFKA_SSL_KEYFILE", _text),
+    "data_dir": ("DATA_DIR", _text),
+    "api_host": ("API_HOST", _host),
+    "api_port": ("API_PORT", _port),
+    "api_token": ("API_TOKEN", _text),
+    "api_max_body_bytes": ("API_MAX_BODY_BYTES", _positive_int),
+    "phi_dim": ("PHI_DIM", _positive_int),
+}

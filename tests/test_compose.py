@@ -277,6 +277,15 @@ def _rankstream_names() -> set[str]:
     return names
 
 
+VALID_EXAMPLES = {
+    f"{ENV_PREFIX}KAFKA_BOOTSTRAP": "kafka:9092",
+    f"{ENV_PREFIX}REDIS_URL": "redis://redis:6379/0",
+    f"{ENV_PREFIX}PROMETHEUS_URL": "http://prometheus:9090",
+    f"{ENV_PREFIX}KAFKA_SECURITY_PROTOCOL": "SSL",
+    f"{ENV_PREFIX}KAFKA_SASL_MECHANISM": "PLAIN",
+}
+
+
 @pytest.mark.parametrize("variable", sorted(_rankstream_names()))
 def test_every_rankstream_variable_is_read_by_settings(
     variable: str, monkeypatch: pytest.MonkeyPatch
@@ -284,7 +293,8 @@ def test_every_rankstream_variable_is_read_by_settings(
     for name in _rankstream_names():
         monkeypatch.delenv(name, raising=False)
     baseline = Settings.from_env()
-    monkeypatch.setenv(variable, "12345")  # valid for every field type (int or str)
+    # a value each variable's check accepts (the addresses are checked; "12345" fits the rest)
+    monkeypatch.setenv(variable, VALID_EXAMPLES.get(variable, "12345"))
     assert Settings.from_env() != baseline, f"Settings.from_env ignores {variable}"
 
 

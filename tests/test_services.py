@@ -134,16 +134,31 @@ def test_services_up_env_prints_only_export_lines(services):
     assert exported == services.manager.endpoints().env()
 
 
+def test_services_up_json_prints_the_variables_addresses_and_pids(services):
+    argv = [sys.executable, "-m", "rankstream", "services", "up", "--json"]
+    completed = subprocess.run(
+        [*argv, "--root", str(services.root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (line,) = completed.stdout.splitlines()
+    report = json.loads(line)
+    assert report["root"] == str(services.root)
+    assert report["env"] == services.manager.endpoints().env()
+    status = services.manager.status()
+    assert report["services"] == status and all(entry["pid"] for entry in status.values())
+
+
 @pytest.mark.parametrize("command", ["status", "down"])
 def test_cli_on_an_empty_root_starts_nothing(tmp_path, command):
     argv = [sys.executable, "-m", "rankstream", "services", command, "--root", str(tmp_path)]
+    completed = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(completed.stdout)
     if command == "status":
-        argv.append("--json")
-    completed = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    if command == "status":
-        report = json.loads(completed.stdout)
         assert completed.returncode == 1 and report["ready"] is False
         assert not any(entry["running"] for entry in report["services"].values())
     else:
-        assert completed.returncode == 0
+        assert completed.returncode == 0 and report == {"root": str(tmp_path), "stopped": []}
     assert not (tmp_path / "kafka").exists()

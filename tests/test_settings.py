@@ -24,3 +24,73 @@ def test_a_bad_width_is_refused_naming_the_variable(monkeypatch, value):
 def test_settings_refuse_a_width_below_one():
     with pytest.raises(ValueError, match="phi_dim"):
         Settings(phi_dim=0)
+
+
+def test_every_settings_field_is_read_from_one_variable():
+    """`VARIABLES` is the one list of what the environment sets: every field, once."""
+    from dataclasses import fields
+
+    from rankstream.stream.settings import VARIABLES
+
+    assert set(VARIABLES) == {f.name for f in fields(Settings)}
+    names = [name for name, _check in VARIABLES.values()]
+    assert len(names) == len(set(names))
+
+
+def test_every_variable_is_documented_in_the_contracts():
+    from pathlib import Path
+
+    from rankstream.stream.settings import ENV_PREFIX, VARIABLES
+
+    contracts = (Path(__file__).parents[1] / "docs" / "CONTRACTS.md").read_text()
+    missing = [ENV_PREFIX + n for n, _ in VARIABLES.values() if ENV_PREFIX + n not in contracts]
+    assert not missing
+
+
+GOOD = {
+    "RANKSTREAM_KAFKA_BOOTSTRAP": ("kafka-a:9093,[::1]:9092", "kafka_bootstrap", None),
+    "RANKSTREAM_REDIS_URL": ("unix:///run/redis.sock", "redis_url", None),
+    "RANKSTREAM_PROMETHEUS_URL": ("https://prom.example:9090", "prometheus_url", None),
+    "RANKSTREAM_METRICS_PORT": ("9100", "metrics_port", 9100),
+    "RANKSTREAM_API_PORT": ("0", "api_port", 0),
+    "RANKSTREAM_TOPIC_PREFIX": ("team-a.rank_v2", "topic_prefix", None),
+    "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": ("SSL", "kafka_security_protocol", None),
+    "RANKSTREAM_API_MAX_BODY_BYTES": ("1024", "api_max_body_bytes", 1024),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(GOOD))
+def test_good_values_are_read(monkeypatch, variable):
+    text, field_name, parsed = GOOD[variable]
+    monkeypatch.setenv(variable, text)
+    assert getattr(Settings.from_env(), field_name) == (text if parsed is None else parsed)
+
+
+BAD = {
+    "RANKSTREAM_METRICS_PORT": ("abc", "an integer port 0-65535"),
+    "RANKSTREAM_API_PORT": ("70000", "an integer port 0-65535"),
+    "RANKSTREAM_API_MAX_BODY_BYTES": ("0", "an integer >= 1"),
+    "RANKSTREAM_KAFKA_BOOTSTRAP": ("kafka-a", "comma-separated host:port pairs"),
+    "RANKSTREAM_REDIS_URL": ("localhost:6379", "a redis:// or rediss:// or unix:// URL"),
+    "RANKSTREAM_PROMETHEUS_URL": ("http://prom:99999", "a URL with a port 1-65535"),
+    "RANKSTREAM_METRICS_HOST": ("local host", "a host name or address"),
+    "RANKSTREAM_TOPIC_PREFIX": ("rank stream", "Kafka's topic characters"),
+    "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": ("TLS", "one of PLAINTEXT, SSL"),
+    "RANKSTREAM_KAFKA_SASL_MECHANISM": ("scram", "one of PLAIN, SCRAM-SHA-256"),
+    "RANKSTREAM_API_TOKEN": ("   ", "non-blank text"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(BAD))
+def test_a_bad_value_is_a_settings_error_naming_variable_value_and_expectation(
+    monkeypatch, variable
+):
+    from rankstream.stream.settings import SettingsError
+
+    text, expected = BAD[variable]
+    monkeypatch.setenv(variable, text)
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env()
+    assert (error.value.variable, error.value.value) == (variable, text)
+    assert str(error.value).startswith(f"{variable} must be ")
+    assert expected in str(error.value) and repr(text) in str(error.value)

@@ -97,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(_flag(f), dest=f.name, action="store_true", help=help_text)
             continue
         shown = ",".join(default) if isinstance(default, tuple) else default
+        shown = _NONE if shown is None else shown
         off = "; 'none' to turn off" if optional else ""
         suffix = f" (default {shown}{off})"
         parser.add_argument(

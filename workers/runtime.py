@@ -203,16 +203,20 @@ class StreamRuntime:
             clean = True
         finally:
             self.close(final_checkpoint=clean)
-        log_event(
-            log,
-            "worker stopped",
-            worker=self.handler.name,
-            records=self.stats.records,
-            checkpoints=self.stats.checkpoints,
-            fenced=self.fenced,
-            **self.handler.summary(),
-        )
+        log_event(log, "worker stopped", **self.report())
         return EXIT_FENCED if self.fenced else EXIT_OK
+
+    def report(self) -> dict[str, Any]:
+        """What this run did: its "worker stopped" log line, and the workers' `--json`."""
+        return {
+            "worker": self.handler.name,
+            "records": self.stats.records,
+            "messages": self.stats.messages,
+            "checkpoints": self.stats.checkpoints,
+            "dead_letters": self.stats.dead_letters,
+            "fenced": self.fenced,
+            **self.handler.summary(),
+        }
 
     def step(self, timeout_ms: int | None = None) -> int:
         """One poll (or one unit of a source's work), a checkpoint when due, the handler's

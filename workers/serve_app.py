@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hmac
+import socket
 import sys
 import threading
 import time
@@ -324,9 +325,25 @@ def create_app(
     return app
 
 
-def serve(settings: Settings, poll_seconds: float = 1.0, workers: bool = False) -> int:
-    """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT."""
+def serve(
+    settings: Settings,
+    poll_seconds: float = 1.0,
+    workers: bool = False,
+    on_listening: Callable[[str, int], None] | None = None,
+) -> int:
+    """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT.
+
+    `on_listening(host, port)` is called once the socket is bound and the app started
+    (the port is the real one when settings.api_port is 0).
+    """
     import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if on_listening is not None:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                on_listening(str(host), int(port))
 
     config = uvicorn.Config(
         create_app(settings, poll_seconds=poll_seconds, workers=workers),
@@ -338,6 +355,6 @@ def serve(settings: Settings, poll_seconds: float = 1.0, workers: bool = False) 
         server_header=False,
         timeout_graceful_shutdown=10,
     )
-    server = uvicorn.Server(config)
+    server = Server(config)
     server.run()
     return 0 if server.started else 1

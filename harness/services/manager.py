@@ -62,13 +62,16 @@ class ServiceManager:
                 state_file.save(self.root, states)
             return self._endpoints(states)
 
-    def down(self) -> None:
-        """Stop every service (SIGTERM, then SIGKILL after its timeout). Idempotent."""
+    def down(self) -> list[str]:
+        """Stop every service (SIGTERM, then SIGKILL after its timeout); the ones that ran.
+
+        Idempotent: with nothing running it stops nothing and returns [].
+        """
         with state_file.locked(self.root):
             states = state_file.load(self.root)
-            for name in reversed(list(self.services)):
-                self._stop(name, states)
+            stopped = [name for name in reversed(list(self.services)) if self._stop(name, states)]
             state_file.save(self.root, states)
+            return stopped
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Per service: running, ready, pid, ports, address (no side effects)."""
@@ -174,15 +177,18 @@ class ServiceManager:
                 ports[service.port_names[len(ports)]] = port
         return ports
 
-    def _stop(self, name: str, states: dict[str, state_file.ServiceState]) -> None:
+    def _stop(self, name: str, states: dict[str, state_file.ServiceState]) -> bool:
+        """Stop `name` if it runs; whether it did."""
         service = self._service(name)
         entry = states.get(name)
         if entry is None or entry.pid is None:
-            return
-        if is_running(entry.pid, service.dir):
+            return False
+        running = is_running(entry.pid, service.dir)
+        if running:
             with self.progress.step(f"stopping {name} (pid {entry.pid})"):
                 terminate(entry.pid, service.dir, service.stop_timeout)
         entry.pid = None
+        return running
 
     def _endpoints(self, states: dict[str, state_file.ServiceState]) -> Endpoints:
         def address(name: str) -> str:

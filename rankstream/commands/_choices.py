@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
+
+from rankstream.commands._usage import UsageError
 
 
 def comma_list(text: str) -> tuple[str, ...]:
@@ -11,8 +12,8 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def parse_choices(text: str, choices: Iterable[str], option: str) -> tuple[str, ...] | None:
-    """The items of `option`'s value, or None after naming the ones not in `choices`.
+def parse_choices(text: str, choices: Iterable[str], option: str) -> tuple[str, ...]:
+    """The items of `option`'s value; a UsageError names the ones not in `choices`.
 
     No item at all is refused the same way: every such option needs at least one.
     """
@@ -20,9 +21,7 @@ def parse_choices(text: str, choices: Iterable[str], option: str) -> tuple[str, 
     items = comma_list(text)
     unknown = [item for item in items if item not in allowed]
     if not items or unknown:
-        print(
-            f"unknown {option} {', '.join(unknown) or '(none)'}; choose from {', '.join(allowed)}",
-            file=sys.stderr,
+        raise UsageError(
+            f"unknown {option} {', '.join(unknown) or '(none)'}; choose from {', '.join(allowed)}"
         )
-        return None
     return items

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,13 +15,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--connections", type=int, default=8, help="concurrent HTTP connections (default 8)"
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs; medians (default 3)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.commands._real_services import real_services_settings
+    from rankstream.commands._usage import UsageError
     from rankstream.harness.ingest_bench import IngestBenchOptions, run_ingest_bench
 
     err = Console(stderr=True)
@@ -28,14 +30,13 @@ def run(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     if min(args.queries, args.connections, args.repeats) < 1:
-        err.print("--queries, --connections and --repeats must be >= 1")
-        return 2
+        raise UsageError("--queries, --connections and --repeats must be >= 1")
     options = IngestBenchOptions(
         queries=args.queries, connections=args.connections, repeats=args.repeats
     )
     result = run_ingest_bench(settings, options, progress=lambda line: err.print(line))
     if args.json:
-        print(json.dumps(result))
+        print_json(result)
     else:
         print(
             f"{result['queries_per_s']} judged queries/s, {result['triplets_per_s']} triplets/s; "

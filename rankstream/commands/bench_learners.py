@@ -24,11 +24,11 @@ reported: on a shared machine the CPU time is the steadier measure.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 from typing import Any
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 DIM = 36
 WARMUP_ROWS = 1000
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="rows per pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per learner")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random stream")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def make_stream(n: int, seed: int):  # type: ignore[no-untyped-def]
@@ -141,11 +141,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from rankstream.commands import _c_reference
+    from rankstream.commands._usage import UsageError
     from rankstream.ranking.learners import names
 
     if args.triplets < 1 or args.repeats < 1:
-        print("--triplets and --repeats must be >= 1", file=sys.stderr)
-        return 2
+        raise UsageError("--triplets and --repeats must be >= 1")
     err = Console(stderr=True)
     with err.status("compiling the C reference"):
         built = _c_reference.build()
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         "results": results,
     }
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
         return 0
     _print_table(report, args.repeats)
     return 0

@@ -4,7 +4,8 @@ wire versions 1 and 2 alternating in the same invocation."""
 from __future__ import annotations
 
 import argparse
-import json
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 # Whole queries a message: at one a message, both versions are bound by the Python Kafka
 # client's cost per message (~1 ms end to end on a loaded 2-core machine), not by bytes.
@@ -48,13 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="producer processes sharing the messages (default 2)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.commands._real_services import real_services_settings
+    from rankstream.commands._usage import UsageError
     from rankstream.harness.pipeline_bench import PipelineRun, compare, comparison_summary
 
     err = Console(stderr=True)
@@ -63,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     numbers = (args.triplets, args.queries_per_message, args.repeats, args.producers)
     if min(numbers) < 1:
-        err.print("--triplets, --queries-per-message, --repeats and --producers must be >= 1")
-        return 2
+        raise UsageError(
+            "--triplets, --queries-per-message, --repeats and --producers must be >= 1"
+        )
 
     def report(repeat: int, result: PipelineRun) -> None:
         err.print(
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         )
     summary = comparison_summary(runs, args.queries_per_message)
     if args.json:
-        print(json.dumps(summary))
+        print_json(summary)
     else:
         for version in ("v1", "v2"):
             print(version, "  ".join(f"{k}={v}" for k, v in summary[version].items()))

@@ -17,6 +17,7 @@ import json
 import sys
 import time
 
+from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.ranking import learners
 
 ALGOS = ",".join(learners.worker_defaults())  # the online worker's default learners
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--queries-per-message", type=int, default=1, help="judged queries per message"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the triplet generator")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def write_log(
@@ -99,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from rankstream.commands._usage import UsageError
+
     if args.triplets < 1 or args.repeats < 1 or args.queries_per_message < 1:
-        print("--triplets, --repeats and --queries-per-message must be >= 1", file=sys.stderr)
-        return 2
+        raise UsageError("--triplets, --repeats and --queries-per-message must be >= 1")
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="rankstream-bench-replay-") as tmp:
         directory = Path(tmp)
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         "log_bytes": log_bytes,
     }
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
         return 0
     Console().print(
         f"replay --direct of {args.triplets:,} triplets through {ALGOS}: "

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="timed runs per worker count; the median is reported (default 3)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def _worker_counts(text: str) -> list[int] | None:
@@ -51,15 +52,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.commands._real_services import real_services_settings
+    from rankstream.commands._usage import UsageError
 
     err = Console(stderr=True)
     counts = _worker_counts(args.workers)
     if counts is None:
-        err.print(f"--workers wants comma-separated counts >= 1, got {args.workers!r}")
-        return 2
+        raise UsageError(f"--workers wants comma-separated counts >= 1, got {args.workers!r}")
     if min(args.triplets, args.partitions, args.repeats) < 1:
-        err.print("--triplets, --partitions and --repeats must be >= 1")
-        return 2
+        raise UsageError("--triplets, --partitions and --repeats must be >= 1")
     settings = real_services_settings("bench scaleout", err)
     if settings is None:
         return 2
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         }
     report = {"triplets": args.triplets, "partitions": args.partitions, "results": results}
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
     else:
         for workers, row in results.items():
             print(f"workers={workers}  " + "  ".join(f"{k}={v}" for k, v in row.items()))

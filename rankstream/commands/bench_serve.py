@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,12 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="a new champion checkpoint every S seconds (default 1)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from rankstream.commands._usage import UsageError
     from rankstream.harness.serve_bench import ServeBenchOptions, run_serve_bench
     from rankstream.stream.settings import Settings
 
@@ -50,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if min(args.arrow_rate, args.json_rate, args.seconds, args.reload_seconds) <= 0 or (
         args.repeats < 1
     ):
-        err.print("rates, --seconds and --reload-seconds must be > 0, --repeats >= 1")
-        return 2
+        raise UsageError("rates, --seconds and --reload-seconds must be > 0, --repeats >= 1")
     options = ServeBenchOptions(
         arrow_rate=args.arrow_rate,
         json_rate=args.json_rate,
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = run_serve_bench(settings, options, progress=lambda line: err.print(line))
     if args.json:
-        print(json.dumps(result))
+        print_json(result)
     else:
         for kind in ("arrow", "json"):
             r = result[kind]

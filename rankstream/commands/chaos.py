@@ -9,8 +9,9 @@ bit-identical to an uninterrupted run and nothing was lost or applied twice.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 # fault kind (rankstream.harness.chaos.EVENT_KINDS) -> what one occurrence does
 _FAULTS = {
@@ -57,13 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="root of `rankstream services` (default: $RANKSTREAM_DATA_DIR/services)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankstream.commands._real_services import real_services_settings
+    from rankstream.commands._usage import options_checked
     from rankstream.harness.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
 
     err = Console(stderr=True)
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     counts = {kind: getattr(args, _fault_dest(kind)) for kind in _FAULTS}
     counts = {kind: n for kind, n in counts.items() if n}
-    try:
+    with options_checked():
         plan = ChaosPlan(
             triplets=args.triplets,
             kills=args.kills,
@@ -80,9 +82,6 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             checkpoint_records=args.checkpoint_records,
         )
-    except ValueError as exc:
-        err.print(f"bad option: {exc}")
-        return 2
     manager = None
     if SERVICE_EVENTS & set(counts):
         manager, problem = _manager_for(args.services_root, settings)
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     summary = result.to_json()
     if args.json:
-        print(json.dumps(summary))
+        print_json(summary)
     else:
         for key, value in summary.items():
             print(f"{key}: {value}")

@@ -1,7 +1,8 @@
 """`rankstream demo`: the whole pipeline in one process, no services (`rankstream.demo`).
 
 Writes DIR/report.json, DIR/ndcg_at_50.png (the paper's Fig. 3) and
-DIR/learning_time.png (Fig. 4), and prints a table of the results; the online learners'
+DIR/learning_time.png (Fig. 4), and prints a table of the results (with `--json`, the
+report instead); the online learners'
 first call (numba's compile or cache load) is its own row, not part of any learner's
 learning time.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
+from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.workers.options import add_hyperparameter_arguments, hyperparameter_values
 
 if TYPE_CHECKING:
@@ -52,16 +54,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="queries between batch refits (default 500)",
     )
     add_hyperparameter_arguments(parser)
+    add_json_argument(parser, "instead of the table: the report (as DIR/report.json)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.demo import REPORT_MODELS, DemoOptions, run_demo
-    from rankstream.plots import MODEL_LABELS
+    from rankstream.commands._usage import options_checked
+    from rankstream.demo import DemoOptions, run_demo
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
-    from rankstream.tables import print_method_table
 
     refit = {"refit_every": args.refit_every} if args.refit_every is not None else {}
-    try:
+    with options_checked():
         options = DemoOptions(
             queries=args.queries,
             triplets=args.triplets,
@@ -70,9 +72,6 @@ def run(args: argparse.Namespace) -> int:
             **collection_fields(args),
             **refit,
         )
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     try:
         result = run_demo(options)
     except FashionMNISTMissingError as exc:  # names the Debian package to install
@@ -83,6 +82,27 @@ def run(args: argparse.Namespace) -> int:
     report = result.report()
     report["plots"] = _plot(result, out, served := _served(report))
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print_json(report)
+    else:
+        _print_table(report, served)
+    print(
+        f"champion {report['champion']} ({report['champion_switches']} switches), "
+        f"{report['refits']} batch refits; the online learners' first call (numba's "
+        f"compile or cache load, not counted as learning) took "
+        f"{report['learners_first_call']['cpu_seconds']:.3f} s CPU; "
+        f"wrote {out / 'report.json'} and plots",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _print_table(report: dict, served: str) -> None:
+    """One row per model: NDCG@50, mAP, their gains over Uni-Con, learning time, served."""
+    from rankstream.demo import REPORT_MODELS
+    from rankstream.plots import MODEL_LABELS
+    from rankstream.tables import print_method_table
+
     rows = {
         MODEL_LABELS.get(m, m): {
             "NDCG@50": report["ndcg_at_50"][m],
@@ -102,15 +122,6 @@ def run(args: argparse.Namespace) -> int:
         rows,
         formats={"vs Uni-Con": "+.4f", "mAP vs Uni-Con": "+.4f", "learning s": ".3f"},
     )
-    print(
-        f"champion {report['champion']} ({report['champion_switches']} switches), "
-        f"{report['refits']} batch refits; the online learners' first call (numba's "
-        f"compile or cache load, not counted as learning) took "
-        f"{report['learners_first_call']['cpu_seconds']:.3f} s CPU; "
-        f"wrote {out / 'report.json'} and plots",
-        file=sys.stderr,
-    )
-    return 0
 
 
 def _served(report: dict) -> str:

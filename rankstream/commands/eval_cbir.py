@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.evals.cbir_datasets import DATASETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=list(DATASETS), default="digits")
+    parser.add_argument(
+        "--dataset",
+        choices=list(DATASETS),
+        default="digits",
+        help=f"the test bed: {', '.join(DATASETS)}",
+    )
     parser.add_argument("--seed", type=int, default=0, help="splits, sampling and stream order")
     parser.add_argument(
         "--seeds",
@@ -38,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="figure path (default report/cbir_<dataset>.png): test mAP per method and seed, "
         "the paper's ImageCLEF mAP beside it",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    add_json_argument(parser)
 
 
 def run_evaluation(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -148,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         output = results[0] if args.seeds is None else {"runs": results, "summary": summary}
-        sys.stdout.write(json.dumps({**output, "plot": str(plot)}) + "\n")
+        print_json({**output, "plot": str(plot)})
     else:
         for result in results:
             print_result(result)

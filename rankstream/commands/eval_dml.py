@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=["digits", "pubfig"], default="digits")
+    parser.add_argument(
+        "--dataset",
+        choices=["digits", "pubfig"],
+        default="digits",
+        help="ordinal labels: digits (ink quintiles) or pubfig (an attribute's ranks)",
+    )
     parser.add_argument("--attribute", default=None, help="PubFig attribute (default: Young)")
     parser.add_argument("--repeats", type=int, default=20, help="random train/test splits")
     parser.add_argument("--n-train", type=int, default=10, help="training images per label")
@@ -27,14 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="PCA dimension (default: PubFig 150 as in the paper, digits 40)",
     )
-    parser.add_argument("--validation-splits", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--validation-splits",
+        type=int,
+        default=10,
+        help="extra random splits that choose each learner's settings (by mean MAE)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random splits")
     parser.add_argument(
         "--plot",
         default=None,
         help="figure path (default report/dml_<dataset>.png): MAE per K, cMDS-DML embedding",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def _print_table(report: dict) -> None:
@@ -95,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             plot_path=args.plot or f"report/dml_{args.dataset}.png",
         )
     if args.json:
-        sys.stdout.write(json.dumps(report) + "\n")
+        print_json(report)
     else:
         _print_table(report)
     _stderr_console().print(f"wrote {report['plot']}")

@@ -3,23 +3,44 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=["pubfig"], default="pubfig")
+    parser.add_argument(
+        "--dataset",
+        choices=["pubfig"],
+        default="pubfig",
+        help="relative attributes: pubfig (Parikh & Grauman's split)",
+    )
     parser.add_argument(
         "--attributes", default=None, help="comma-separated attribute names (default: all 11)"
     )
-    parser.add_argument("--max-train-pairs", type=int, default=20_000)
+    parser.add_argument(
+        "--max-train-pairs",
+        type=int,
+        default=20_000,
+        help="category-level training pairs per attribute, sampled down to this many",
+    )
     parser.add_argument(
         "--max-test-pairs", type=int, default=None, help="subsample test pairs (default: all)"
     )
-    parser.add_argument("--cv-folds", type=int, default=3)
-    parser.add_argument("--cv-max-pairs", type=int, default=5_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--cv-folds",
+        type=int,
+        default=3,
+        help="folds (stratified by category) that choose C, the bandwidth and lam",
+    )
+    parser.add_argument(
+        "--cv-max-pairs",
+        type=int,
+        default=5_000,
+        help="training pairs per cross-validation fit (keeps the grid affordable)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the pair sampling and folds")
+    add_json_argument(parser)
 
 
 def _config(args: argparse.Namespace):
@@ -73,14 +94,12 @@ def _print_table(report: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
+    from rankstream.commands._usage import options_checked
     from rankstream.evals.mkl import evaluate_pubfig
     from rankstream.stream.settings import Settings
 
-    try:
+    with options_checked():
         config = _config(args)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     with Progress(transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("PubFig", total=None)
 
@@ -93,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
     else:
         _print_table(report)
     return 0

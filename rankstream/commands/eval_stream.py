@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.simulators.catalog import COLLECTIONS
 
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every point of eval cbir's validation grids, and the value each "
         "hyper-parameter would default to (the mean gain over collections and seeds)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    add_json_argument(parser)
 
 
 def _cell(cell: dict[str, float | None], signed: bool = True, unit: str = "") -> str:
@@ -72,28 +72,27 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._usage import options_checked
     from rankstream.evals.stream import VALIDATION_SEEDS, evaluate_stream
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
     from rankstream.stream.settings import Settings
 
     seeds = args.seeds or (list(VALIDATION_SEEDS) if args.grid else [0, 1, 2])
     try:
-        result = evaluate_stream(
-            args.collections,
-            seeds,
-            Path(Settings.from_env().data_dir) / "collections",
-            grid=args.grid,
-            queries=args.queries,
-            progress=not args.json,
-        )
-    except ValueError as error:
-        print(f"bad option: {error}", file=sys.stderr)
-        return 2
+        with options_checked():
+            result = evaluate_stream(
+                args.collections,
+                seeds,
+                Path(Settings.from_env().data_dir) / "collections",
+                grid=args.grid,
+                queries=args.queries,
+                progress=not args.json,
+            )
     except FashionMNISTMissingError as error:  # names the Debian package to install
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        sys.stdout.write(json.dumps(result) + "\n")
+        print_json(result)
     else:
         print_summary(result)
     return 0

@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="model name")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._model_store import open_model_store
+    from rankstream.commands._usage import UsageError
     from rankstream.workers.pins import model_history
 
     store = open_model_store()
     try:
         history = model_history(store, args.name)
     except ValueError as exc:
-        print(f"bad model name: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"bad model name: {exc}") from exc
     finally:
         store.close()
     if not history["versions"] and not history["pins"]:
         print(f"no stored model {args.name}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(history))
+        print_json(history)
         return 0
     from rich.console import Console
     from rich.table import Table

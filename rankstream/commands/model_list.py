@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps(listing))
+        print_json(listing)
         return 0
     from rich.console import Console
     from rich.table import Table

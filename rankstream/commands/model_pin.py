@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="model name (e.g. arow, opar1, cmds_dml)")
     parser.add_argument("version", type=int, help="a version the store still keeps")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,5 +31,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     result = {"model": pinned.name, "pinned_version": pinned.version, "kind": pinned.kind}
-    print(json.dumps(result) if args.json else f"{pinned.name} pinned at v{pinned.version}")
+    if args.json:
+        print_json(result)
+    else:
+        print(f"{pinned.name} pinned at v{pinned.version}")
     return 0

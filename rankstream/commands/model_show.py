@@ -6,13 +6,15 @@ import argparse
 import json
 import sys
 
+from rankstream.commands._json_output import add_json_argument, print_json
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="model name (e.g. opr, opar1, cmds_dml)")
     parser.add_argument(
         "--version", type=int, default=None, help="a specific stored version (default: the latest)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     summary = summarize(stored)
     if args.json:
-        print(json.dumps(summary))
+        print_json(summary)
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -7,8 +7,8 @@ interrupted recording has neither gaps nor duplicates (see `stream.recording`).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 KIND_TOPICS = {"triplets": "triplets_topic", "queries": "queries_topic"}  # -> Settings attr
 
@@ -41,29 +41,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="T",
         help="commit buffered messages at least every T seconds (default 10)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON summary at exit")
+    add_json_argument(parser, "at exit: the messages and rows recorded")
 
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from rankstream.commands._choices import parse_choices
+    from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
     from rankstream.workers.logging import configure_logging, get_logger, log_event
     from rankstream.workers.recorder import Recorder, RecorderOptions
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
-    if kinds is None:
-        return 2
-    try:
+    with options_checked():
         options = RecorderOptions(
             messages_per_file=args.messages_per_file,
             roll_seconds=args.roll_seconds,
             exit_when_idle=args.exit_when_idle,
         )
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     configure_logging()
     log = get_logger("rankstream.record")
     settings = Settings.from_env()
@@ -85,5 +81,5 @@ def run(args: argparse.Namespace) -> int:
     summary = {topic: asdict(c) for topic, c in recorder.counts.items()}
     log_event(log, "recording stopped", **{"counts": summary})
     if args.json:
-        print(json.dumps({"out": args.out, "topics": summary}))
+        print_json({"out": args.out, "topics": summary})
     return 0

@@ -13,9 +13,10 @@ it uses (no Kafka, Redis, Prometheus or rich unless stderr is a terminal).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip and count damaged files/rows instead of stopping",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +88,7 @@ def _run_direct(args: argparse.Namespace) -> int:
         # BLAS (np.dot); the learners' kernels never do, so this one-shot process
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
+    from rankstream.commands._usage import UsageError
     from rankstream.stream.recording import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
@@ -110,8 +112,7 @@ def _run_direct(args: argparse.Namespace) -> int:
         print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
         return 1
     except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"bad option: {exc}") from exc
     summaries = result.summaries()
     counts = result.counts
     if counts.bad_rows or counts.bad_files:
@@ -119,7 +120,7 @@ def _run_direct(args: argparse.Namespace) -> int:
             f"skipped {counts.bad_rows} bad rows and {counts.bad_files} bad files", file=sys.stderr
         )
     if args.json:
-        print(json.dumps(summaries))
+        print_json(summaries)
         return 0
     _print_table(summaries, f"trained from {args.directory} ({counts.rows:,} triplets)")
     return 0
@@ -127,14 +128,13 @@ def _run_direct(args: argparse.Namespace) -> int:
 
 def _run_into_transport(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
+    from rankstream.commands._usage import UsageError
     from rankstream.commands.record import KIND_TOPICS
     from rankstream.stream.connect import open_transport
     from rankstream.stream.recording import RecordingError, WidthMismatchError, replay_log
     from rankstream.stream.settings import Settings
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
-    if kinds is None:
-        return 2
     speed = None if args.as_fast_as_possible else (1.0 if args.speed is None else args.speed)
     settings = Settings.from_env()
     topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
@@ -159,8 +159,7 @@ def _run_into_transport(args: argparse.Namespace) -> int:
         print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
         return 1
     except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"bad option: {exc}") from exc
     finally:
         transport.close()
     report = {
@@ -171,7 +170,7 @@ def _run_into_transport(args: argparse.Namespace) -> int:
         "bad_files": counts.read.bad_files,
     }
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
     else:
         print(
             f"sent {counts.messages} messages ({counts.rows:,} triplets) to "

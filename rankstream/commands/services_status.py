@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands._services_args import add_root_argument, manager_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_root_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
 
     manager = manager_for(args)
     report = manager.status()
     all_ready = all(entry["ready"] for entry in report.values())
     if args.json:
-        print(json.dumps({"root": str(manager.root), "ready": all_ready, "services": report}))
+        print_json({"root": str(manager.root), "ready": all_ready, "services": report})
         return 0 if all_ready else 1
     from rich.console import Console
     from rich.table import Table

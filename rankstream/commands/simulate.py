@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,13 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partitions", type=int, default=1, help="partitions of the topics if they must be created"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    add_json_argument(parser, "at exit: triplets, queries, seconds, models served")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from rankstream.commands._usage import options_checked
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
     from rankstream.stream.settings import Settings
     from rankstream.workers.logging import configure_logging
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult
 
     configure_logging()
-    try:
+    with options_checked():
         options = SimulateOptions(
             triplets=args.triplets,
             seed=args.seed,
@@ -66,16 +67,11 @@ def run(args: argparse.Namespace) -> int:
             partitions=args.partitions,
             **collection_fields(args),
         )
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     settings = Settings.from_env()
     start_metrics_server(settings)
     try:
-        simulation = Simulation(settings, options, progress=True)
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
+        with options_checked():
+            simulation = Simulation(settings, options, progress=True)
     except FashionMNISTMissingError as exc:  # names the Debian package to install
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"serving model unavailable: {exc}", file=sys.stderr)
             return 1
     if args.json:
-        print(json.dumps(summary))
+        print_json(summary)
     else:
         print(
             f"produced {summary['triplets']} triplets from {summary['queries']} queries "

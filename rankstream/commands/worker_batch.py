@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 DEFAULT_MODELS = "cmds_dml,rankmkl"
 
@@ -62,10 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="partitions of the triplets topic if it must be created",
     )
+    add_json_argument(parser, "at exit: the reservoir and the refits")
 
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
+    from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
     from rankstream.workers.batch import BatchOptions, BatchWorker
     from rankstream.workers.batch_models import BATCH_KINDS, RankMKLParams
@@ -74,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging()
     models = parse_choices(args.models, BATCH_KINDS, "--models")
-    if models is None:
-        return 2
-    try:
+    with options_checked():
         options = BatchOptions(
             reservoir=args.reservoir,
             refit_seconds=args.refit_seconds,
@@ -89,9 +90,6 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.mkl_pairs < 1:
             raise ValueError(f"--mkl-pairs must be >= 1, got {args.mkl_pairs}")
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     settings = Settings.from_env()
     port = start_metrics_server(settings)
     log_event(
@@ -105,4 +103,7 @@ def run(args: argparse.Namespace) -> int:
     )
     worker = BatchWorker(settings, options)
     worker.install_signal_handlers()
-    return worker.run()
+    code = worker.run()
+    if args.json:
+        print_json(worker.report())
+    return code

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,12 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.005,
         help="NDCG@50 a challenger must gain over the champion (default 0.005)",
     )
-    parser.add_argument(
-        "--json", action="store_true", help="on exit, print one JSON summary on stdout"
-    )
+    add_json_argument(parser, "at exit: the rolling scores and the champion")
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
     from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
     from rankstream.workers.logging import configure_logging, get_logger, log_event
@@ -48,15 +47,12 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.workers.serving import ChampionPolicy
 
     configure_logging()
-    try:
+    with options_checked():
         options = EvaluatorOptions(
             window=args.window,
             exit_when_idle=args.exit_when_idle,
             policy=ChampionPolicy(margin=args.margin, min_queries=args.min_queries),
         )
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     settings = Settings.from_env()
     port = start_metrics_server(settings)
     log_event(
@@ -70,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
     evaluator.install_signal_handlers()
     code = evaluator.run()
     if args.json:
-        print(json.dumps(evaluator.summary()))
+        print_json(evaluator.report())
     return code

@@ -7,7 +7,8 @@ with the harnesses that start workers: `workers.options`).
 from __future__ import annotations
 
 import argparse
-import sys
+
+from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rankstream.workers.options import add_arguments as add_option_arguments
 
     add_option_arguments(parser, WorkerOptions)
+    add_json_argument(parser, "at exit: what the worker learned")
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
     from rankstream.workers.logging import configure_logging, get_logger, log_event
     from rankstream.workers.metrics import start_metrics_server
@@ -25,11 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.workers.options import from_arguments
 
     configure_logging()
-    try:
+    with options_checked():
         options = from_arguments(WorkerOptions, args)
-    except ValueError as exc:
-        print(f"bad option: {exc}", file=sys.stderr)
-        return 2
     settings = Settings.from_env()
     port = start_metrics_server(settings)
     log_event(
@@ -42,4 +42,7 @@ def run(args: argparse.Namespace) -> int:
     )
     worker = OnlineWorker(settings, options)
     worker.install_signal_handlers()
-    return worker.run()
+    code = worker.run()
+    if args.json:
+        print_json(worker.report())
+    return code
