@@ -44,9 +44,15 @@ def _run(capsys, *argv: str) -> tuple[int, dict, str]:
     return code, (json.loads(out) if out.strip() else {}), err
 
 
-def test_list_shows_versions_kinds_scores_and_the_champion(store, capsys) -> None:
-    code, listing, err = _run(capsys, "list")
-    assert code == 0 and "embedded model store" in err
+def test_list_shows_versions_kinds_scores_and_the_champion(
+    store, capsys, caplog, monkeypatch
+) -> None:
+    from rankstream.stream import connect
+
+    monkeypatch.setattr(connect, "_NOTICED", set())  # the notice is said once per process
+    with caplog.at_level("WARNING", logger="rankstream.stream"):
+        code, listing, _ = _run(capsys, "list")
+    assert code == 0 and "embedded model store" in caplog.text
     entries = {m["name"]: m for m in listing["models"]}
     assert listing["champion"] == "arow" and set(entries) == {"arow", "uni_con", "evaluator"}
     arow = entries["arow"]

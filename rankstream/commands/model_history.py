@@ -14,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import open_model_store
     from rankstream.commands._usage import UsageError
+    from rankstream.stream.connect import open_store
+    from rankstream.stream.settings import Settings
     from rankstream.workers.pins import model_history
 
-    store = open_model_store()
+    store = open_store(Settings.from_env())
     try:
         history = model_history(store, args.name)
     except ValueError as exc:

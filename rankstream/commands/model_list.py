@@ -12,11 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import open_model_store
+    from rankstream.stream.connect import open_store
+    from rankstream.stream.settings import Settings
     from rankstream.workers.serve_models import models_listing
     from rankstream.workers.serve_registry import ModelRegistry
 
-    store = open_model_store()
+    store = open_store(Settings.from_env())
     try:
         listing = models_listing(ModelRegistry(store).refresh())
     finally:

@@ -14,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import open_model_store
+    from rankstream.stream.connect import open_store
+    from rankstream.stream.settings import Settings
     from rankstream.stream.store import FencingError
     from rankstream.workers.pins import unpin
 
-    store = open_model_store()
+    store = open_store(Settings.from_env())
     try:
         was = unpin(store, args.name)
     except ValueError as exc:
