@@ -91,3 +91,14 @@ def test_serve_json_says_where_it_listens_once_it_does(embedded_env):
         out, _err = server.communicate(timeout=30)
     # uvicorn stops gracefully, then re-raises the SIGTERM it caught
     assert server.returncode in (0, -signal.SIGTERM) and out == ""  # nothing after the object
+
+
+def test_print_json_writes_strict_json_with_non_finite_numbers_as_null(capsys) -> None:
+    import math
+
+    from rankstream.commands._json_output import print_json
+
+    print_json({"ndcg": math.nan, "rows": [1.5, -math.inf, {"x": math.inf}], "n": 3})
+    out = capsys.readouterr().out
+    assert "NaN" not in out and "Infinity" not in out
+    assert json.loads(out) == {"ndcg": None, "rows": [1.5, None, {"x": None}], "n": 3}

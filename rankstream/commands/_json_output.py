@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -24,7 +25,20 @@ def add_json_argument(
     )
 
 
+def strict(value: Any) -> Any:
+    """`value` with every non-finite float as null: JSON has no NaN or Infinity, and
+    strict parsers (jq, browsers, Go) refuse the tokens Python's json would write."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(item) for item in value]
+    return value
+
+
 def print_json(report: Any) -> None:
-    """`report` as one line of JSON on stdout, flushed (a pipe reader sees it at once)."""
-    sys.stdout.write(json.dumps(report) + "\n")
+    """`report` as one line of strict JSON on stdout, flushed (a pipe reader sees it at
+    once); NaN and Inf (a metric over no queries, say) print as null."""
+    sys.stdout.write(json.dumps(strict(report), allow_nan=False) + "\n")
     sys.stdout.flush()
