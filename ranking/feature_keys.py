@@ -57,6 +57,8 @@ class FeatureKeys:
 
     def adopt(self, names: Sequence[Hashable]) -> None:
         """Append names (new, distinct) to the order; the first names make it a named order."""
+        if not names:
+            return
         column = {} if self._column is None else self._column
         for name in names:
             if name in column:
