@@ -31,6 +31,12 @@ a learner added with `ranking.learners.register` its own kernel on the validated
 The compiled loops read triplets in their normalized form (an image table phi and row
 indices p1, p2; `learn_many_together`) and gather x = phi[p1] - phi[p2] themselves.
 
+`OnlineRanker` is also a river binary classifier of x (label: p1 ranks first), so it
+learns river's dict rows and datasets, sits in `river.compose.Pipeline` and runs in
+`river.evaluate.progressive_val_score`; a dict row or a data frame is turned into a
+dense row in the model's column order (`ranking.feature_keys`) and learned through the
+same compiled pass as an array.
+
 Example: learn that the first feature decides the order.
 
 >>> import numpy as np
