@@ -186,6 +186,8 @@ def test_overflowing_update_is_refused():
         ({"warm_start": [1.0, np.nan]}, "warm_start"),
         ({"warm_start": [1.0, 2.0], "dim": 3}, "inconsistent"),
         ({"scaler": Standardizer()}, "fitted"),
+        ({"dim": 0}, "dim must be an integer"),
+        ({"dim": 2.5}, "dim must be an integer"),
     ],
 )
 def test_bad_parameters(kwargs, message):
