@@ -31,6 +31,12 @@ a learner added with `ranking.learners.register` its own kernel on the validated
 The compiled loops read triplets in their normalized form (an image table phi and row
 indices p1, p2; `learn_many_together`) and gather x = phi[p1] - phi[p2] themselves.
 
+`OnlineRanker` is also a river binary classifier of x (label: p1 ranks first), so it
+learns river's dict rows and datasets, sits in `river.compose.Pipeline` and runs in
+`river.evaluate.progressive_val_score`; a dict row or a data frame is turned into a
+dense row in the model's column order (`ranking.feature_keys`) and learned through the
+same compiled pass as an array.
+
 Example: learn that the first feature decides the order.
 
 >>> import numpy as np
@@ -46,12 +52,14 @@ Example: learn that the first feature decides the order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from river import base
 
 from rankstream.ranking import learners
+from rankstream.ranking.feature_keys import FeatureKeys, Placement, is_position
 from rankstream.ranking.kernels import BAD_LABEL, NONFINITE, learn_linear
 from rankstream.ranking.scaling import Standardizer, linear_scores
 from rankstream.ranking.validation import as_float_matrix, as_float_vector
@@ -74,19 +82,22 @@ def _first_bad_row(X: np.ndarray, labels: np.ndarray) -> ValueError | None:
 
 
 def _labels(y: object, n: int) -> np.ndarray:
-    """y as float64 (n,); the +1/-1 check runs in the compiled pass (it names the row)."""
+    """y as float64 (n,): booleans (True: p1 first) become +1/-1; numbers are kept, and
+    their +1/-1 check runs in the compiled pass (it names the row)."""
     labels = np.asarray(y)
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"y must have shape ({n},) to match the rows, got {labels.shape}")
-    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number):
-        raise ValueError(f"y must be numeric +1/-1 labels, got dtype {labels.dtype}")
+    if labels.dtype == bool:
+        return _readonly(np.where(labels, 1.0, -1.0))
+    if not np.issubdtype(labels.dtype, np.number):
+        raise ValueError(f"y must be True/False or +1/-1 labels, got dtype {labels.dtype}")
     return _readonly(np.ascontiguousarray(labels, dtype=np.float64))
 
 
 def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | None:
     """The ValueError `learn_many` raises for a kernel status, or None when OK."""
     if status == BAD_LABEL:
-        return ValueError(f"y[{bad_row}] = {labels[bad_row]!r}; labels must be +1 or -1")
+        return ValueError(f"y[{bad_row}] = {labels[bad_row]!r}; labels must be True/False or +1/-1")
     if status == NONFINITE:
         return ValueError(f"X row {bad_row} contains NaN or Inf (or values too large)")
     return None
@@ -220,7 +231,7 @@ def learn_many_together(
     rankers = list(rankers)
     if len({id(r) for r in rankers}) != len(rankers):
         raise ValueError("each ranker may appear only once")
-    widths = {r.dim for r in rankers} - {None}
+    widths = {r.width for r in rankers} - {None}
     if len(widths) > 1:
         raise ValueError(f"rankers have different widths {sorted(widths)}")
     table = _as_phi(phi, next(iter(widths), None))
@@ -229,45 +240,84 @@ def learn_many_together(
         raise ValueError(f"p1 {rows1.shape} and p2 {rows2.shape} must have the same shape")
     labels = _labels(y, rows1.shape[0])
     for ranker in rankers:
-        if ranker.dim is None:
-            ranker._init_state(table.shape[1])
+        ranker._grow(table.shape[1])
     return _learn(rankers, table, rows1, rows2, labels)
 
 
-def _dense_row(x: object, dim: int | None) -> np.ndarray:
-    """A river-style feature dict {index: value} or a 1-d array as a dense (d,) row.
+def _as_frame(X: object) -> Any | None:
+    """X as a narwhals DataFrame when it is a data frame (pandas, polars, ...), else None.
 
-    Dict keys are feature positions: ints, or strings holding ints ("3"); absent keys
-    are 0 (river's sparse convention). The width comes from the model once known.
-    """
-    if not isinstance(x, Mapping):
-        return as_float_vector(x, "x", dim)
-    positions: dict[int, float] = {}
-    for key, value in x.items():
-        is_position = isinstance(key, int | np.integer) and not isinstance(key, bool)
-        if not (is_position or (isinstance(key, str) and key.strip().isdigit())):
-            raise ValueError(f"feature key {key!r} is not an integer position")
-        pos = int(key)
-        if pos < 0 or (dim is not None and pos >= dim):
-            raise ValueError(f"feature key {key!r} is outside 0..{(dim or 0) - 1}")
-        positions[pos] = value
-    if dim is None:
-        raise ValueError("a dict row needs a known width: learn from an array first or pass dim")
-    row = np.zeros(dim)
-    for pos, value in positions.items():
-        row[pos] = value
-    return as_float_vector(row, "x", dim)
+    Arrays and lists never reach narwhals, so the numpy path imports nothing more."""
+    if isinstance(X, np.ndarray | list | tuple):
+        return None
+    import narwhals.stable.v2 as nw
+
+    frame = nw.from_native(X, eager_only=True, pass_through=True)
+    return frame if isinstance(frame, nw.DataFrame) else None
 
 
-class OnlineRanker:
+def _probability(margins: np.ndarray) -> np.ndarray:
+    """P(p1 first) = 1 / (1 + exp(-margin)), without overflow for any finite margin."""
+    return np.exp(-np.logaddexp(0.0, -margins))
+
+
+class OnlineRanker(base.MiniBatchClassifier):
     """A linear ranker w learned online from pair differences; score(phi) = w.phi.
 
-    Parameters: `algo`, a learner of `ranking.learners.LEARNERS`; its hyper-parameters
-    (`ranking.learners.HYPERPARAMETERS`: `C` for OPAR-I/II, `eta` for OGDR, `r` for
-    AROW; each learner reads only its own, all are validated); `scaler`, a fitted
-    Standardizer the ranker learns and scores through; `warm_start`, initial weights
-    (Uni-Con is all ones on standardized phi); `dim`, the width when it should be fixed
-    before any data.
+    A triplet (q, p1, p2) arrives as its pair difference x = phi(q, p1) - phi(q, p2)
+    with the label "p1 ranks first" (True, or +1; False or -1 when p2 does), so ranking
+    is binary classification of x and the ranker is a river classifier: `learn_one(x, y)`
+    with x a dict of features (or a 1-d array), `predict_one(x)` -> True when p1 ranks
+    first (the margin w.x > 0), `predict_proba_one(x)` -> {False: 1 - p, True: p} with
+    p = 1 / (1 + exp(-w.x)), a monotone reading of the margin rather than a calibrated
+    probability, and `margin_one(x)` the margin itself. `learn_many(X, y)` takes a matrix
+    of differences (n, d) through the compiled sequential loops (or a data frame, read by
+    column name) and `score(Phi)` ranks candidates (m, d), higher first.
+
+    Features. Arrays are read by column position. A dict row (or a frame's columns) is
+    read by key: integer keys are column positions, other keys names in the order
+    `features` declares or, undeclared, the order of first sight: the first row's keys in
+    their order, then each key not seen before appended where it first comes. Absent keys
+    are 0 (river's sparse convention). Until `dim`, `features`, `scaler` or `warm_start`
+    fixes the width, the model grows with its data: a new key (or a position beyond the
+    width) adds a column whose weight starts at 0 (AROW: Sigma gains the identity's row and
+    column), exactly the model it would be had every earlier row held 0 there; a key it
+    has never learned weighs 0 in a prediction. Once the width is fixed, a key outside
+    it (or a name, on a model of positions) is a ValueError, in learning and predicting
+    alike.
+
+    Parameters
+    ----------
+    algo
+        The learner, one of `ranking.learners.LEARNERS` (opr, opar1, opar2, ogdr, arow).
+    C
+        OPAR-I's largest step and OPAR-II's aggressiveness.
+    eta
+        OGDR's learning rate.
+    r
+        AROW's regulariser. Each learner reads only its own hyper-parameter
+        (`ranking.learners.HYPERPARAMETERS`); all are validated.
+    scaler
+        A fitted `Standardizer` the ranker learns (x / std) and scores through.
+    warm_start
+        Initial weights (Uni-Con is all ones on standardized phi).
+    dim
+        The width, fixed before any data.
+    features
+        The feature names in column order, fixed before any data.
+
+    Examples
+    --------
+
+    Phishing pages told from legitimate ones, read as "the page ranks first", on river's
+    bundled dataset; the model learns the names of its features from the first row.
+
+    >>> from river import datasets, evaluate, metrics, preprocessing
+    >>> model = preprocessing.StandardScaler() | OnlineRanker("arow")
+    >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy())
+    Accuracy: 88.96%
+    >>> model["OnlineRanker"].feature_names[:2]
+    ('empty_server_form_handler', 'popup_window')
     """
 
     def __init__(
@@ -279,48 +329,88 @@ class OnlineRanker:
         scaler: Standardizer | None = None,
         warm_start: object | None = None,
         dim: int | None = None,
+        features: tuple[Hashable, ...] | None = None,
     ) -> None:
-        self.spec = learners.learner(algo)
+        learners.learner(algo)  # an unknown name fails here, naming the choices
         self.algo = algo
         self.C, self.eta, self.r = (
             _HYPER[n].check(v) for n, v in (("C", C), ("eta", eta), ("r", r))
         )
-        self.scaler = scaler
         if scaler is not None and scaler.dim is None:
             raise ValueError("scaler must be fitted (on training phi) before use")
-        start = None if warm_start is None else as_float_vector(warm_start, "warm_start")
+        self.scaler = scaler
+        if dim is not None and not (is_position(dim) and dim >= 1):
+            raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+        self.dim = dim
+        if isinstance(features, str):
+            raise ValueError("features must be a sequence of names, not one string")
+        self.features = None if features is None else tuple(features)
+        start = None if warm_start is None else as_float_vector(warm_start, "warm_start").copy()
+        self.warm_start = start
         widths = {
             "dim": dim,
+            "features": None if self.features is None else len(self.features),
             "scaler": scaler.dim if scaler is not None else None,
             "warm_start": None if start is None else start.shape[0],
         }
         known = {k: v for k, v in widths.items() if v is not None}
         if len(set(known.values())) > 1:
             raise ValueError(f"inconsistent widths: {known}")
-        self._dim: int | None = next(iter(known.values()), None)
+        self._keys = FeatureKeys(self.features)
+        self._grows = not known  # nothing declared the width: it follows the data
+        self._width: int | None = None
         self._w: np.ndarray | None = None
         self._state: dict[str, np.ndarray] = {}  # a kernel learner's extra arrays (AROW: sigma)
         self.n_updates = 0
         self.n_seen = 0
         if start is not None:
             self._w = start.copy()
-        if self._dim is not None:
-            self._init_state(self._dim)
+        if known:
+            self._grow(next(iter(known.values())))
+
+    @classmethod
+    def _unit_test_params(cls) -> Iterator[dict[str, Any]]:
+        """Every learner, for river's checks."""
+        for algo in learners.names():
+            yield {"algo": algo}
 
     # ------------------------------------------------------------------ state
-    def _init_state(self, dim: int) -> None:
-        if dim < 1:
-            raise ValueError(f"width must be >= 1, got {dim}")
-        self._dim = dim
-        if self._w is None:
-            self._w = np.zeros(dim)
-        if not self._state:
-            self._state = self.spec.initial_state(dim)
+    def _grow(self, width: int) -> None:
+        """Widen to `width` columns (from none: the initial state). A new column starts
+        as in a fresh model (weight 0, the spec's initial state in the new rows and
+        columns: AROW's identity), which for the built-in learners is exactly the state
+        after every earlier row held 0 there: such a column never moves."""
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
+        if self._width is not None and width <= self._width:
+            return
+        fresh = self.spec.initial_state(width)
+        if self._width is not None:
+            for name, array in self._state.items():
+                fresh[name][tuple(slice(0, n) for n in array.shape)] = array
+        if self._w is None or self._w.shape[0] < width:
+            w = np.zeros(width)
+            if self._w is not None:
+                w[: self._w.shape[0]] = self._w
+            self._w = w
+        self._state, self._width = fresh, width
 
     @property
-    def dim(self) -> int | None:
-        """Feature width, fixed by dim/scaler/warm_start or the first batch."""
-        return self._dim
+    def spec(self) -> learners.LearnerSpec:
+        """The learner's declaration in `ranking.learners` (looked up: specs hold functions,
+        which a pickled or cloned model must not carry)."""
+        return learners.learner(self.algo)
+
+    @property
+    def width(self) -> int | None:
+        """Feature width: fixed by dim/features/scaler/warm_start, else by the data so far."""
+        return self._width
+
+    @property
+    def feature_names(self) -> tuple[Hashable, ...] | None:
+        """The names of the columns in order (declared or fixed at first sight); None
+        while the columns are positions."""
+        return self._keys.names
 
     @property
     def weights(self) -> np.ndarray:
@@ -338,21 +428,76 @@ class OnlineRanker:
         """Every hyper-parameter's value (the learner reads those its spec `uses`)."""
         return {name: getattr(self, name) for name in _HYPER}
 
+    # ------------------------------------------------------------ reading rows
+    def _dict_row(self, x: Mapping) -> tuple[np.ndarray, Placement]:
+        """A dict row as a dense (1, d') row, d' the width its keys need."""
+        keys = list(x)
+        placement = self._keys.place(keys, self._width, self._grows)
+        values = np.array(list(x.values()))
+        numeric = values.dtype == bool or np.issubdtype(values.dtype, np.number)
+        if values.size and not numeric:
+            raise ValueError(f"feature values must be real numbers, got {x!r}")
+        finite = np.isfinite(values) if values.size else np.ones(0, dtype=bool)
+        if not finite.all():
+            raise ValueError(f"feature {keys[int(np.argmin(finite))]!r} is NaN or Inf")
+        row = np.zeros((1, placement.width or 0))
+        row[0, placement.columns] = values
+        return row, placement
+
+    def _frame_rows(self, frame: Any) -> tuple[np.ndarray, Placement]:
+        """A data frame's rows as a dense (n, d') matrix, its columns read by name."""
+        from river.utils.dataframe import to_numpy
+
+        placement = self._keys.place(list(frame.columns), self._width, self._grows)
+        try:
+            values = to_numpy(frame)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"X's columns must hold real numbers: {exc}") from None
+        X = np.zeros((values.shape[0], placement.width or 0))
+        X[:, placement.columns] = values
+        return X, placement
+
+    def _rows(self, X: object) -> tuple[np.ndarray, Placement | None]:
+        """A batch (array, or frame read by name) as a dense matrix and its placement."""
+        frame = _as_frame(X)
+        if frame is not None:
+            return self._frame_rows(frame)
+        return as_float_matrix(X, "X", self._width, check_finite=False), None
+
     # --------------------------------------------------------------- learning
     def learn_many(self, X: object, y: object) -> OnlineRanker:
         """Exact sequential updates over the rows of X (n, d) with labels y (n,).
 
-        The whole batch is validated in the compiled pass and applied to copies,
-        so a batch with a bad row (NaN/Inf, label not +1/-1) raises a ValueError
-        naming that row and leaves the model untouched.
+        X is an array of pair differences, or a data frame (pandas, polars, ...) read by
+        column name; y holds booleans (True: p1 first) or +1/-1. The whole batch is
+        validated in the compiled pass and applied to copies, so a batch with a bad row
+        (NaN/Inf, a label not True/False or +1/-1) raises a ValueError naming that row
+        and leaves the model untouched.
         """
-        X = as_float_matrix(X, "X", self._dim, check_finite=False)
+        rows, placement = self._rows(X)
+        return self._learn_rows(rows, y, placement)
+
+    def learn_one(self, x: object, y: object) -> OnlineRanker:
+        """One pair difference x (a dict {feature: value} or a 1-d array) and its label y
+        (True/+1: p1 ranks first; False/-1: p2 does); the same update as `learn_many`."""
+        if isinstance(x, Mapping):
+            row, placement = self._dict_row(x)
+            if placement.width is None:
+                raise ValueError("an empty row cannot be learned before the width is known")
+            return self._learn_rows(row, [y], placement)
+        return self._learn_rows(as_float_vector(x, "x", self._width)[None, :], [y], None)
+
+    def _learn_rows(self, X: np.ndarray, y: object, placement: Placement | None) -> OnlineRanker:
+        """Learn validated-shape rows; the width grows to theirs, and back if refused."""
         labels = _labels(y, X.shape[0])
-        if self._dim is None:
-            self._init_state(X.shape[1])
+        before = (self._width, self._w, self._state)
+        self._grow(X.shape[1])
         error = _learn([self], _readonly(X), None, None, labels)[0]
         if error is not None:
+            self._width, self._w, self._state = before
             raise error
+        if placement is not None:
+            self._keys.adopt(placement.new_names)
         return self
 
     def _learn_own(
@@ -362,9 +507,10 @@ class OnlineRanker:
         w = self._w.copy()
         state = {name: array.copy() for name, array in self._state.items()}
         scale = None if self.scaler is None else self.scaler.std_
+        spec = self.spec
         try:
-            if self.spec.triplet_kernel is not None:
-                n_updates, status, bad_row = self.spec.triplet_kernel(
+            if spec.triplet_kernel is not None:
+                n_updates, status, bad_row = spec.triplet_kernel(
                     w, state, phi, p1, p2, scale, labels, self.params
                 )
                 error = _batch_error(int(status), int(bad_row), labels)
@@ -374,7 +520,7 @@ class OnlineRanker:
                 if error is None:
                     if self.scaler is not None:
                         X = self.scaler.transform_differences(X, check_finite=False)
-                    n_updates = self.spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
+                    n_updates = spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
         except ValueError as exc:
             return exc
         if error is not None:
@@ -394,21 +540,65 @@ class OnlineRanker:
         self.n_updates += n_updates
         self.n_seen += n
 
-    def learn_one(self, x: object, y: float) -> OnlineRanker:
-        """river-style single update: x a dict {position: value} or a 1-d array."""
-        row = _dense_row(x, self._dim)
-        return self.learn_many(row[None, :], np.array([y], dtype=np.float64))
-
-    # ---------------------------------------------------------------- scoring
-    def predict_one(self, x: object) -> float:
-        """w.x for one pair difference (scaled like training rows): > 0 means p1 first."""
-        row = _dense_row(x, self._dim)
+    # ---------------------------------------------------------------- predicting
+    def _margins(self, rows: np.ndarray) -> np.ndarray:
+        """w.x of dense rows (n, d') read at the learned width: columns the model has not
+        learned (d' > d) weigh 0; scaled like training rows."""
+        if self._w is None:
+            return np.zeros(rows.shape[0])
+        rows = rows[:, : self._width]
         if self.scaler is not None:
-            row = self.scaler.transform_differences(row[None, :])[0]
-        return 0.0 if self._w is None else float(row @ self._w)
+            rows = self.scaler.transform_differences(rows)
+        return rows @ self._w
+
+    def margin_one(self, x: object) -> float:
+        """w.x for one pair difference (dict or 1-d array): > 0 means p1 ranks first."""
+        if isinstance(x, Mapping):
+            row = self._dict_row(x)[0]
+        else:
+            row = as_float_vector(x, "x", self._width)[None, :]
+        return float(self._margins(row)[0])
+
+    def margin_many(self, X: object) -> np.ndarray:
+        """w.x (n,) for pair differences X (n, d), an array or a frame read by name."""
+        return self._margins(self._rows(X)[0])
+
+    def predict_proba_one(self, x: object) -> dict[bool, float]:
+        """{False: 1 - p, True: p}, p = 1 / (1 + exp(-w.x)): a reading of the margin."""
+        p = float(_probability(np.array([self.margin_one(x)]))[0])
+        return {False: 1.0 - p, True: p}
+
+    def predict_one(self, x: object) -> bool:
+        """True when p1 ranks first (w.x > 0)."""
+        return self.margin_one(x) > 0.0
+
+    def predict_proba_many(self, X: object) -> Any:
+        """P(False), P(True) per row: a frame like X (columns False, True), or for an
+        array an (n, 2) array in that order."""
+        p = _probability(self.margin_many(X))
+        frame = _as_frame(X)
+        if frame is None:
+            return np.column_stack([1.0 - p, p])
+        from river.utils.dataframe import to_native_frame
+
+        return to_native_frame({False: 1.0 - p, True: p}, like=frame)
+
+    def predict_many(self, X: object) -> Any:
+        """True where p1 ranks first: a series like X (a frame), or a bool array."""
+        first = self.margin_many(X) > 0.0
+        frame = _as_frame(X)
+        if frame is None:
+            return first
+        from river.utils.dataframe import to_native_series
+
+        return to_native_series(first, name=None, like=frame)
 
     def score(self, Phi: object) -> np.ndarray:
-        """Scores (m,) of candidates phi (m, d); higher ranks first."""
+        """Scores (m,) of candidates phi (m, d) (an array, or a frame read by name);
+        higher ranks first."""
+        frame = _as_frame(Phi)
+        if frame is not None:
+            Phi = self._frame_rows(frame)[0][:, : self._width]
         if self._w is None:
             return np.zeros(as_float_matrix(Phi, "Phi").shape[0])
         return linear_scores(Phi, self._w, self.scaler)
@@ -416,14 +606,21 @@ class OnlineRanker:
     # ---------------------------------------------------------------- storage
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """JSON-able meta and named float64 arrays (no pickle) for the model store."""
+        names = self._keys.names
+        if names is not None and not all(isinstance(n, str) or is_position(n) for n in names):
+            raise ValueError("only str and int feature names can be stored")
         meta: dict[str, Any] = {
             "kind": "online_ranker",
             "algo": self.algo,
             "params": self.params,
-            "dim": self._dim,
+            "dim": self._width,
             "n_updates": self.n_updates,
             "n_seen": self.n_seen,
             "scaler": None,
+            "features": None
+            if names is None
+            else [n if isinstance(n, str) else int(n) for n in names],
+            "grows": self._grows,
         }
         arrays: dict[str, np.ndarray] = {}
         if self._w is not None:
@@ -437,7 +634,8 @@ class OnlineRanker:
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> OnlineRanker:
-        """Rebuild exactly the ranker `to_state` described."""
+        """Rebuild exactly the ranker `to_state` described (states written before feature
+        names were stored load as models of positions whose width is fixed)."""
         if meta.get("kind") != "online_ranker":
             raise ValueError(f"state kind {meta.get('kind')!r} is not 'online_ranker'")
         scaler = None
@@ -447,14 +645,26 @@ class OnlineRanker:
                 meta["scaler"],
                 {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
             )
+        grows, names, dim = bool(meta.get("grows", False)), meta.get("features"), meta.get("dim")
         ranker = cls(
             algo=meta["algo"],
             **meta["params"],
             scaler=scaler,
-            warm_start=arrays.get("weights"),
-            dim=meta.get("dim"),
+            dim=None if grows or names is not None else dim,
+            features=None if grows or names is None else tuple(names),
         )
-        expected = ranker.spec.initial_state(ranker.dim) if ranker.dim is not None else {}
+        if names is not None and len(names) != dim:
+            raise ValueError(f"state names {len(names)} features for a width of {dim}")
+        if grows:
+            if names is not None:
+                ranker._keys.adopt(names)
+            if dim is not None:
+                ranker._grow(dim)
+        if "weights" in arrays:
+            if ranker.width is None:
+                raise ValueError("a state with weights must give their width (dim)")
+            ranker._w = as_float_vector(arrays["weights"], "weights", ranker.width).copy()
+        expected = ranker.spec.initial_state(ranker.width) if ranker.width is not None else {}
         extra = {k for k in arrays if k != "weights" and not k.startswith("scaler.")}
         if extra - set(expected):
             raise ValueError(

@@ -31,6 +31,10 @@ class Standardizer:
         self.mean_: np.ndarray | None = None
         self.std_: np.ndarray | None = None
 
+    def __repr__(self) -> str:
+        """Stable across copies (a model's repr shows its scaler; river compares clones')."""
+        return "Standardizer()" if self.dim is None else f"Standardizer(dim={self.dim})"
+
     @property
     def dim(self) -> int | None:
         return None if self.mean_ is None else int(self.mean_.shape[0])

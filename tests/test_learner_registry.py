@@ -132,7 +132,7 @@ def test_online_ranker_takes_exactly_the_declared_hyperparameters() -> None:
     parameters = inspect.signature(OnlineRanker).parameters
     declared = {name: parameters[name].default for name in parameters if name in HYPERPARAMETERS}
     assert declared == {name: h.default for name, h in HYPERPARAMETERS.items()}
-    known = {"algo", "scaler", "warm_start", "dim", *HYPERPARAMETERS}
+    known = {"algo", "scaler", "warm_start", "dim", "features", *HYPERPARAMETERS}
     assert set(parameters) == known
 
 

@@ -93,7 +93,7 @@ def test_learn_one_equals_learn_many(algo):
     for i, (x, yt) in enumerate(zip(X, y, strict=True)):
         row = {j: v for j, v in enumerate(x) if v != 0.0} if i % 2 else x
         if i == 0:
-            row = x  # a dict needs the width known first
+            row = x  # fixes the width (a sparse dict would leave out trailing zeros)
         single.learn_one(row, yt)
     np.testing.assert_array_equal(single.weights, batch.weights)
     assert (single.n_updates, single.n_seen) == (batch.n_updates, batch.n_seen)
@@ -118,14 +118,29 @@ def test_warm_start_and_scaler_travel_with_the_model():
     uni_con.learn_many(X, y)
     w, _, _ = reference_loop("opar1", X / scaler.std_, y, w0=np.ones(4))
     np.testing.assert_allclose(uni_con.weights, w, atol=1e-12)
-    assert uni_con.predict_one(X[0]) == pytest.approx((X[0] / scaler.std_) @ w)
+    assert uni_con.margin_one(X[0]) == pytest.approx((X[0] / scaler.std_) @ w)
+    assert uni_con.predict_one(X[0]) is bool(uni_con.margin_one(X[0]) > 0)
 
 
-def test_score_and_predict_one():
+def test_score_margin_and_predictions():
     ranker = OnlineRanker("opr", warm_start=[1.0, -2.0])
     np.testing.assert_array_equal(ranker.score([[1.0, 1.0], [0.0, -1.0]]), [-1.0, 2.0])
-    assert ranker.predict_one({"1": 1.0}) == -2.0
+    assert ranker.margin_one({1: 1.0}) == -2.0
+    assert ranker.predict_one({1: 1.0}) is False
+    assert ranker.predict_one({0: 1.0}) is True
+    p = 1.0 / (1.0 + np.exp(2.0))
+    assert ranker.predict_proba_one({1: 1.0}) == pytest.approx({False: 1.0 - p, True: p})
+    np.testing.assert_allclose(ranker.margin_many([[0.0, 1.0], [3.0, 0.0]]), [-2.0, 3.0])
+    assert ranker.predict_many(np.array([[0.0, 1.0], [3.0, 0.0]])).tolist() == [False, True]
+    np.testing.assert_allclose(ranker.predict_proba_many([[0.0, 1.0]]), [[1.0 - p, p]])
     assert OnlineRanker().score(np.ones((3, 2))).tolist() == [0.0, 0.0, 0.0]
+    assert OnlineRanker().predict_proba_one({"a": 1.0}) == {False: 0.5, True: 0.5}
+
+
+def test_probabilities_do_not_overflow():
+    ranker = OnlineRanker("opr", warm_start=[1.0])
+    assert ranker.predict_proba_one([1e6]) == {False: 0.0, True: 1.0}
+    assert ranker.predict_proba_one([-1e6]) == {False: 1.0, True: 0.0}
 
 
 @pytest.mark.parametrize(
@@ -139,7 +154,7 @@ def test_score_and_predict_one():
         (np.array([1.0, 2.0]), [1], "2-d"),
         (np.array([[1.0, 2.0]]), [[1]], "shape"),
         (np.array([[1.0, 2.0]]), [1, 1], "shape"),
-        (np.array([[1.0, 2.0]]), ["a"], "numeric"),
+        (np.array([[1.0, 2.0]]), ["a"], "True/False or"),
     ],
 )
 @pytest.mark.parametrize("algo", ["opr", "arow"])
@@ -171,6 +186,8 @@ def test_overflowing_update_is_refused():
         ({"warm_start": [1.0, np.nan]}, "warm_start"),
         ({"warm_start": [1.0, 2.0], "dim": 3}, "inconsistent"),
         ({"scaler": Standardizer()}, "fitted"),
+        ({"dim": 0}, "dim must be an integer"),
+        ({"dim": 2.5}, "dim must be an integer"),
     ],
 )
 def test_bad_parameters(kwargs, message):
@@ -182,11 +199,20 @@ def test_bad_dict_rows():
     ranker = OnlineRanker(dim=3)
     with pytest.raises(ValueError, match="outside"):
         ranker.learn_one({5: 1.0}, 1)
-    for key in ("colour", 1.5, True):
+    with pytest.raises(ValueError, match="outside"):
+        ranker.predict_one({5: 1.0})
+    for key in ("colour", "1", 1.5, True):
         with pytest.raises(ValueError, match="integer position"):
             ranker.learn_one({key: 1.0}, 1)
-    with pytest.raises(ValueError, match="known width"):
-        OnlineRanker().learn_one({0: 1.0}, 1)
+    with pytest.raises(ValueError, match="negative"):
+        ranker.learn_one({-1: 1.0}, 1)
+    with pytest.raises(ValueError, match="real numbers"):
+        ranker.learn_one({0: "high"}, 1)
+    with pytest.raises(ValueError, match="feature 2 is NaN"):
+        ranker.learn_one({0: 1.0, 2: np.nan}, 1)
+    with pytest.raises(ValueError, match="empty row"):
+        OnlineRanker().learn_one({}, 1)
+    assert ranker.n_seen == 0 and ranker.weights.tolist() == [0.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -33,3 +33,6 @@ def test_quickstart_block_runs(index, capsys):
         assert namespace["mae"] < namespace["euclidean_mae"]
         assert namespace["accuracy"] > 0.9
         assert set(namespace["search"].best_params_) == {"rankmkl__C", "rankmkl__gamma_scale"}
+    if "progressive" in namespace:  # the online rankers' block
+        assert namespace["progressive"].get() > 0.85  # the majority class is 0.56
+        assert namespace["pair_accuracy"] > 0.95

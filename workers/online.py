@@ -132,7 +132,7 @@ class OnlineHandler(Handler):
             for name, algo in zip(self._names(), self.options.algos, strict=True)
         ]
         for model in self.models:
-            width = None if model.ranker is None else model.ranker.dim
+            width = None if model.ranker is None else model.ranker.width
             if width is not None and width != self.settings.phi_dim:
                 raise WrongWidthError(model.name, width, self.settings.phi_dim)
         topic = self.settings.triplets_topic

@@ -93,7 +93,7 @@ def mix_rankers(rankers: Sequence[OnlineRanker]) -> OnlineRanker:
         raise ValueError(f"cannot mix different algorithms: {sorted(algos)}")
     if any(r.scaler is None or r.scaler.std_ is None for r in rankers):
         raise ValueError("every mixed ranker needs its fitted scaler")
-    dims = {r.dim for r in rankers}
+    dims = {r.width for r in rankers}
     if len(dims) != 1:
         raise ValueError(f"cannot mix rankers of different widths: {sorted(map(str, dims))}")
     seen = np.array([r.n_seen for r in rankers], dtype=np.float64)
