@@ -119,8 +119,9 @@ def test_prometheus_scrapes_a_target_added_at_run_time(services):
         thread.join(timeout=5)
 
 
-def test_services_up_env_prints_only_export_lines(services):
-    argv = [sys.executable, "-m", "rankstream", "services", "up", "--env"]
+def _services_up(services, option: str) -> list[str]:
+    """stdout lines of `rankstream services up OPTION` on the session's running services."""
+    argv = [sys.executable, "-m", "rankstream", "services", "up", option]
     completed = subprocess.run(
         [*argv, "--root", str(services.root)],
         capture_output=True,
@@ -128,22 +129,18 @@ def test_services_up_env_prints_only_export_lines(services):
         timeout=120,
         check=True,
     )
-    lines = completed.stdout.splitlines()
+    return completed.stdout.splitlines()
+
+
+def test_services_up_env_prints_only_export_lines(services):
+    lines = _services_up(services, "--env")
     assert all(re.fullmatch(r"export RANKSTREAM_[A-Z_]+=\S+", line) for line in lines), lines
     exported = dict(line.removeprefix("export ").split("=", 1) for line in lines)
     assert exported == services.manager.endpoints().env()
 
 
 def test_services_up_json_prints_the_variables_addresses_and_pids(services):
-    argv = [sys.executable, "-m", "rankstream", "services", "up", "--json"]
-    completed = subprocess.run(
-        [*argv, "--root", str(services.root)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    (line,) = completed.stdout.splitlines()
+    (line,) = _services_up(services, "--json")
     report = json.loads(line)
     assert report["root"] == str(services.root)
     assert report["env"] == services.manager.endpoints().env()
