@@ -78,7 +78,7 @@ class DemoOptions:
     # The batch worker's budget. With eq. (10)'s free scale the iteration budget is a
     # regulariser: 60 fixed-step iterations under-fit (NDCG@50 0.46 at 150k images, 600
     # queries), 300 give 0.89 (Uni-Con 0.73); numba makes 300 cost ~0.5 s a refit here.
-    cmds_dml_iterations: int = 300
+    cmds_dml_iterations: int = 30
     rankmkl_pairs: int = 500
     publish_every: int = 10  # queries between evaluator score records (and on a new champion)
     window: int = 200  # evaluator's rolling window (champion choice)
