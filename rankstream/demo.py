@@ -75,10 +75,10 @@ class DemoOptions:
     checkpoint_every: int = 1  # queries between online checkpoints (new servable versions)
     refit_every: int = 500  # queries between batch refits
     reservoir: int = 2000  # triplets in the batch worker's sample
-    # The batch worker's budget. With eq. (10)'s free scale the iteration budget is a
-    # regulariser: 60 fixed-step iterations under-fit (NDCG@50 0.46 at 150k images, 600
-    # queries), 300 give 0.89 (Uni-Con 0.73); numba makes 300 cost ~0.5 s a refit here.
-    cmds_dml_iterations: int = 300
+    # The batch worker's budget: one descent per refit, its stopping tol validated on
+    # held-out reservoir queries (workers.batch_models.CMDSDMLParams: c collapses within
+    # a few dozen fixed-step iterations here, so the validated stops fall in the first 30).
+    cmds_dml_iterations: int = 30
     rankmkl_pairs: int = 500
     publish_every: int = 10  # queries between evaluator score records (and on a new champion)
     window: int = 200  # evaluator's rolling window (champion choice)

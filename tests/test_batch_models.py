@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
 
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.baselines import UniCon
@@ -184,7 +185,9 @@ def test_cmds_dml_score_orders_by_neighbour_grade_first_then_closeness() -> None
         *fit_cmds_dml(sample, CMDSDMLParams(n_neighbors=7, max_iter=50))
     )
     phi = np.random.default_rng(2).random((200, D), dtype=np.float32)
-    distances, neighbors = scorer._tree.query(scorer.embed(phi), k=7)
+    k = scorer.n_neighbors  # validated among `score_neighbors`
+    # an independent exact search: the scorer's brute-force neighbours must be these
+    distances, neighbors = cKDTree(scorer.reference).query(scorer.embed(phi), k=k)
     mean_grade = scorer.labels[neighbors].mean(axis=1)
     scores = scorer.score(phi)
     higher = mean_grade[:, None] > mean_grade[None, :] + 1e-9

@@ -9,6 +9,7 @@ import pytest
 from test_batch_models import Feedback, simulated_feedback
 
 from rankstream.cli import main as cli_main
+from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.reservoir import Reservoir, TripletReservoir
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import encode_triplets, triplet_key
@@ -149,15 +150,19 @@ def test_refit_publishes_scorable_models_with_metrics(embedded_settings, feedbac
     )
     assert sample_value("rankstream_model_version", {"model": "cmds_dml"}) == versions["cmds_dml"]
     cache = ScorerCache(store)
+    ndcg = {}
     for name in ("cmds_dml", "rankmkl"):
         stored = store.load(name)
         assert stored.kind == name and stored.meta["reservoir_n_seen"] <= n
         assert stored.offsets[embedded_settings.triplets_topic][0] <= len(feedback.triplets)
         scorer = cache.get(name, versions[name])
-        # both learned from the triplets; on the calibrated collection (generator version 2)
-        # cMDS-DML's kNN over phi stays far below Uni-Con (0.42 here, RankMKL 0.86; README)
-        margin = {"rankmkl": 0.2, "cmds_dml": 0.05}[name]
-        assert feedback.mean_ndcg(scorer.score) > feedback.random_ndcg() + margin
+        # both learned from the triplets; Uni-Con ranks the same held-out queries with
+        # the reservoir's scaling. cMDS-DML at its former fixed setting (s = 3 from the
+        # first phi columns, K = 15, 300 iterations) scored 0.2 below Uni-Con here.
+        ndcg[name] = feedback.mean_ndcg(scorer.score)
+    uni_con = feedback.mean_ndcg(UniCon().fit(feedback.sample().phi).score)
+    # here (4,000 images, 24 queries): cMDS-DML 0.852, RankMKL 0.862, Uni-Con 0.867
+    assert ndcg["rankmkl"] > uni_con - 0.05 and ndcg["cmds_dml"] > uni_con - 0.05
     # nothing new arrived: a time-triggered refit would republish the same sample
     assert not worker.refit_due()
 

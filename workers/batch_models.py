@@ -23,6 +23,7 @@ Every fit stores the width it was trained on (meta `phi_dim`, `stream.store.WIDT
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,22 +119,49 @@ def _check_kind(meta: dict[str, Any], kind: str) -> None:
 # --- cMDS-DML ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CMDSDMLParams:
-    """Chosen on the simulator (30k images, 5,000-triplet reservoir, 40 held-out queries):
-    NDCG@50 0.88 with K=15, mu=0.01, 300 iterations (~3 s of CPU), against 0.31-0.76
-    with mu=0.1 or K=5 and 0.47 at 100 iterations; Uni-Con scored 0.77 on those queries.
-    The Armijo descent rarely meets its gradient test here, so `max_iter` bounds the refit.
-    The Armijo trials start from the paper's fixed gamma (`adaptive_gamma=False`): the
-    Barzilai-Borwein trial step descends further in the same iterations and, with c free,
-    towards eq. (10)'s degenerate c -> 0 minimum (tests/test_worker_batch.py: NDCG@50 0.47
-    on a half-stream refit with it, 0.90 without).
+    """The grid a refit validates on held-out reservoir queries, and the descent's budget.
+
+    Why validate (and not fix numbers): on generator version 2 the former fixed choice
+    (s = 3 from the first three phi columns, K = 15, 300 iterations) scored NDCG@50 0.61
+    against Uni-Con's 0.80. Two causes, measured on the demo's refit samples (seed 0):
+    (1) eq. (10)'s free scale c collapses (c 1 -> 0.06 in 5 iterations, < 0.003 by 300,
+    sometimes negative): pooled over queries the grades are a weak linear function of
+    phi, so the fitting term is least at c -> 0, and every further iteration moves L
+    away from the neighbourhoods (s = 36 from the identity: 0.833 at 0 iterations, 0.822
+    at 30, 0.647 at 300); (2) the scorer's kNN mean over K = 15 grades pooled from other
+    queries is too noisy: Euclidean kNN on standardized phi: 0.833 / 0.853 / 0.859 / 0.857
+    at K = 15 / 50 / 150 / 400 on synthetic, 0.816 / 0.828 / 0.842 / 0.851 at K = 15 / 50 /
+    150 / 400 on Fashion-MNIST (Uni-Con 0.801 / 0.848). And s = 3 keeps too little
+    (principal axes, no descent: 0.761). So s = the full width (L0 = the identity, which
+    the descent leaves only where held-out queries say it helps), the stopping rule
+    `tols` (1.0 stops before the first step) and the scorer's K `score_neighbors` are
+    chosen per refit by held-out pair accuracy (`validate_cmds_dml`), the kNN MAE of
+    `rankstream eval dml` being no guide here (it rises with K on synthetic while
+    NDCG@50 rises too, and is flat on Fashion-MNIST). `n_neighbors` is the DML's target
+    neighbours (S3); `max_iter` bounds the refit's one descent. The Armijo trials start
+    from the paper's fixed gamma (`adaptive_gamma=False`): the Barzilai-Borwein step
+    reaches the degenerate c -> 0 region in fewer iterations.
     """
 
-    n_components: int = 3
+    n_components: int = DEFAULT_PHI_DIM  # capped at the width (CMDSDML: s <= d)
     n_neighbors: int = 15
+    score_neighbors: tuple[int, ...] = (15, 50, 150, 400)
+    tols: tuple[float, ...] = (1.0, 0.3, 0.1, 0.03)
     mu: float = 0.01
-    max_iter: int = 300
-    tol: float = 1e-5
+    max_iter: int = 30
     adaptive_gamma: bool = False
+    validation_fraction: float = 0.25  # of the sample's queries, held out to choose
+    seed: int = 0  # which queries are held out
+
+    def __post_init__(self) -> None:
+        if not self.score_neighbors or min(self.score_neighbors) < 1:
+            raise ValueError(f"score_neighbors must be >= 1, got {self.score_neighbors}")
+        if not self.tols or not all(np.isfinite(t) and t >= 0 for t in self.tols):
+            raise ValueError(f"tols must be finite and >= 0, got {self.tols}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must lie in (0, 1), got {self.validation_fraction}"
+            )
 
 
 class CMDSDMLScorer:
@@ -155,8 +183,6 @@ class CMDSDMLScorer:
         labels: np.ndarray,
         n_neighbors: int,
     ) -> None:
-        from scipy.spatial import cKDTree
-
         if reference.shape[0] < 1 or reference.shape[1] != components.shape[0]:
             raise ValueError(
                 f"reference points {reference.shape} do not match {components.shape[0]} components"
@@ -164,16 +190,31 @@ class CMDSDMLScorer:
         self.scaler, self.components = scaler, components
         self.reference, self.labels = reference, labels
         self.n_neighbors = int(min(n_neighbors, reference.shape[0]))
-        self._tree = cKDTree(reference)
+        self._reference_sq = np.einsum("ij,ij->i", reference, reference)
 
     def embed(self, phi: np.ndarray) -> np.ndarray:
         return self.scaler.transform(phi) @ self.components.T
 
+    def neighbors(self, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(distances, indices) of each row's K nearest reference points, unordered.
+
+        Brute force: at the full width (36-d) a k-d tree visits most of its leaves and
+        was slower than one matrix product (~20 ms vs a few ms per 300 candidates).
+        """
+        embedded = self.embed(phi)
+        squared = (
+            np.einsum("ij,ij->i", embedded, embedded)[:, None]
+            + self._reference_sq[None, :]
+            - 2.0 * embedded @ self.reference.T
+        )
+        k = self.n_neighbors
+        nearest = np.argpartition(squared, k - 1, axis=1)[:, :k]
+        distances = np.sqrt(np.maximum(np.take_along_axis(squared, nearest, axis=1), 0.0))
+        return distances, nearest
+
     def score(self, phi: np.ndarray) -> np.ndarray:
         k = self.n_neighbors
-        distances, neighbors = self._tree.query(self.embed(phi), k=k)
-        distances = distances.reshape(len(phi), k)
-        neighbors = neighbors.reshape(len(phi), k)
+        distances, neighbors = self.neighbors(phi)
         mean_grade = self.labels[neighbors].mean(axis=1)
         mean_distance = distances.mean(axis=1)
         return mean_grade - mean_distance / (1.0 + mean_distance) / (2.0 * k)
@@ -203,31 +244,112 @@ class CMDSDMLScorer:
         return cls(scaler, components, reference, labels, int(meta["n_neighbors"]))
 
 
-def fit_cmds_dml(
-    sample: TripletBlock, params: CMDSDMLParams = CMDSDMLParams()
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Fit on the sample's distinct points; state = scaler + DML + embedded reference set."""
+def held_out_queries(query_ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Mask of the points whose query is held out: round(fraction * queries), >= 1.
+
+    Whole queries, since the scorer ranks the candidates of queries it has not seen. A
+    sample of one query has nothing to hold out: an all-False mask.
+    """
+    queries = np.unique(query_ids)
+    if len(queries) < 2:
+        return np.zeros(len(query_ids), dtype=bool)
+    count = min(max(round(fraction * len(queries)), 1), len(queries) - 1)
+    held = np.random.default_rng(seed).choice(queries, count, replace=False)
+    return np.isin(query_ids, held)
+
+
+def pair_accuracy(scores: np.ndarray, pairs: np.ndarray) -> float:
+    """Share of (better, worse) pairs scored in that order; a tie counts half."""
+    better, worse = scores[pairs[:, 0]], scores[pairs[:, 1]]
+    return float(np.mean((better > worse) + 0.5 * (better == worse)))
+
+
+@dataclass(frozen=True)
+class CMDSDMLChoice:
+    """The validated setting and how it and Uni-Con ranked the held-out pairs."""
+
+    tol: float
+    n_neighbors: int
+    pair_accuracy: float | None  # None: one query, nothing held out (the grid's first)
+    uni_con_pair_accuracy: float | None
+    held_out_queries: int
+
+
+def _dml(params: CMDSDMLParams, tol: float) -> Any:
     from rankstream.ranking.dml import CMDSDML
 
-    points = ranked_points(sample)
-    scaler = Standardizer().fit(points.phi)
-    Z = scaler.transform(points.phi)
-    dml = CMDSDML(
+    return CMDSDML(
         n_components=params.n_components,
         n_neighbors=params.n_neighbors,
         mu=params.mu,
         max_iter=params.max_iter,
-        tol=params.tol,
+        tol=tol,
         adaptive_gamma=params.adaptive_gamma,
-    ).fit(Z, points.labels)
+    )
+
+
+def validate_cmds_dml(
+    points: RankedPoints, scaler: Standardizer, params: CMDSDMLParams
+) -> CMDSDMLChoice:
+    """Choose the stopping tol and the scorer's K on held-out queries of the sample.
+
+    One descent on the other queries' points (`CMDSDML.staged_fit` yields it at every
+    tol), each stage and K scored as the served scorer would score (`CMDSDMLScorer`),
+    by the held-out triplets' pair accuracy; the first best in (largest tol, smallest K)
+    order wins, so an equal score keeps the shorter descent and the smaller K. Uni-Con
+    is scored on the same pairs, for the record (meta `validation`).
+    """
+    from rankstream.ranking.baselines import UniCon
+
+    held = held_out_queries(points.keys[:, 0], params.validation_fraction, params.seed)
+    tols = sorted(set(params.tols), reverse=True)
+    ks = sorted(set(params.score_neighbors))
+    fit = ~held
+    held_pairs = points.pairs[held[points.pairs[:, 0]]]  # a pair never spans two queries
+    if not held.any() or len(held_pairs) == 0 or fit.sum() < 2:
+        return CMDSDMLChoice(tols[0], ks[0], None, None, 0)
+    Z = scaler.transform(points.phi)
+    descent = _dml(params, tols[0]).staged_fit(Z[fit], points.labels[fit], tols)
+    stages = {tol: model.components_.copy() for tol, model in zip(tols[::-1], descent, strict=True)}
+    rows = []
+    for tol in tols:
+        components = stages[tol]
+        reference = Z[fit] @ components.T
+        for k in ks:
+            scorer = CMDSDMLScorer(scaler, components, reference, points.labels[fit], k)
+            scores = np.zeros(len(points.labels))
+            scores[held] = scorer.score(points.phi[held])
+            rows.append((pair_accuracy(scores, held_pairs), tol, k))
+    accuracy, tol, k = max(rows, key=lambda row: row[0])  # max keeps the first best
+    uni_con = UniCon(scaler).score(points.phi)
+    return CMDSDMLChoice(
+        tol,
+        k,
+        accuracy,
+        pair_accuracy(uni_con, held_pairs),
+        len(np.unique(points.keys[held, 0])),
+    )
+
+
+def fit_cmds_dml(
+    sample: TripletBlock, params: CMDSDMLParams = CMDSDMLParams()
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Validate tol and K (`validate_cmds_dml`), fit on every point with them; state =
+    scaler + DML + embedded reference set."""
+    points = ranked_points(sample)
+    scaler = Standardizer().fit(points.phi)
+    choice = validate_cmds_dml(points, scaler, params)
+    Z = scaler.transform(points.phi)
+    dml = _dml(params, choice.tol).fit(Z, points.labels)
     dml_meta, dml_arrays = dml.to_state()
     scaler_meta, scaler_arrays = scaler.to_state()
     meta = {
         "kind": CMDS_DML,
         WIDTH_KEY: sample.dim,
-        "n_neighbors": params.n_neighbors,
+        "n_neighbors": choice.n_neighbors,
         "n_points": len(points.labels),
         "n_triplets": len(sample),
+        "validation": dataclasses.asdict(choice),
         "dml": dml_meta,
         "scaler": scaler_meta,
     }
