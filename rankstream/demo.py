@@ -50,6 +50,9 @@ from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.settings import Settings
 
 if TYPE_CHECKING:
+    from rankstream.workers.batch import BatchOptions
+    from rankstream.workers.evaluator import EvaluatorOptions
+    from rankstream.workers.online import WorkerOptions
     from rankstream.workers.simulator import SimulateOptions
 
 ONLINE_MODELS = learners.names()  # every registered online learner
@@ -119,6 +122,53 @@ class DemoOptions:
             "calibration_queries": self.calibration_queries,
         }
         return SimulateOptions(**{**fields, **overrides})
+
+    # The demo drives every cadence itself (checkpoint, refit, persist, publish) by query
+    # count, with no timers, so a run is deterministic: the workers' own timers are off.
+    def online_options(self) -> WorkerOptions:
+        """The online worker's: every online learner, this run's hyper-parameters."""
+        from rankstream.workers.online import WorkerOptions
+
+        return WorkerOptions(
+            algos=ONLINE_MODELS,
+            hyper=self.hyper,
+            checkpoint_records=None,
+            checkpoint_seconds=None,
+            scaler_rows=self.scaler_rows,
+            poll_ms=0,
+            max_poll_records=_POLL_RECORDS,
+        )
+
+    def batch_options(self) -> BatchOptions:
+        """The batch worker's: its reservoir, cMDS-DML's budget, RankMKL's pairs."""
+        from rankstream.workers.batch import BatchOptions
+        from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+
+        return BatchOptions(
+            reservoir=self.reservoir,
+            refit_records=None,
+            refit_seconds=None,
+            persist_seconds=None,
+            models=BATCH_MODELS,
+            seed=self.seed,
+            poll_ms=0,
+            max_poll_records=_POLL_RECORDS,
+            cmds_dml=CMDSDMLParams(max_iter=self.cmds_dml_iterations),
+            rankmkl=RankMKLParams(max_pairs=self.rankmkl_pairs, seed=self.seed),
+        )
+
+    def evaluator_options(self) -> EvaluatorOptions:
+        """The evaluator's: its window, and a score record every `publish_every` queries."""
+        from rankstream.workers.evaluator import EvaluatorOptions
+
+        return EvaluatorOptions(
+            window=self.window,
+            history=self.queries,
+            publish_every=self.publish_every,
+            publish_seconds=None,
+            poll_ms=0,
+            max_poll_records=_POLL_RECORDS,
+        )
 
 
 @dataclass
@@ -251,10 +301,9 @@ class DemoPipeline:
     ) -> None:
         from rankstream.stream.embedded import EmbeddedTransport
         from rankstream.stream.embedded_store import EmbeddedModelStore
-        from rankstream.workers.batch import BatchOptions, BatchWorker
-        from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
-        from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-        from rankstream.workers.online import OnlineWorker, WorkerOptions
+        from rankstream.workers.batch import BatchWorker
+        from rankstream.workers.evaluator import Evaluator
+        from rankstream.workers.online import OnlineWorker
         from rankstream.workers.simulator import Simulation
 
         # no services, whatever the environment says: the demo is the embedded pipeline
@@ -264,8 +313,7 @@ class DemoPipeline:
         self.options = options
         self.transport = EmbeddedTransport()
         self.store = EmbeddedModelStore()
-        # The demo drives the cadences itself (checkpoint, refit, persist, publish): by
-        # query count, with no timers, so a run is deterministic.
+        # the cadences are the demo's own (see DemoOptions.online_options)
         self.simulation = Simulation(
             self.settings,
             options.simulate_options(),
@@ -275,48 +323,13 @@ class DemoPipeline:
             index=index,
         )
         self.online = OnlineWorker(
-            self.settings,
-            WorkerOptions(
-                algos=ONLINE_MODELS,
-                hyper=options.hyper,
-                checkpoint_records=None,
-                checkpoint_seconds=None,
-                scaler_rows=options.scaler_rows,
-                poll_ms=0,
-                max_poll_records=_POLL_RECORDS,
-            ),
-            transport=self.transport,
-            store=self.store,
+            self.settings, options.online_options(), transport=self.transport, store=self.store
         )
         self.batch = BatchWorker(
-            self.settings,
-            BatchOptions(
-                reservoir=options.reservoir,
-                refit_records=None,
-                refit_seconds=None,
-                persist_seconds=None,
-                models=BATCH_MODELS,
-                seed=options.seed,
-                poll_ms=0,
-                max_poll_records=_POLL_RECORDS,
-                cmds_dml=CMDSDMLParams(max_iter=options.cmds_dml_iterations),
-                rankmkl=RankMKLParams(max_pairs=options.rankmkl_pairs, seed=options.seed),
-            ),
-            transport=self.transport,
-            store=self.store,
+            self.settings, options.batch_options(), transport=self.transport, store=self.store
         )
         self.evaluator = Evaluator(
-            self.settings,
-            EvaluatorOptions(
-                window=options.window,
-                history=options.queries,
-                publish_every=options.publish_every,
-                publish_seconds=None,
-                poll_ms=0,
-                max_poll_records=_POLL_RECORDS,
-            ),
-            transport=self.transport,
-            store=self.store,
+            self.settings, options.evaluator_options(), transport=self.transport, store=self.store
         )
         self.clock = LearningClock(REPORT_MODELS)
         self.first_call: dict[str, float] = {}  # the learners' compile or cache load
