@@ -14,8 +14,10 @@ Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36
 * fixed rate: `harness.http_load` in its own process sends requests on an open-loop
   schedule (`rate` req/s for `seconds`), latency measured from each request's scheduled
   time (so queueing counts); p50/p99 and the rate achieved;
-* sustained: wrk (Debian's, if installed) closed-loop with 4 connections for `seconds`,
-  the requests/s the server keeps up.
+* sustained: wrk (Debian's package, apt-get installed here as root like the services'
+  packages) closed-loop with 4 connections for `seconds`, the requests/s the server
+  keeps up; without wrk (not root, no apt) the figure is null and `sustained_note` and
+  the progress lines say why.
 
 Each is repeated `repeats` times and the medians are reported, with the load average
 seen (the machine is shared). At the end the bench's models are deleted.
@@ -200,6 +202,21 @@ def _wrk(port: int, body: Path, kind: str, seconds: float, directory: Path) -> f
     return float(found.group(1)) if found else None
 
 
+def ensure_wrk(directory: Path) -> str | None:
+    """Install Debian's wrk if it is missing; None when it is there, else why not."""
+    from rankstream.harness.services.errors import ServiceError
+    from rankstream.harness.services.install import install_debian_packages
+    from rankstream.harness.services.progress import Progress
+
+    if shutil.which("wrk") is not None:
+        return None
+    try:
+        install_debian_packages(["wrk"], directory / "apt-get-wrk.log", Progress())
+    except ServiceError as error:
+        return f"sustained rate not measured: {error}"
+    return None
+
+
 def _median(runs: list[dict], key: Callable[[dict], float]) -> float:
     return round(statistics.median(key(r) for r in runs), 3)
 
@@ -216,6 +233,9 @@ def run_serve_bench(
     _publish(store, rng)
     server = ServeProcess(bench, directory / "serve.log")
     load_before = os.getloadavg()
+    wrk_note = ensure_wrk(directory)
+    if wrk_note is not None:
+        progress(wrk_note)
     try:
         server.wait_ready()
         bodies = _bodies(directory, rng)
@@ -239,6 +259,7 @@ def run_serve_bench(
                 else round(statistics.median(sustained), 1),
                 "runs": runs,
                 "sustained_runs": sustained,
+                "sustained_note": wrk_note,
             }
         reloader.stop.set()
         reloader.join()
