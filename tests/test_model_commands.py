@@ -93,3 +93,20 @@ def test_pinning_a_version_the_store_lacks_fails_clearly(store, capsys) -> None:
     assert code == 1 and "no stored version 9" in err and "kept: 1..3" in err
     code, _, err = _run(capsys, "history", "nothing")
     assert code == 1 and "no stored model nothing" in err
+
+
+@pytest.mark.parametrize("argv", [("pin", "arow", "2"), ("unpin", "arow")])
+def test_a_pin_change_that_loses_the_race_says_retry(store, capsys, monkeypatch, argv) -> None:
+    from rankstream.stream.store import FencingError
+    from rankstream.workers import pins
+
+    race = FencingError("arow.pins", expected=0, actual=1)
+
+    def lost(*_args, **_kwargs):
+        raise race
+
+    monkeypatch.setattr(pins, argv[0], lost)
+    code, _, err = _run(capsys, *argv)
+    verb = "pinned" if argv[0] == "pin" else "unpinned"
+    assert code == 1
+    assert err.strip().endswith(f"not {verb}: another pin or unpin landed first ({race}); retry")

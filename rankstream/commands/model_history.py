@@ -14,18 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._model_store import configured_store
     from rankstream.commands._usage import UsageError
-    from rankstream.stream.connect import open_store
-    from rankstream.stream.settings import Settings
     from rankstream.workers.pins import model_history
 
-    store = open_store(Settings.from_env())
-    try:
-        history = model_history(store, args.name)
-    except ValueError as exc:
-        raise UsageError(f"bad model name: {exc}") from exc
-    finally:
-        store.close()
+    with configured_store() as store:
+        try:
+            history = model_history(store, args.name)
+        except ValueError as exc:
+            raise UsageError(f"bad model name: {exc}") from exc
     if not history["versions"] and not history["pins"]:
         print(f"no stored model {args.name}", file=sys.stderr)
         return 1

@@ -12,16 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.stream.connect import open_store
-    from rankstream.stream.settings import Settings
+    from rankstream.commands._model_store import configured_store
     from rankstream.workers.serve_models import models_listing
     from rankstream.workers.serve_registry import ModelRegistry
 
-    store = open_store(Settings.from_env())
-    try:
+    with configured_store() as store:
         listing = models_listing(ModelRegistry(store).refresh())
-    finally:
-        store.close()
     if args.json:
         print_json(listing)
         return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
 
@@ -15,22 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.stream.connect import open_store
-    from rankstream.stream.settings import Settings
+    from rankstream.commands._model_store import configured_store, pin_refused
     from rankstream.stream.store import FencingError
     from rankstream.workers.pins import pin
 
-    store = open_store(Settings.from_env())
-    try:
-        pinned = pin(store, args.name, args.version)
-    except (LookupError, ValueError) as exc:
-        print(f"not pinned: {exc}", file=sys.stderr)
-        return 1
-    except FencingError as exc:
-        print(f"not pinned: another pin or unpin landed first ({exc}); retry", file=sys.stderr)
-        return 1
-    finally:
-        store.close()
+    with configured_store() as store:
+        try:
+            pinned = pin(store, args.name, args.version)
+        except (LookupError, ValueError, FencingError) as exc:
+            return pin_refused("pinned", exc)
     result = {"model": pinned.name, "pinned_version": pinned.version, "kind": pinned.kind}
     if args.json:
         print_json(result)

@@ -18,19 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.stream.connect import open_store
-    from rankstream.stream.settings import Settings
+    from rankstream.commands._model_store import configured_store
     from rankstream.workers.checkpoint import summarize
 
-    store = open_store(Settings.from_env())
-    try:
+    with configured_store() as store:
         stored = (
             store.load(args.name)
             if args.version is None
             else store.load_version(args.name, args.version)
         )
-    finally:
-        store.close()
     if stored is None:
         what = args.name if args.version is None else f"{args.name} version {args.version}"
         print(f"no stored model {what}", file=sys.stderr)

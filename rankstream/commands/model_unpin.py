@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
 
@@ -14,22 +13,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.stream.connect import open_store
-    from rankstream.stream.settings import Settings
+    from rankstream.commands._model_store import configured_store, pin_refused
     from rankstream.stream.store import FencingError
     from rankstream.workers.pins import unpin
 
-    store = open_store(Settings.from_env())
-    try:
-        was = unpin(store, args.name)
-    except ValueError as exc:
-        print(f"not unpinned: {exc}", file=sys.stderr)
-        return 1
-    except FencingError as exc:
-        print(f"not unpinned: another pin or unpin landed first ({exc}); retry", file=sys.stderr)
-        return 1
-    finally:
-        store.close()
+    with configured_store() as store:
+        try:
+            was = unpin(store, args.name)
+        except (ValueError, FencingError) as exc:
+            return pin_refused("unpinned", exc)
     if args.json:
         print_json({"model": args.name, "was_pinned_version": was})
     else:
