@@ -39,13 +39,12 @@ import numpy as np
 
 from rankstream.harness.accounting import SeqCounter
 from rankstream.harness.serve_process import ServeProcess
+from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
-
-CANDIDATES = 300
 
 
 @dataclass(frozen=True)
@@ -57,13 +56,13 @@ class IngestBenchOptions:
 
 def feedback_template(rng: np.random.Generator) -> bytes:
     """A feedback body with `__N__` where the query id goes."""
-    relevance: list[int | None] = [None] * CANDIDATES
+    relevance: list[int | None] = [None] * SERVED_CANDIDATES
     for i in np.flatnonzero(rng.random(50) < 0.6):
         relevance[int(i)] = int(rng.integers(0, 4))
     body = {
         "query_id": 0,
-        "candidate_ids": rng.permutation(10**6)[:CANDIDATES].tolist(),
-        "phi": rng.random((CANDIDATES, PHI_DIM)).round(6).tolist(),
+        "candidate_ids": rng.permutation(10**6)[:SERVED_CANDIDATES].tolist(),
+        "phi": rng.random((SERVED_CANDIDATES, PHI_DIM)).round(6).tolist(),
         "relevance": relevance,
         "served_by": "uni_con",
         "served_version": 1,
@@ -198,7 +197,7 @@ def run_ingest_bench(
     return {
         "queries": options.queries,
         "connections": options.connections,
-        "candidates": CANDIDATES,
+        "candidates": SERVED_CANDIDATES,
         "queries_per_s": round(statistics.median(r.queries_per_s for r in runs), 1),
         "triplets_per_s": round(statistics.median(r.triplets_per_s for r in runs), 1),
         "lost": sum(r.lost_triplets + r.lost_queries for r in runs),

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from rankstream.harness.serve_process import ServeProcess
+from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
@@ -53,7 +54,6 @@ from rankstream.stream.store import ModelStore
 
 ARROW = "application/vnd.apache.arrow.stream"
 CHAMPION = "opar1"
-CANDIDATES = 300
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,8 @@ def _checkpoint(store: ModelStore, rng: np.random.Generator, scaler: Any = None)
 
 
 def _bodies(directory: Path, rng: np.random.Generator) -> dict[str, Path]:
-    ids = rng.permutation(10**6)[:CANDIDATES].astype(np.int64)
-    phi = rng.random((CANDIDATES, PHI_DIM), dtype=np.float32)
+    ids = rng.permutation(10**6)[:SERVED_CANDIDATES].astype(np.int64)
+    phi = rng.random((SERVED_CANDIDATES, PHI_DIM), dtype=np.float32)
     table = pa.table(
         {
             "candidate_id": ids,
@@ -276,7 +276,7 @@ def run_serve_bench(
         for name in store.names():
             store.delete(name)
         store.close()
-    results["candidates"] = CANDIDATES
+    results["candidates"] = SERVED_CANDIDATES
     results["loadavg_before"] = [round(x, 2) for x in load_before]
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     results["cpus"] = os.cpu_count()

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from rankstream.simulators.feedback import SERVED_CANDIDATES
+
 if TYPE_CHECKING:
     from rankstream.simulators.images import ImageCollection, ServedCollection
 
@@ -253,7 +255,6 @@ def build_cbir_testbed(
 
 
 SYNTHETIC_IMAGES = 20_000
-SERVED_CANDIDATES = 300
 
 
 def served_testbed(

@@ -51,7 +51,6 @@ from rankstream.simulators.cache_files import atomic_directory
 from rankstream.simulators.cbir_testbed import (
     DATABASE_SAMPLE,
     DEFAULT_TRAIN_ROWS,
-    SERVED_CANDIDATES,
     CBIRTestBed,
     sampled_testbed,
     served_testbed,
@@ -65,6 +64,7 @@ from rankstream.simulators.fashion_mnist import (
     load_fashion_mnist,
     missing_message,
 )
+from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
 from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.similarity import PhiMap

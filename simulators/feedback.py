@@ -38,6 +38,9 @@ from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
+SERVED_CANDIDATES = 300
+"""Candidates the first stage retrieves per query and a model ranks (the paper's §5.5)."""
+
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 NDCG_K = 50
 # The simulator's phi width: the paper's 9 descriptors x 4 similarity measures, as many
@@ -108,7 +111,7 @@ class FeedbackSimulator:
         self,
         collection: ImageCollection,
         seed: int = 0,
-        candidates: int = 300,
+        candidates: int = SERVED_CANDIDATES,
         judged: int = 50,
         index: CandidateRetriever | None = None,
     ) -> None:
