@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# the linear kernel built ahead of time (numba.pycc; needs cc): `replay --direct`
+	# then starts without numba; without it the JIT serves, same weights (ranking/aot.py)
+	$(BIN)/python -m rankstream.ranking.aot || true
 	touch $(STAMP)
 
 # apt-get install what is missing (as root; otherwise it names the package to install).

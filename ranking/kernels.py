@@ -37,10 +37,16 @@ import numpy as np
 from numba import njit
 
 from rankstream.ranking.lanes import LANES, add_scaled_row, dot_rows, gather_row
-from rankstream.ranking.rules import OGDR_RULE, OPAR1_RULE, OPAR2_RULE, OPR_RULE
+from rankstream.ranking.rules import (
+    BAD_LABEL,
+    NONFINITE,
+    OGDR_RULE,
+    OK,
+    OPAR1_RULE,
+    OPAR2_RULE,
+    OPR_RULE,
+)
 
-# Kernel status codes: which check stopped the loop at `bad_row`.
-OK, NONFINITE, BAD_LABEL = 0, 1, 2
 _OK, _NONFINITE, _BAD_LABEL = OK, NONFINITE, BAD_LABEL
 
 # Linear rule codes. The rules differ only in their step size lambda_t; numba's

@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 from river import base
 
-from rankstream.ranking import learners
+from rankstream.ranking import aot, learners
 from rankstream.ranking.feature_keys import FeatureKeys, Placement, is_position
-from rankstream.ranking.kernels import BAD_LABEL, NONFINITE, learn_linear
+from rankstream.ranking.rules import BAD_LABEL, NONFINITE
 from rankstream.ranking.scaling import Standardizer, linear_scores
 from rankstream.ranking.validation import as_float_matrix, as_float_vector
 
@@ -141,20 +141,9 @@ def _learn_linear_models(
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
     unscaled = all(ranker.scaler is None for ranker in rankers)
-    learn_linear(
-        rules,
-        params,
-        W,
-        None if unscaled else np.array(scales),
-        group,
-        phi,
-        p1,
-        p2,
-        labels,
-        n_updates,
-        status,
-        bad_row,
-    )
+    arguments = (rules, params, W, None if unscaled else np.array(scales), group, phi, p1, p2)
+    arguments += (labels, n_updates, status, bad_row)
+    aot.linear_kernel(*arguments)(*arguments)
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
         error = _batch_error(int(status[m]), int(bad_row[m]), labels)

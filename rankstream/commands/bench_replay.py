@@ -1,13 +1,18 @@
 """`rankstream bench replay`: a recorded log through the four linear learners, whole process.
 
-A log of N simulator-shaped triplets (`TripletGenerator.messages`: one judged query a
-message by default, as the simulator sends them; recorded as a recorder writes them)
-is generated into a temporary directory first; then `rankstream replay DIR --direct --algo
+A log of N simulator-shaped triplets (`TripletGenerator.messages`, judged queries packed
+into messages as the simulator sends them; recorded as a recorder writes them) is
+generated into a temporary directory first; then `rankstream replay DIR --direct --algo
 opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
-interpreter start-up, imports, numba's cache load, Parquet reading and learning all
-count. One warm-up run (populating numba's cache and the page cache) is reported apart;
-`seconds` is the median of the timed runs, `cpu_seconds` the median CPU time (user +
-system) of those processes: on a shared machine, the steadier measure.
+interpreter start-up, imports, the kernels' load, Parquet reading and learning all count.
+
+Two kernels, alternating in the same run: the ahead-of-time build (`ranking.aot`, built
+here first if need be, its build time reported apart; `seconds`) and numba's JIT, the
+reference (`jit_seconds`); the bench fails if their weights differ. One warm-up run of
+each (numba's cache, the page cache) is reported apart; `seconds` is the median of the
+timed runs, `cpu_seconds` the median CPU time (user + system) of those processes: on a
+shared machine, the steadier measure. Without a C compiler there is no build: only the
+JIT runs and `aot_note` says so.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def write_log(
     return sum(p.stat().st_size for p in directory.rglob("*.parquet"))
 
 
-def replay_command(directory) -> list[str]:
+def replay_command(directory, kernels: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -67,12 +72,15 @@ def replay_command(directory) -> list[str]:
         "--direct",
         "--algo",
         ALGOS,
+        "--kernels",
+        kernels,
         "--json",
     ]
 
 
-def timed_replay(directory, n_triplets: int) -> tuple[float, float]:
-    """(wall, CPU) seconds of one whole `replay --direct` process; checks what it printed."""
+def timed_replay(directory, n_triplets: int, kernels: str) -> tuple[float, float, dict]:
+    """(wall, CPU) seconds of one whole `replay --direct` process and its weights'
+    digests; checks that every model learned every triplet."""
     import resource
     import subprocess
 
@@ -81,7 +89,7 @@ def timed_replay(directory, n_triplets: int) -> tuple[float, float]:
         return usage.ru_utime + usage.ru_stime
 
     cpu_start, start = children_cpu(), time.perf_counter()
-    done = subprocess.run(replay_command(directory), capture_output=True, text=True)
+    done = subprocess.run(replay_command(directory, kernels), capture_output=True, text=True)
     seconds, cpu_seconds = time.perf_counter() - start, children_cpu() - cpu_start
     if done.returncode != 0:
         raise RuntimeError(f"replay exited {done.returncode}: {done.stderr.strip()[-2000:]}")
@@ -89,11 +97,25 @@ def timed_replay(directory, n_triplets: int) -> tuple[float, float]:
     seen = {name: m["triplets_seen"] for name, m in models.items()}
     if sorted(seen) != sorted(ALGOS.split(",")) or set(seen.values()) != {n_triplets}:
         raise RuntimeError(f"replay learned {seen}, expected {n_triplets} per model")
-    return seconds, cpu_seconds
+    return seconds, cpu_seconds, {name: m["weights_sha256"] for name, m in models.items()}
+
+
+def ensure_aot_build(err) -> tuple[float | None, str | None]:
+    """Build the ahead-of-time kernel unless built: (build seconds or None, why not)."""
+    from rankstream.ranking import aot
+
+    if aot.built_path().exists():
+        return None, None
+    started = time.perf_counter()
+    with err.status("building the ahead-of-time kernel (once per machine and source)"):
+        try:
+            aot.build()
+        except Exception as exc:  # no C compiler: the JIT alone is measured
+            return None, f"no ahead-of-time build ({exc}); every run used the JIT"
+    return time.perf_counter() - started, None
 
 
 def run(args: argparse.Namespace) -> int:
-    import statistics
     import tempfile
     from pathlib import Path
 
@@ -105,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.triplets < 1 or args.repeats < 1 or args.queries_per_message < 1:
         raise UsageError("--triplets, --repeats and --queries-per-message must be >= 1")
     err = Console(stderr=True)
+    build_seconds, no_build = ensure_aot_build(err)
+    modes = ("jit",) if no_build else ("aot", "jit")
     with tempfile.TemporaryDirectory(prefix="rankstream-bench-replay-") as tmp:
         directory = Path(tmp)
         with Progress(console=err, transient=True) as progress:
@@ -116,34 +140,56 @@ def run(args: argparse.Namespace) -> int:
                 args.seed,
                 lambda n: progress.advance(task, n),
             )
-        with err.status("warm-up run (numba cache, page cache)"):
-            warmup, _ = timed_replay(directory, args.triplets)
-        runs, cpu_runs = [], []
+        with err.status("warm-up runs (numba cache, page cache)"):
+            warmup = {mode: timed_replay(directory, args.triplets, mode)[0] for mode in modes}
+        runs: dict[str, list[float]] = {mode: [] for mode in modes}
+        cpu_runs: dict[str, list[float]] = {mode: [] for mode in modes}
+        weights: dict[str, dict] = {}
         with Progress(console=err, transient=True) as progress:
-            task = progress.add_task("timed runs", total=args.repeats)
-            for _ in range(args.repeats):
-                wall, cpu = timed_replay(directory, args.triplets)
-                runs.append(wall)
-                cpu_runs.append(cpu)
-                progress.advance(task)
-    seconds = statistics.median(runs)
-    report = {
-        "triplets": args.triplets,
-        "seconds": seconds,
-        "triplets_per_s": args.triplets / seconds,
-        "warmup_seconds": warmup,
-        "runs": runs,
-        "cpu_seconds": statistics.median(cpu_runs),
-        "cpu_runs": cpu_runs,
-        "log_bytes": log_bytes,
-    }
+            task = progress.add_task("timed runs", total=args.repeats * len(modes))
+            for repeat in range(args.repeats):
+                for mode in modes if repeat % 2 == 0 else modes[::-1]:  # alternate the order
+                    wall, cpu, weights[mode] = timed_replay(directory, args.triplets, mode)
+                    runs[mode].append(wall)
+                    cpu_runs[mode].append(cpu)
+                    progress.advance(task)
+    if len(set(map(json.dumps, weights.values()))) != 1:
+        raise RuntimeError(f"the kernels disagree: weights {weights}")
+    report = replay_report(args, modes, runs, cpu_runs, warmup, log_bytes)
+    report.update(aot_build_seconds=build_seconds, aot_note=no_build)
     if args.json:
         print_json(report)
         return 0
+    seconds = report["seconds"]
+    jit = report["jit_seconds"]
     Console().print(
         f"replay --direct of {args.triplets:,} triplets through {ALGOS}: "
-        f"{seconds:.3f} s median of {args.repeats} (whole process), "
+        f"{seconds:.3f} s median of {args.repeats} (whole process, {modes[0]} kernel), "
         f"{args.triplets / seconds / 1e6:.2f} M triplets/s; CPU {report['cpu_seconds']:.3f} s "
-        f"median; warm-up {warmup:.2f} s"
+        f"median; numba's JIT in the same run {jit:.3f} s; same weights"
     )
     return 0
+
+
+def replay_report(args, modes, runs, cpu_runs, warmup, log_bytes) -> dict:
+    """`seconds` is the first mode's (the build when there is one), `jit_*` the JIT's."""
+    import statistics
+
+    first = modes[0]
+    seconds = statistics.median(runs[first])
+    return {
+        "triplets": args.triplets,
+        "queries_per_message": args.queries_per_message,
+        "kernels": first,
+        "seconds": seconds,
+        "triplets_per_s": args.triplets / seconds,
+        "warmup_seconds": warmup[first],
+        "runs": runs[first],
+        "cpu_seconds": statistics.median(cpu_runs[first]),
+        "cpu_runs": cpu_runs[first],
+        "jit_seconds": statistics.median(runs["jit"]),
+        "jit_runs": runs["jit"],
+        "jit_cpu_seconds": statistics.median(cpu_runs["jit"]),
+        "speedup_over_jit": statistics.median(runs["jit"]) / seconds,
+        "log_bytes": log_bytes,
+    }

@@ -20,7 +20,7 @@ from rankstream.commands._json_output import add_json_argument, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rankstream.ranking import learners  # numpy-free, like everything imported here
+    from rankstream.ranking import aot, learners  # numpy-free, like everything imported here
     from rankstream.workers.options import add_hyperparameter_arguments
 
     parser.add_argument("directory", metavar="DIR", help="a directory written by `record`")
@@ -58,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--direct: triplets that fit each model's scaler (as the worker)",
     )
     parser.add_argument(
+        "--kernels",
+        choices=aot.MODES,
+        default="auto",
+        help="--direct: the linear kernel's ahead-of-time build (`python -m "
+        "rankstream.ranking.aot`) when there is one (auto), required (aot), or numba's "
+        "JIT (jit); the same weights either way (default %(default)s)",
+    )
+    parser.add_argument(
         "--skip-bad",
         action="store_true",
         help="skip and count damaged files/rows instead of stopping",
@@ -89,12 +97,17 @@ def _run_direct(args: argparse.Namespace) -> int:
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
     from rankstream.commands._usage import UsageError
+    from rankstream.ranking import aot
     from rankstream.stream.recording import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
+    try:
+        aot.set_mode(args.kernels)
+    except aot.AotUnavailableError as exc:
+        raise UsageError(str(exc)) from None
     try:
         options = DirectOptions(
             algos=algos,
