@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -21,7 +22,10 @@ from rankstream.workers.serving import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000
-OPTIONS = SimulateOptions(triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10)
+# an infinite linger: which queries share a message depends on the count alone
+OPTIONS = SimulateOptions(
+    triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10, linger_s=math.inf
+)
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +131,8 @@ def test_three_queries_a_message_send_every_seq_and_judged_query_once(
     assert [q.seq for q in queries] == list(range(simulation.queries_produced))
     with pytest.raises(ValueError, match="queries_per_message"):
         SimulateOptions(queries_per_message=0)
+    with pytest.raises(ValueError, match="linger_s"):
+        SimulateOptions(linger_s=-1.0)
 
 
 def test_same_seed_and_serving_models_give_identical_streams(tmp_path, world) -> None:

@@ -9,8 +9,8 @@ version of every scorable model current at serving time. They are sent by
 `workers.ingest.FeedbackProducer` (the library the ingestion API shares), which packs
 `SimulateOptions.queries_per_message` queries' blocks into one message on
 `settings.triplets_topic` (key = the first query's id) before their judged queries on
-`settings.queries_topic`; a query waits at most its linger (0.1 s) for company, and
-never across the rate limit's sleep. A clean stop (a signal included) hands over and
+`settings.queries_topic`; a query waits at most `SimulateOptions.linger_s` (0.1 s) for
+company, and never across the rate limit's sleep. A clean stop (a signal included) hands over and
 flushes what is pending; closing after an error still hands it over.
 
 The collection served is one of `simulators.catalog.COLLECTIONS`, by name
@@ -29,6 +29,8 @@ the runtime's clean close), the embedded demo calls `step()` itself.
 
 Determinism: the records depend only on the seed, the collection and the sequence of
 serving models (the feedback loop's own guarantee); the rate limit only delays sends.
+Which queries share a message also depends on time (the linger), unless `linger_s` is
+infinite.
 
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
@@ -50,7 +52,7 @@ from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
 from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
@@ -76,6 +78,7 @@ class SimulateOptions:
     calibration_queries: int = 50
     partitions: int = 1  # of the topics, when they must be created
     queries_per_message: int = QUERIES_PER_MESSAGE  # judged queries a triplets message
+    linger_s: float = DEFAULT_LINGER_S  # the longest a query waits for the others
 
     def __post_init__(self) -> None:
         if self.triplets is not None and self.triplets < 1:
@@ -86,6 +89,8 @@ class SimulateOptions:
             raise ValueError("calibration_queries and partitions must be >= 1")
         if self.queries_per_message < 1:
             raise ValueError(f"queries_per_message must be >= 1, got {self.queries_per_message}")
+        if not self.linger_s >= 0:
+            raise ValueError(f"linger_s must be >= 0 seconds, got {self.linger_s}")
         if self.images is not None and self.images < 1:
             raise ValueError(f"images must be >= 1, got {self.images}")
         catalog.check_options(self.collection, self.collection_options())
@@ -261,6 +266,7 @@ class SimulatorHandler(Handler):
                 self.settings,
                 runtime.producer,
                 queries_per_message=self.options.queries_per_message,
+                linger_s=self.options.linger_s,
             )
         return self.feedback
 
