@@ -1,7 +1,8 @@
 """Fault injection on the real pipeline, checked against an uninterrupted reference.
 
-`run_chaos` produces `triplets` seeded simulator-shaped triplets (wire version 2, one
-judged query a message unless `queries_per_message` says otherwise) into a fresh topic
+`run_chaos` produces `triplets` seeded simulator-shaped triplets (wire version 2,
+`QUERIES_PER_MESSAGE` judged queries a message as the simulator sends them, unless
+`queries_per_message` says otherwise) into a fresh topic
 prefix on the configured Kafka (a producer thread, concurrently with consuming), runs
 `rankstream worker online` as a subprocess and, at seeded points of its stored progress,
 injects faults:
@@ -50,6 +51,7 @@ import numpy as np
 
 from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
 from rankstream.stream.settings import Settings
+from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
 EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
 SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
@@ -90,7 +92,7 @@ class ChaosPlan:
     kills: int = 10
     counts: dict[str, int] = field(default_factory=dict)  # other EVENT_KINDS -> how many
     seed: int = 0
-    queries_per_message: int = 1  # judged queries a message, as the simulator sends them
+    queries_per_message: int = QUERIES_PER_MESSAGE  # as the simulator sends them
     checkpoint_records: int | None = None  # None: about four checkpoints between faults
     checkpoint_seconds: float = 2.0
     idle_seconds: float = 4.0

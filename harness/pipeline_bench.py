@@ -42,6 +42,7 @@ import numpy as np
 
 from rankstream.harness.accounting import SeqCounter
 from rankstream.stream.settings import Settings
+from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
 if TYPE_CHECKING:
     from rankstream.ranking.triplets import TripletBlock
@@ -59,7 +60,7 @@ class StreamSpec:
     queries packed `queries_per_message` to a message, encoded in wire `version`."""
 
     triplets: int
-    queries_per_message: int = 1
+    queries_per_message: int = QUERIES_PER_MESSAGE  # as the simulator sends them
     version: int = 2
     seed: int = 0
 
@@ -308,7 +309,7 @@ def compare(
     triplets: int,
     *,
     repeats: int = 3,
-    queries_per_message: int = 1,
+    queries_per_message: int = QUERIES_PER_MESSAGE,
     checkpoint_records: int = 100_000,
     producers: int = 2,
     on_run: Callable[[int, PipelineRun], None] | None = None,

@@ -120,6 +120,9 @@ class DemoOptions:
             "images": self.images,
             "collection_seed": self.collection_seed,
             "calibration_queries": self.calibration_queries,
+            # each query evaluated before any worker learns from it, one query a step:
+            # its triplets and judged query are on the stream when `step()` returns
+            "queries_per_message": 1,
         }
         return SimulateOptions(**{**fields, **overrides})
 

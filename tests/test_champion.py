@@ -18,7 +18,10 @@ def test_simulator_serves_the_learned_champion_once_it_beats_unicon(embedded_set
     index = CandidateIndex.build(collection, seed=0, progress=False)
     simulation = Simulation(
         embedded_settings,
-        SimulateOptions(triplets=10**9, seed=2, images=20_000, calibration_queries=10),
+        # one query a message, as the demo: each step's feedback is on the stream at once
+        SimulateOptions(
+            triplets=10**9, seed=2, images=20_000, calibration_queries=10, queries_per_message=1
+        ),
         collection=collection,
         index=index,
     )

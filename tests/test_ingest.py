@@ -189,3 +189,178 @@ def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) ->
         scores = scorer_for(store.load_version(name, version)).score(phi)
         assert scores.shape == (40,) and np.isfinite(scores).all()
     batch.close()
+
+
+class _Recorded:
+    """The transport's producer, recording what was handed to it (and failing on demand)."""
+
+    def __init__(self, inner, fail_on: str | None = None) -> None:
+        self.inner, self.fail_on, self.sent = inner, fail_on, []
+
+    def send(self, topic, value, key=None, partition=None) -> None:
+        if topic == self.fail_on:
+            self.fail_on = None
+            raise ConnectionError("broker away")
+        self.sent.append((topic, key))
+        self.inner.send(topic, value, key=key, partition=partition)
+
+    def flush(self, timeout=None) -> None:
+        self.inner.flush(timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _batching(queries_per_message: int = 3, linger_s: float = 0.1, fail_on=None):
+    """A batching library on a recorded producer, its clock in `now[0]` (never advanced
+    unless a test says so)."""
+    transport = EmbeddedTransport()
+    transport.ensure_topics({SETTINGS.triplets_topic: 1, SETTINGS.queries_topic: 1})
+    now = [0.0]
+    recorded = _Recorded(transport.producer(), fail_on)
+    library = FeedbackProducer(
+        SETTINGS,
+        recorded,
+        seed=3,
+        queries_per_message=queries_per_message,
+        linger_s=linger_s,
+        clock=lambda: now[0],
+    )
+    return library, transport, recorded, now
+
+
+def _groups(transport: EmbeddedTransport) -> list[list[int]]:
+    """Each triplets message's query ids, in order (one per group)."""
+    blocks = [decode_triplets(m.value) for m in _messages(transport, SETTINGS.triplets_topic)]
+    return [list(dict.fromkeys(b.query_id.tolist())) for b in blocks]
+
+
+def _query_ids(transport: EmbeddedTransport) -> list[int]:
+    return [decode_query(m.value).query_id for m in _messages(transport, SETTINGS.queries_topic)]
+
+
+def test_queries_per_message_queries_share_one_triplets_message_then_their_judged_queries() -> None:
+    library, transport, recorded, _ = _batching(queries_per_message=3)
+    produced = sample_value("rankstream_triplets_produced_total")
+    receipts = [library.send(_feedback(query_id=q, seed=q)) for q in (11, 12)]
+    assert recorded.sent == [] and library.pending == 2
+    assert sample_value("rankstream_triplets_produced_total") == produced  # not handed over
+    receipts.append(library.send(_feedback(query_id=13, seed=13)))
+    assert library.pending == 0
+    triplets, queries = SETTINGS.triplets_topic, SETTINGS.queries_topic
+    assert recorded.sent == [
+        (triplets, b"11"),
+        (queries, b"11"),
+        (queries, b"12"),
+        (queries, b"13"),
+    ]
+    [message] = _messages(transport, triplets)
+    block = decode_triplets(message.value)
+    assert _groups(transport) == [[11, 12, 13]] and _query_ids(transport) == [11, 12, 13]
+    n = sum(r.triplets for r in receipts)
+    assert block.seq.tolist() == list(range(n))  # each query's triplets whole, in order
+    assert [int((block.query_id == q).sum()) for q in (11, 12, 13)] == [
+        r.triplets for r in receipts
+    ]
+    assert sample_value("rankstream_triplets_produced_total") == produced + n
+    assert (library.triplets_sent, library.queries_sent) == (n, 3)
+
+
+def test_a_partial_batch_goes_out_on_flush_and_on_close() -> None:
+    library, transport, _, _ = _batching(queries_per_message=8)
+    library.send(_feedback(query_id=1, seed=1))
+    library.send(_feedback(query_id=2, seed=2))
+    assert _messages(transport, SETTINGS.triplets_topic) == []
+    library.flush()
+    assert (library.pending, _groups(transport), _query_ids(transport)) == (0, [[1, 2]], [1, 2])
+    library.send(_feedback(query_id=3, seed=3))
+    library.close()
+    assert _groups(transport) == [[1, 2], [3]] and _query_ids(transport) == [1, 2, 3]
+
+
+def test_the_linger_sends_a_partial_batch_when_the_next_send_finds_it_old() -> None:
+    library, transport, _, now = _batching(queries_per_message=8, linger_s=0.1)
+    library.send(_feedback(query_id=1, seed=1))
+    now[0] = 0.05
+    library.send(_feedback(query_id=2, seed=2))
+    assert library.pending == 2  # the oldest has waited 0.05 s
+    now[0] = 0.1
+    library.send(_feedback(query_id=3, seed=3))
+    assert library.pending == 0 and _groups(transport) == [[1, 2, 3]]
+    now[0] = 0.15
+    library.send(_feedback(query_id=4, seed=4))
+    assert library.pending == 1  # a new oldest, 0 s old
+
+
+def test_a_zero_linger_sends_every_query_at_once() -> None:
+    library, transport, _, _ = _batching(queries_per_message=8, linger_s=0.0)
+    for q in (1, 2):
+        library.send(_feedback(query_id=q, seed=q))
+    assert library.pending == 0 and _groups(transport) == [[1], [2]]
+
+
+def test_queries_without_triplets_still_send_their_judged_query_in_order() -> None:
+    library, transport, _, _ = _batching(queries_per_message=3)
+    before = sample_value("rankstream_queries_without_triplets_total")
+    single_grade = np.full(40, UNJUDGED, np.int8)
+    single_grade[[3, 7]] = 1
+    library.send(_feedback(query_id=1, seed=1))
+    library.send(_feedback(query_id=2, relevance=single_grade))
+    assert sample_value("rankstream_queries_without_triplets_total") == before  # queued
+    library.send(_feedback(query_id=3, seed=3))
+    assert _groups(transport) == [[1, 3]] and _query_ids(transport) == [1, 2, 3]
+    assert sample_value("rankstream_queries_without_triplets_total") == before + 1
+    for q in (4, 5, 6):  # a batch with no triplets at all: no triplets message
+        library.send(_feedback(query_id=q, relevance=single_grade))
+    assert _groups(transport) == [[1, 3]] and _query_ids(transport) == [1, 2, 3, 4, 5, 6]
+
+
+def test_deliver_leaves_nothing_pending() -> None:
+    library, transport, _, _ = _batching(queries_per_message=8)
+    library.send(_feedback(query_id=1, seed=1))
+    receipt = library.deliver(_feedback(query_id=2, seed=2))
+    assert library.pending == 0 and receipt.seq == 1
+    assert _groups(transport) == [[1, 2]] and _query_ids(transport) == [1, 2]
+
+
+def test_a_batch_too_big_for_one_message_goes_out_one_query_a_message(monkeypatch) -> None:
+    from rankstream.stream.schema import encode_triplets
+    from rankstream.workers import ingest
+
+    library, transport, _, _ = _batching(queries_per_message=3)
+    f = _feedback(query_id=1, seed=1)
+    judged = f.relevance != UNJUDGED
+    one = feedback_triplets(
+        1, f.candidate_ids, f.phi, f.relevance, judged, 0, np.random.default_rng(0)
+    )
+    monkeypatch.setattr(ingest, "MAX_MESSAGE_BYTES", int(1.5 * len(encode_triplets(one))))
+    for q in (1, 2, 3):
+        library.send(_feedback(query_id=q, seed=1))  # the same size each
+    assert _groups(transport) == [[1], [2], [3]] and _query_ids(transport) == [1, 2, 3]
+
+
+def test_a_failed_hand_over_keeps_the_rest_pending_and_sends_nothing_twice() -> None:
+    library, transport, _, _ = _batching(queries_per_message=2, fail_on=SETTINGS.queries_topic)
+    library.send(_feedback(query_id=1, seed=1))
+    with pytest.raises(ConnectionError):
+        library.send(_feedback(query_id=2, seed=2))
+    assert library.pending == 2 and _groups(transport) == [[1, 2]]  # triplets out, queries not
+    library.flush()
+    assert library.pending == 0 and _groups(transport) == [[1, 2]]
+    assert _query_ids(transport) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"queries_per_message": 0},
+        {"queries_per_message": True},
+        {"queries_per_message": 2.0},
+        {"linger_s": -0.1},
+        {"linger_s": float("nan")},
+    ],
+)
+def test_batching_options_are_checked(bad) -> None:
+    transport = EmbeddedTransport()
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        FeedbackProducer(SETTINGS, transport.producer(), **bad)

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
 from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.fashion_mnist import graded_relevance
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
+from rankstream.workers.batching import QUERIES_PER_MESSAGE
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.serving import UNI_CON
-from rankstream.workers.simulator import SimulateOptions, Simulation, TokenBucket
+from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000
-OPTIONS = SimulateOptions(triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10)
+# an infinite linger: which queries share a message depends on the count alone
+OPTIONS = SimulateOptions(
+    triplets=3000, seed=4, images=N_IMAGES, calibration_queries=10, linger_s=math.inf
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +51,23 @@ def _read(settings, topic):
     return out
 
 
+def _per_query(messages) -> list[tuple[bytes, int, TripletBlock]]:
+    """(message key, position in its message, block) for each query's triplets."""
+    out = []
+    for key, block in messages:
+        starts = np.flatnonzero(np.diff(block.query_id, prepend=-1)) if len(block) else []
+        ends = [*starts[1:], len(block)]
+        out += [
+            (key, i, block.select(slice(a, b)))
+            for i, (a, b) in enumerate(zip(starts, ends, strict=True))
+        ]
+    return out
+
+
 def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings, world) -> None:
     produced = sample_value("rankstream_triplets_produced_total")
     simulation = _simulate(embedded_settings, world)
-    blocks = [
+    messages = [
         (m.key, decode_triplets(m.value))
         for m in _read(embedded_settings, embedded_settings.triplets_topic)
     ]
@@ -56,15 +75,23 @@ def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings
         (m.key, decode_query(m.value))
         for m in _read(embedded_settings, embedded_settings.queries_topic)
     ]
-    n = sum(len(b) for _, b in blocks)
+    blocks = _per_query(messages)
+    n = sum(len(b) for _, b in messages)
     assert n == simulation.triplets_produced >= OPTIONS.triplets
-    assert n - max(len(b) for _, b in blocks) < OPTIONS.triplets  # stopped right after N
+    assert n - len(blocks[-1][2]) < OPTIONS.triplets  # stopped right after N
     assert sample_value("rankstream_triplets_produced_total") == produced + n
     assert len(queries) == simulation.queries_produced
+    # the simulator's batching: up to QUERIES_PER_MESSAGE queries a message, keyed by the first
+    assert max(i for _, i, _ in blocks) == QUERIES_PER_MESSAGE - 1
+    assert all(key == str(b.query_id[0]).encode() for key, i, b in blocks if i == 0)
     uni_con = open_store(embedded_settings).load(UNI_CON)
     assert uni_con.kind == "linear" and uni_con.version == 1
-    by_query = {int(b.query_id[0]): (key, b) for key, b in blocks}
-    seq = np.concatenate([b.seq for _, b in blocks])
+    by_query = {int(b.query_id[0]): b for _, _, b in blocks}
+    assert len(by_query) == len(blocks)  # no query's triplets split across messages
+    assert [int(b.query_id[0]) for _, _, b in blocks] == [
+        q.query_id for _, q in queries if q.query_id in by_query
+    ]  # in the judged queries' order
+    seq = np.concatenate([b.seq for _, b in messages])
     np.testing.assert_array_equal(seq, np.arange(n))
     for key, q in queries:
         assert key == str(q.query_id).encode()
@@ -78,12 +105,34 @@ def test_counts_and_consistency_of_triplets_and_judged_queries(embedded_settings
         if pairs == 0:
             assert q.query_id not in by_query
             continue
-        block_key, block = by_query[q.query_id]
-        assert block_key == key and len(block) == pairs
+        block = by_query[q.query_id]
+        assert len(block) == pairs
         row = {int(c): i for i, c in enumerate(q.candidate_ids[q.judged])}
         p1 = np.array([row[int(p)] for p in block.p1_id])
         np.testing.assert_array_equal(block.phi1, q.phi[p1])
         np.testing.assert_array_equal(block.rel1, q.relevance[p1])
+
+
+def test_three_queries_a_message_send_every_seq_and_judged_query_once(
+    embedded_settings, world
+) -> None:
+    options = dataclasses.replace(OPTIONS, triplets=2000, queries_per_message=3)
+    simulation = _simulate(embedded_settings, world, options)
+    messages = [
+        decode_triplets(m.value) for m in _read(embedded_settings, embedded_settings.triplets_topic)
+    ]
+    queries = [
+        decode_query(m.value) for m in _read(embedded_settings, embedded_settings.queries_topic)
+    ]
+    groups = [len(np.unique(b.query_id)) for b in messages]
+    assert groups[:-1] == [3] * (len(groups) - 1) and 1 <= groups[-1] <= 3
+    seq = np.concatenate([b.seq for b in messages])
+    np.testing.assert_array_equal(seq, np.arange(simulation.triplets_produced))
+    assert [q.seq for q in queries] == list(range(simulation.queries_produced))
+    with pytest.raises(ValueError, match="queries_per_message"):
+        SimulateOptions(queries_per_message=0)
+    with pytest.raises(ValueError, match="linger_s"):
+        SimulateOptions(linger_s=-1.0)
 
 
 def test_same_seed_and_serving_models_give_identical_streams(tmp_path, world) -> None:
@@ -140,6 +189,65 @@ def test_token_bucket_averages_the_rate_and_lets_big_blocks_through() -> None:
         TokenBucket(rate=0)
     with pytest.raises(ValueError):
         SimulateOptions(rate=-1.0)
+
+
+def _stop_after(simulation: Simulation, queries: int, stop) -> Simulation:
+    """Run until `stop(simulation)` is called after `queries` queries (never done by count)."""
+
+    def on_step(_: StepResult) -> None:
+        if simulation.queries_produced == queries:
+            stop(simulation)
+
+    simulation.handler.on_step = on_step
+    simulation.runtime.run()
+    return simulation
+
+
+def test_a_stopped_simulator_sends_its_pending_queries(embedded_settings, world) -> None:
+    """A signal's clean stop (`runtime.stop`) hands over the partial batch and flushes."""
+    collection, index = world
+    options = dataclasses.replace(OPTIONS, triplets=None)
+    simulation = Simulation(embedded_settings, options, collection=collection, index=index)
+    _stop_after(simulation, 5, lambda sim: sim.runtime.stop())
+    queries = _read(embedded_settings, embedded_settings.queries_topic)
+    messages = _read(embedded_settings, embedded_settings.triplets_topic)
+    assert len(queries) == 5 and len(messages) == 1  # five of QUERIES_PER_MESSAGE = 8
+    assert len(decode_triplets(messages[0].value)) == simulation.triplets_produced
+
+
+def test_a_simulator_ended_by_an_error_still_sends_its_pending_queries(
+    embedded_settings, world
+) -> None:
+    collection, index = world
+    options = dataclasses.replace(OPTIONS, triplets=None)
+    simulation = Simulation(embedded_settings, options, collection=collection, index=index)
+
+    def fail(_: Simulation) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _stop_after(simulation, 3, fail)
+    assert len(_read(embedded_settings, embedded_settings.queries_topic)) == 3
+
+
+def test_a_rate_limited_simulator_sends_what_is_pending_before_it_sleeps(
+    embedded_settings, world
+) -> None:
+    collection, index = world
+    simulation = Simulation(embedded_settings, OPTIONS, collection=collection, index=index)
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    simulation.handler.bucket = TokenBucket(rate=100.0, clock=lambda: now[0], sleep=sleep)
+    for _ in range(3):  # the first query's block puts the bucket in debt
+        simulation.step()
+    assert now[0] > 0 and simulation.handler.feedback.pending == 1
+    messages = _read(embedded_settings, embedded_settings.triplets_topic)
+    assert [len(np.unique(decode_triplets(m.value).query_id)) for m in messages] == [1, 1]
+    simulation.close()
+    assert len(_read(embedded_settings, embedded_settings.queries_topic)) == 3
 
 
 def test_cli_json_prints_one_object(monkeypatch, tmp_path, capsys) -> None:

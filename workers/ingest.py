@@ -1,4 +1,4 @@
-"""The feedback producer: one judged query onto the stream, as triplets and a judged query.
+"""The feedback producer: judged queries onto the stream, as triplets and judged queries.
 
 Every producer of feedback uses this library: the simulator (`workers.simulator`), the
 HTTP ingestion endpoint (`POST /v1/feedback`, `workers.serve_app`) and any engine written
@@ -14,43 +14,67 @@ in Python, directly:
 
 What it writes, for each judged query (the same schema and keys as the simulator):
 
-* the query's triplets, one `rankstream.triplets` message on `settings.triplets_topic`:
-  every pair of judged candidates with different grades (`ranking.judgments`, the one
-  place pairs are formed), each once, oriented by a coin drawn from a generator seeded
-  with (producer seed, query id), so the same feedback always yields the same triplets;
-  none when the judged candidates hold fewer than two distinct grades (counted:
-  `rankstream_queries_without_triplets_total`);
-* then its judged query, one `rankstream.queries` message (version 2: unjudged
-  candidates carry a null grade) on `settings.queries_topic`, stamped with
-  `model_versions`, the version of every model current before any of them could learn
-  from this feedback (the evaluator scores each at that version).
+* the query's triplets: every pair of judged candidates with different grades
+  (`ranking.judgments`, the one place pairs are formed), each once, oriented by a coin
+  drawn from a generator seeded with (producer seed, query id), so the same feedback
+  always yields the same triplets; none when the judged candidates hold fewer than two
+  distinct grades (counted: `rankstream_queries_without_triplets_total`);
+* its judged query, one `rankstream.queries` message (version 2: unjudged candidates
+  carry a null grade) on `settings.queries_topic`, keyed by its query id
+  (`stream.schema.triplet_key`), stamped with `model_versions`, the version of every
+  model current before any of them could learn from this feedback (the evaluator
+  scores each at that version).
 
-Both are keyed by the query id in ASCII decimal (`stream.schema.triplet_key`). Triplet
-`seq` numbers and the judged query's `seq` count this producer's output from
+Batching, like Kafka's linger (`workers.batching`: why, and the defaults): queries wait
+in a pending list and go out together, as ONE `rankstream.triplets` message on
+`settings.triplets_topic` holding up to `queries_per_message` queries' triplets (one
+wire group each, in order; a query's triplets never split across messages; key = its
+first query's id, `stream.schema.block_key`), followed by each query's judged-query
+message in order. The pending queries go out when `queries_per_message` are waiting,
+when a send finds the oldest waiting `linger_s` or longer (there is no timer thread: a
+quiet producer holds its last queries until its next send, `send_pending` or `flush`),
+and on `flush` and `close`. A batch whose message would exceed the broker's limit goes
+out one query a message instead, so batching never refuses a query that fits alone.
+
+Triplet `seq` numbers and the judged query's `seq` count this producer's output from
 `first_seq`/`first_query_seq`: unique per producer, not across producers.
 
-`send` hands the messages to the transport (Kafka batches them); `flush` returns once
-the broker acknowledged everything sent (acks=all); `deliver` is both, for callers that
-answer only after the acknowledgement (the HTTP endpoint).
+`send` queues a query (and hands due batches to the transport, which batches too);
+`flush` hands over what is pending and returns once the broker acknowledged
+everything (acks=all); `deliver` is both, for callers that answer only after the
+acknowledgement (the HTTP endpoint). The counters (`triplets_sent`, `queries_sent`,
+`rankstream_triplets_produced_total`, `rankstream_judged_queries_produced_total`,
+`rankstream_queries_without_triplets_total`) count a query when it is handed to the
+transport, not when it is queued.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from rankstream.ranking.judgments import UNJUDGED, distinct_grades, feedback_triplets
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.connect import open_transport
-from rankstream.stream.schema import JudgedQuery, encode_query, encode_triplets, triplet_key
+from rankstream.stream.schema import (
+    MAX_MESSAGE_BYTES,
+    JudgedQuery,
+    block_key,
+    encode_query,
+    encode_triplets,
+    triplet_key,
+)
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import check_name
 from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
 from rankstream.workers.candidates import (
     FieldError,
     check_candidates,
@@ -122,8 +146,18 @@ def check_feedback(feedback: Feedback, width: int) -> JudgedQuery:
     )
 
 
+@dataclass
+class _Pending:
+    """A queued judged query and its triplets, until both are handed to the transport."""
+
+    query: JudgedQuery
+    triplets: TripletBlock
+    triplets_out: bool  # its triplets were handed over (at once when it has none)
+
+
 class FeedbackProducer:
-    """Judged queries -> triplets + judged-query messages (module docstring); thread-safe."""
+    """Judged queries -> triplets + judged-query messages, batched (module docstring);
+    thread-safe."""
 
     def __init__(
         self,
@@ -133,19 +167,37 @@ class FeedbackProducer:
         seed: int = 0,
         first_seq: int = 0,
         first_query_seq: int = 0,
+        queries_per_message: int = QUERIES_PER_MESSAGE,
+        linger_s: float = DEFAULT_LINGER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if (
+            isinstance(queries_per_message, bool)
+            or not isinstance(queries_per_message, int)
+            or queries_per_message < 1
+        ):
+            raise ValueError(
+                f"queries_per_message must be an integer >= 1, got {queries_per_message!r}"
+            )
+        if not linger_s >= 0:
+            raise ValueError(f"linger_s must be >= 0 seconds, got {linger_s!r}")
         self.settings = settings
         self.producer = producer
         self.seed = int(seed)
+        self.queries_per_message = queries_per_message
+        self.linger_s = float(linger_s)
         self.triplets_sent = 0
         self.queries_sent = 0
         self._next_seq = int(first_seq)
         self._next_query_seq = int(first_query_seq)
+        self._clock = clock
+        self._pending: list[_Pending] = []
+        self._oldest = 0.0  # when the oldest pending query was queued
         self._lock = threading.RLock()
         self._owned: list[Producer | Transport] = []
 
     @classmethod
-    def open(cls, settings: Settings, **options: int) -> FeedbackProducer:
+    def open(cls, settings: Settings, **options: Any) -> FeedbackProducer:
         """A producer on the configured transport (Kafka, or the embedded one), owned."""
         transport = open_transport(settings)
         transport.ensure_topics({settings.triplets_topic: 1, settings.queries_topic: 1})
@@ -154,8 +206,13 @@ class FeedbackProducer:
         self._owned = [producer, transport]
         return self
 
+    @property
+    def pending(self) -> int:
+        """Judged queries queued and not yet handed to the transport."""
+        return len(self._pending)
+
     def send(self, feedback: Feedback) -> Receipt:
-        """Check the feedback, form its triplets and hand both messages to the transport."""
+        """Check the feedback, form its triplets and queue both (sent as the module says)."""
         query = check_feedback(feedback, self.settings.phi_dim)
         rng = np.random.default_rng([self.seed, query.query_id % 2**64])
         with self._lock:  # seq numbers and the send order of one query stay together
@@ -180,44 +237,86 @@ class FeedbackProducer:
         )
 
     def send_records(self, query: JudgedQuery, triplets: TripletBlock) -> None:
-        """Send a judged query's triplet block (if any), then the judged query itself.
+        """Queue a judged query's triplet block (possibly empty) and the judged query; the
+        pending queries go out once `queries_per_message` wait or the oldest has waited
+        `linger_s`.
 
         For producers that formed the triplets themselves (the simulator's judge, with
         its own seeded coins); seq numbers continue after the block's.
         """
         with self._lock:
-            self._send_records(query, triplets)
+            now = self._clock()
+            if not self._pending:
+                self._oldest = now
+            self._pending.append(_Pending(query, triplets, triplets_out=not len(triplets)))
+            if len(triplets):
+                self._next_seq = max(self._next_seq, int(triplets.seq[-1]) + 1)
+            self._next_query_seq = max(self._next_query_seq, int(query.seq) + 1)
+            due = now - self._oldest >= self.linger_s
+            if due or len(self._pending) >= self.queries_per_message:
+                self._send_pending()
 
-    def _send_records(self, query: JudgedQuery, triplets: TripletBlock) -> None:
-        key = triplet_key(query.query_id)
-        n = len(triplets)
-        if n:
-            self.producer.send(self.settings.triplets_topic, encode_triplets(triplets), key=key)
-        else:
-            metrics.QUERIES_WITHOUT_TRIPLETS.inc()
-        self.producer.send(self.settings.queries_topic, encode_query(query), key=key)
-        metrics.TRIPLETS_PRODUCED.inc(n)
-        metrics.JUDGED_QUERIES_PRODUCED.inc()
-        self.triplets_sent += n
-        self.queries_sent += 1
-        if n:
-            self._next_seq = max(self._next_seq, int(triplets.seq[-1]) + 1)
-        self._next_query_seq = max(self._next_query_seq, int(query.seq) + 1)
+    def send_pending(self) -> None:
+        """Hand every pending query to the transport now (without waiting for acks)."""
+        with self._lock:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        """The pending triplets as one message (see `_triplet_messages`), then each judged
+        query in order. An entry leaves the list only once both its messages were handed
+        over, so a failed send raises here and the rest goes with the next send or flush,
+        never twice."""
+        waiting = [entry for entry in self._pending if not entry.triplets_out]
+        for value, key, entries in self._triplet_messages(waiting):
+            self.producer.send(self.settings.triplets_topic, value, key=key)
+            for entry in entries:
+                entry.triplets_out = True
+                metrics.TRIPLETS_PRODUCED.inc(len(entry.triplets))
+                self.triplets_sent += len(entry.triplets)
+        while self._pending:
+            query = self._pending[0].query
+            key = triplet_key(query.query_id)
+            self.producer.send(self.settings.queries_topic, encode_query(query), key=key)
+            if not len(self._pending.pop(0).triplets):
+                metrics.QUERIES_WITHOUT_TRIPLETS.inc()
+            metrics.JUDGED_QUERIES_PRODUCED.inc()
+            self.queries_sent += 1
+
+    @staticmethod
+    def _triplet_messages(
+        entries: list[_Pending],
+    ) -> list[tuple[bytes, bytes, list[_Pending]]]:
+        """(value, key, entries it carries): the entries' blocks concatenated in order into
+        one message keyed by its first query's id; one message a query instead if together
+        they exceed the broker's limit (batching never refuses a query that fits alone)."""
+        if not entries:
+            return []
+        block = TripletBlock.concatenate([entry.triplets for entry in entries])
+        value = encode_triplets(block)
+        if len(value) <= MAX_MESSAGE_BYTES or len(entries) == 1:
+            return [(value, block_key(block), entries)]
+        return [
+            (encode_triplets(entry.triplets), block_key(entry.triplets), [entry])
+            for entry in entries
+        ]
 
     def flush(self, timeout: float | None = None) -> None:
-        """Return once the broker acknowledged every message sent so far."""
+        """Hand over the pending queries; return once the broker acknowledged every message
+        sent so far."""
+        self.send_pending()
         self.producer.flush(timeout)
 
     def deliver(self, feedback: Feedback, timeout: float | None = None) -> Receipt:
-        """`send`, then `flush`: the feedback is on the broker when this returns."""
+        """`send`, then `flush`: the feedback (and anything queued before it) is on the
+        broker when this returns."""
         receipt = self.send(feedback)
         self.flush(timeout)
         return receipt
 
     def close(self) -> None:
-        """Flush, and close the producer and transport if `open` made them."""
-        if self._owned:
-            self.flush()
+        """Flush (pending queries included), and close the producer and transport if
+        `open` made them."""
+        self.flush()
         for owned in self._owned:
             owned.close()
         self._owned = []

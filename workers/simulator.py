@@ -4,10 +4,14 @@
 with the stream: each `step()` is one query, ranked by the serving model read from the
 store (`workers.serving.ServingModel`: a named model or the evaluator's champion,
 re-read every query with one cheap `latest_versions()` call), whose judged top 50
-becomes one triplet block on `settings.triplets_topic` (key = query id) and one judged
-query on `settings.queries_topic` (sent by `workers.ingest.FeedbackProducer`, the
-library the ingestion API shares) stamped with the serving model and the version of
-every scorable model current at serving time.
+becomes one triplet block and one judged query stamped with the serving model and the
+version of every scorable model current at serving time. They are sent by
+`workers.ingest.FeedbackProducer` (the library the ingestion API shares), which packs
+`SimulateOptions.queries_per_message` queries' blocks into one message on
+`settings.triplets_topic` (key = the first query's id) before their judged queries on
+`settings.queries_topic`; a query waits at most `SimulateOptions.linger_s` (0.1 s) for
+company, and never across the rate limit's sleep. A clean stop (a signal included) hands over and
+flushes what is pending; closing after an error still hands it over.
 
 The collection served is one of `simulators.catalog.COLLECTIONS`, by name
 (`SimulateOptions.collection`: the synthetic ImageCLEF/Flickr one by default, or
@@ -25,6 +29,8 @@ the runtime's clean close), the embedded demo calls `step()` itself.
 
 Determinism: the records depend only on the seed, the collection and the sequence of
 serving models (the feedback loop's own guarantee); the rate limit only delays sends.
+Which queries share a message also depends on time (the linger), unless `linger_s` is
+infinite.
 
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
@@ -32,6 +38,7 @@ another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start)
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +47,12 @@ from pathlib import Path
 from rankstream.simulators import catalog
 from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator
 from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
+from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
 from rankstream.stream.transport import Transport
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
 from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
@@ -68,6 +77,8 @@ class SimulateOptions:
     judged: int = 50
     calibration_queries: int = 50
     partitions: int = 1  # of the topics, when they must be created
+    queries_per_message: int = QUERIES_PER_MESSAGE  # judged queries a triplets message
+    linger_s: float = DEFAULT_LINGER_S  # the longest a query waits for the others
 
     def __post_init__(self) -> None:
         if self.triplets is not None and self.triplets < 1:
@@ -76,6 +87,10 @@ class SimulateOptions:
             raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
         if self.calibration_queries < 1 or self.partitions < 1:
             raise ValueError("calibration_queries and partitions must be >= 1")
+        if self.queries_per_message < 1:
+            raise ValueError(f"queries_per_message must be >= 1, got {self.queries_per_message}")
+        if not self.linger_s >= 0:
+            raise ValueError(f"linger_s must be >= 0 seconds, got {self.linger_s}")
         if self.images is not None and self.images < 1:
             raise ValueError(f"images must be >= 1, got {self.images}")
         catalog.check_options(self.collection, self.collection_options())
@@ -114,14 +129,16 @@ class TokenBucket:
         self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
         self._at = now
 
+    def wait_s(self) -> float:
+        """The seconds the next `take` will sleep (0 unless the bucket is in debt)."""
+        self._refill()
+        return max(0.0, -self._tokens / self.rate)
+
     def take(self, n: int) -> float:
         """Block until allowed, spend n tokens; returns the seconds waited."""
-        self._refill()
-        waited = 0.0
-        if self._tokens < 0:
-            wait = -self._tokens / self.rate
-            self._sleep(wait)
-            waited = wait
+        waited = self.wait_s()
+        if waited:
+            self._sleep(waited)
             self._refill()
         self._tokens -= n
         return waited
@@ -217,7 +234,10 @@ class SimulatorHandler(Handler):
         query = self.simulator.next_query()
         record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
         n = len(triplets)
+        feedback = self._feedback(runtime)
         if self.bucket is not None and n:
+            if self.bucket.wait_s():  # what waits for company would wait out the sleep too
+                feedback.send_pending()
             self.bucket.take(n)
         judged = JudgedQuery(
             seq=self.queries_produced,
@@ -230,7 +250,7 @@ class SimulatorHandler(Handler):
             model_versions=served.model_versions,
             judged=record.n_judged,
         )
-        self._feedback(runtime).send_records(judged, triplets)
+        feedback.send_records(judged, triplets)
         self.triplets_produced += n
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
@@ -242,12 +262,34 @@ class SimulatorHandler(Handler):
     def _feedback(self, runtime: StreamRuntime) -> FeedbackProducer:
         """The feedback library on the runtime's producer (the one it flushes and closes)."""
         if self.feedback is None or self.feedback.producer is not runtime.producer:
-            self.feedback = FeedbackProducer(self.settings, runtime.producer)
+            self.feedback = FeedbackProducer(
+                self.settings,
+                runtime.producer,
+                queries_per_message=self.options.queries_per_message,
+                linger_s=self.options.linger_s,
+            )
         return self.feedback
 
     def on_stop(self, runtime: StreamRuntime) -> None:
-        """Everything sent is acknowledged before the process reports success."""
+        """Everything produced is acknowledged before the process reports success: the
+        queries still pending are handed over first."""
+        self._hand_over_pending()
         runtime.producer.flush()
+
+    def close(self) -> None:
+        """Hand the pending queries to the producer before the runtime closes it (after an
+        error, too: a query served is a query sent, if the transport takes it)."""
+        try:
+            self._hand_over_pending()
+        except TRANSIENT as exc:
+            lost = self.feedback.pending if self.feedback is not None else 0
+            log_event(
+                log, "pending feedback lost", level=logging.WARNING, queries=lost, error=repr(exc)
+            )
+
+    def _hand_over_pending(self) -> None:
+        if self.feedback is not None:
+            self.feedback.send_pending()
 
     def summary(self) -> dict:
         return {

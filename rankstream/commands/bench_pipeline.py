@@ -6,10 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rankstream.commands._json_output import add_json_argument, print_json
-
-# Whole queries a message: at one a message, both versions are bound by the Python Kafka
-# client's cost per message (~1 ms end to end on a loaded 2-core machine), not by bytes.
-QUERIES_PER_MESSAGE = 8
+from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=QUERIES_PER_MESSAGE,
         metavar="Q",
-        help=f"judged queries per Kafka message (default {QUERIES_PER_MESSAGE}: ~2,260 "
-        "triplets, the size of the benchmark's old blocks; 1 is how the simulator sends them)",
+        help=f"judged queries per Kafka message (default {QUERIES_PER_MESSAGE}, as the "
+        "simulator sends them: ~2,260 triplets; at 1 both wire versions are bound by the "
+        "Python Kafka client's cost per message, not by bytes)",
     )
     parser.add_argument(
         "--repeats",

@@ -1,8 +1,8 @@
 """`rankstream bench replay`: a recorded log through the four linear learners, whole process.
 
-A log of N simulator-shaped triplets (`TripletGenerator.messages`, judged queries packed
-into messages as the simulator sends them; recorded as a recorder writes them) is
-generated into a temporary directory first; then `rankstream replay DIR --direct --algo
+A log of N simulator-shaped triplets (`TripletGenerator.messages`: judged queries packed
+`QUERIES_PER_MESSAGE` to a message by default, as the simulator sends them; recorded as
+a recorder writes them) is generated into a temporary directory first; then `rankstream replay DIR --direct --algo
 opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
 interpreter start-up, imports, the kernels' load, Parquet reading and learning all count.
 
@@ -24,6 +24,7 @@ import time
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.ranking import learners
+from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
 ALGOS = ",".join(learners.worker_defaults())  # the online worker's default learners
 TOPIC = "bench.triplets"
@@ -33,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="triplets in the log")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument(
-        "--queries-per-message", type=int, default=1, help="judged queries per message"
+        "--queries-per-message",
+        type=int,
+        default=QUERIES_PER_MESSAGE,
+        help=f"judged queries per message (default {QUERIES_PER_MESSAGE}, as the simulator "
+        "sends them)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the triplet generator")
     add_json_argument(parser)

@@ -7,6 +7,7 @@ import sys
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partitions", type=int, default=1, help="partitions of the topics if they must be created"
     )
+    parser.add_argument(
+        "--queries-per-message",
+        type=int,
+        default=QUERIES_PER_MESSAGE,
+        metavar="Q",
+        help=f"judged queries packed into one triplets message (default {QUERIES_PER_MESSAGE}; "
+        f"a query waits at most {DEFAULT_LINGER_S} s for the others)",
+    )
     add_json_argument(parser, "at exit: triplets, queries, seconds, models served")
 
 
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             serving=args.serving,
             candidates=args.candidates,
             partitions=args.partitions,
+            queries_per_message=args.queries_per_message,
             **collection_fields(args),
         )
     settings = Settings.from_env()
