@@ -2,9 +2,10 @@
 
 A log of N simulator-shaped triplets (`TripletGenerator.messages`: judged queries packed
 `QUERIES_PER_MESSAGE` to a message by default, as the simulator sends them; recorded as
-a recorder writes them) is generated into a temporary directory first; then `rankstream replay DIR --direct --algo
-opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed from start to exit, so
-interpreter start-up, imports, the kernels' load, Parquet reading and learning all count.
+a recorder writes them) is generated into a temporary directory first; then `rankstream
+replay DIR --direct --algo opr,opar1,opar2,ogdr --json` runs as a subprocess and is timed
+from start to exit, so interpreter start-up, imports, the kernels' load, Parquet reading
+and learning all count.
 
 Two kernels, alternating in the same run: the ahead-of-time build (`ranking.aot`, built
 here first if need be, its build time reported apart; `seconds`) and numba's JIT, the
