@@ -19,6 +19,10 @@ weights (the C reference is the same rule). Data generation, model construction 
 the first (compiling or cache-loading) call are outside the timed region; the latter is
 reported on its own as compile_seconds. Wall and CPU time (of this process) are both
 reported: on a shared machine the CPU time is the steadier measure.
+
+The linear rules run on the ahead-of-time build of their kernel when there is one
+(`ranking.aot`, what the worker and replay then run too; `--kernels jit` for numba's
+JIT; the report's `linear_kernel` says which), AROW on the JIT.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import time
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.ranking import aot
 
 DIM = 36
 WARMUP_ROWS = 1000
@@ -42,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="rows per pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per learner")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random stream")
+    parser.add_argument(
+        "--kernels",
+        choices=aot.MODES,
+        default="auto",
+        help="the linear rules' kernel: the ahead-of-time build when there is one (auto; "
+        "every call here fits it), required (aot), or numba's JIT (jit) (default %(default)s)",
+    )
     add_json_argument(parser)
 
 
@@ -146,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.triplets < 1 or args.repeats < 1:
         raise UsageError("--triplets and --repeats must be >= 1")
+    try:
+        aot.set_mode(args.kernels)
+    except aot.AotUnavailableError as exc:
+        raise UsageError(str(exc)) from None
+    linear_kernel = "jit" if args.kernels == "jit" or aot.load() is None else "aot"
     err = Console(stderr=True)
     with err.status("compiling the C reference"):
         built = _c_reference.build()
@@ -167,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         "dim": DIM,
         "images": int(stream[0].shape[0]),
         "c_reference": c_note,
+        "linear_kernel": linear_kernel,  # AROW's is always the JIT's
         "results": results,
     }
     if args.json:
