@@ -166,3 +166,26 @@ def test_a_replay_on_the_build_never_imports_numba(build_dir: Path, tmp_path: Pa
         outputs[mode] = json.loads(done.stdout)
     assert outputs["aot"]["numba"] is False and outputs["jit"]["numba"] is True
     assert outputs["aot"]["weights"] == outputs["jit"]["weights"]
+
+
+def test_the_exported_arguments_are_the_kernels_own() -> None:
+    import inspect
+
+    names = list(inspect.signature(kernels.learn_linear.py_func).parameters)
+    assert [argument[0] for argument in aot._ARGUMENTS] == names
+
+
+def test_replay_refuses_a_required_build_that_is_missing(tmp_path: Path) -> None:
+    from rankstream.commands.bench_replay import write_log
+
+    write_log(tmp_path / "log", 2_000, 1, seed=2)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty")}
+    command = [sys.executable, "-m", "rankstream", "replay", str(tmp_path / "log"), "--direct"]
+    done = subprocess.run([*command, "--kernels", "aot"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert "no ahead-of-time kernel build" in done.stderr
+    done = subprocess.run(
+        [*command, "--kernels", "auto", "--json"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert {m["triplets_seen"] for m in json.loads(done.stdout).values()} == {2_000}

@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.ranking import aot
+from rankstream.commands._kernels import add_kernels_argument, use_kernels
 
 DIM = 36
 WARMUP_ROWS = 1000
@@ -47,13 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="rows per pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per learner")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random stream")
-    parser.add_argument(
-        "--kernels",
-        choices=aot.MODES,
-        default="auto",
-        help="the linear rules' kernel: the ahead-of-time build when there is one (auto; "
-        "every call here fits it), required (aot), or numba's JIT (jit) (default %(default)s)",
-    )
+    add_kernels_argument(parser)
     add_json_argument(parser)
 
 
@@ -158,11 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.triplets < 1 or args.repeats < 1:
         raise UsageError("--triplets and --repeats must be >= 1")
-    try:
-        aot.set_mode(args.kernels)
-    except aot.AotUnavailableError as exc:
-        raise UsageError(str(exc)) from None
-    linear_kernel = "jit" if args.kernels == "jit" or aot.load() is None else "aot"
+    linear_kernel = use_kernels(args.kernels)
     err = Console(stderr=True)
     with err.status("compiling the C reference"):
         built = _c_reference.build()

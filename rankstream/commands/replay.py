@@ -17,10 +17,11 @@ import os
 import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._kernels import add_kernels_argument, use_kernels
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rankstream.ranking import aot, learners  # numpy-free, like everything imported here
+    from rankstream.ranking import learners  # numpy-free, like everything imported here
     from rankstream.workers.options import add_hyperparameter_arguments
 
     parser.add_argument("directory", metavar="DIR", help="a directory written by `record`")
@@ -57,14 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="--direct: triplets that fit each model's scaler (as the worker)",
     )
-    parser.add_argument(
-        "--kernels",
-        choices=aot.MODES,
-        default="auto",
-        help="--direct: the linear kernel's ahead-of-time build (`python -m "
-        "rankstream.ranking.aot`) when there is one (auto), required (aot), or numba's "
-        "JIT (jit); the same weights either way (default %(default)s)",
-    )
+    add_kernels_argument(parser, "--direct: ")
     parser.add_argument(
         "--skip-bad",
         action="store_true",
@@ -97,17 +91,13 @@ def _run_direct(args: argparse.Namespace) -> int:
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
     from rankstream.commands._usage import UsageError
-    from rankstream.ranking import aot
     from rankstream.stream.recording import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
-    try:
-        aot.set_mode(args.kernels)
-    except aot.AotUnavailableError as exc:
-        raise UsageError(str(exc)) from None
+    use_kernels(args.kernels)
     try:
         options = DirectOptions(
             algos=algos,
