@@ -14,3 +14,18 @@ the same numbers as the producer without importing the wire schema.
 
 QUERIES_PER_MESSAGE = 8  # judged queries packed into one triplets message (~2,260 triplets)
 DEFAULT_LINGER_S = 0.1  # the longest a queued query waits for company, checked at each send
+
+
+def check_batching(queries_per_message: object, linger_s: float) -> None:
+    """ValueError unless queries_per_message is an integer >= 1 and linger_s >= 0 (inf:
+    only the count sends a batch)."""
+    if (
+        isinstance(queries_per_message, bool)
+        or not isinstance(queries_per_message, int)
+        or queries_per_message < 1
+    ):
+        raise ValueError(
+            f"queries_per_message must be an integer >= 1, got {queries_per_message!r}"
+        )
+    if not linger_s >= 0:
+        raise ValueError(f"linger_s must be >= 0 seconds, got {linger_s!r}")

@@ -74,7 +74,7 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import check_name
 from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
-from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE, check_batching
 from rankstream.workers.candidates import (
     FieldError,
     check_candidates,
@@ -171,16 +171,7 @@ class FeedbackProducer:
         linger_s: float = DEFAULT_LINGER_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if (
-            isinstance(queries_per_message, bool)
-            or not isinstance(queries_per_message, int)
-            or queries_per_message < 1
-        ):
-            raise ValueError(
-                f"queries_per_message must be an integer >= 1, got {queries_per_message!r}"
-            )
-        if not linger_s >= 0:
-            raise ValueError(f"linger_s must be >= 0 seconds, got {linger_s!r}")
+        check_batching(queries_per_message, linger_s)
         self.settings = settings
         self.producer = producer
         self.seed = int(seed)

@@ -52,7 +52,7 @@ from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
+from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE, check_batching
 from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
@@ -87,10 +87,7 @@ class SimulateOptions:
             raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
         if self.calibration_queries < 1 or self.partitions < 1:
             raise ValueError("calibration_queries and partitions must be >= 1")
-        if self.queries_per_message < 1:
-            raise ValueError(f"queries_per_message must be >= 1, got {self.queries_per_message}")
-        if not self.linger_s >= 0:
-            raise ValueError(f"linger_s must be >= 0 seconds, got {self.linger_s}")
+        check_batching(self.queries_per_message, self.linger_s)
         if self.images is not None and self.images < 1:
             raise ValueError(f"images must be >= 1, got {self.images}")
         catalog.check_options(self.collection, self.collection_options())
