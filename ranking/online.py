@@ -14,7 +14,7 @@ Retrieval" (IJCAI 2015; /work/shared/papers/online-ltr-cbir_opr-opar-ogdr.txt) a
 and a row with |x|^2 = 0 (as computed in float64, so a row whose entries all lie
 below ~1e-154 counts as zero) changes nothing. One reading choice: the paper's OPR
 updates when m < 0; we update when m <= 0, because with w = 0 every margin is 0 and
-the strict reading would never move (DESIGN.md makes the same call).
+the strict reading would never move (docs/DESIGN.md makes the same call).
 
 AROW is the second-order rule the paper points to (Dredze et al., 2008) in the form
 of Crammer, Kulesza & Dredze, "Adaptive Regularization of Weight Vectors", NIPS 2009,

@@ -27,7 +27,7 @@ def test_every_command_prints_help(words, capsys):
 
 
 def test_design_md_commands_are_all_registered():
-    """DESIGN.md's CLI contract names these command words."""
+    """docs/DESIGN.md's CLI contract names these command words."""
     contract = {
         ("demo",),
         ("eval", "cbir"),

@@ -1,4 +1,4 @@
-"""The Prometheus names in DESIGN.md are a contract with Grafana; check they are exported."""
+"""The Prometheus names in docs/DESIGN.md are a contract with Grafana; check they are exported."""
 
 from __future__ import annotations
 

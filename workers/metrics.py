@@ -1,6 +1,6 @@
 """Every Prometheus metric rankstream exports, defined once.
 
-The names are a contract with the Grafana panels (DESIGN.md), so all workers import
+The names are a contract with the Grafana panels (docs/DESIGN.md), so all workers import
 their metrics from here instead of declaring their own: a rename happens in one place
 and two workers in one process never register the same name twice.
 
