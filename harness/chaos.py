@@ -52,10 +52,10 @@ import numpy as np
 from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
 from rankstream.stream.settings import Settings
 from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.runtime import EXIT_FENCED
 
 EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
 SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
-EXIT_FENCED = 3  # workers.online.EXIT_FENCED (not imported here: that pulls in numba)
 _POLL_S = 0.2
 _EVENT_JITTER_S = 1.0  # a fault lands up to this long after the checkpoint that armed it
 _ROLLBACK_SCRIPT = """

@@ -3,7 +3,7 @@
 What the clock covers, and what it does not:
 
 * before the clock: N seeded simulator-shaped triplets are produced over P partitions
-  (`QUERIES_PER_MESSAGE` judged queries a message, message i to partition i % P, by
+  (`BENCH_QUERIES_PER_MESSAGE` judged queries a message, message i to partition i % P, by
   `rankstream.harness.pipeline_bench`'s producers, which report every partition's
   share), and the k worker processes start up (imports, connecting);
 * inside the clock: from the first "partition assigned" log line of any worker
@@ -37,9 +37,9 @@ from rankstream.ranking import learners
 from rankstream.stream.settings import Settings
 
 ALGOS = learners.worker_defaults()  # the online worker's default learners
-QUERIES_PER_MESSAGE = 7  # ~2,000 triplets a message, as the benchmark always sent
+BENCH_QUERIES_PER_MESSAGE = 7  # ~2,000 triplets a message, as the benchmark always sent
 GROUP = "scaleout-bench"
-CHECKPOINT_SECONDS = 1.0
+BENCH_CHECKPOINT_SECONDS = 1.0
 MIX_SECONDS = 5.0
 # Long enough to outlast a first rebalance that finds no topic metadata yet (kafka-python
 # "No partition metadata for topic"): the member rejoins once metadata arrives, but an
@@ -74,7 +74,7 @@ def worker_command(group: str) -> list[str]:
     options = WorkerOptions(
         algos=ALGOS,
         checkpoint_records=1_000_000,
-        checkpoint_seconds=CHECKPOINT_SECONDS,
+        checkpoint_seconds=BENCH_CHECKPOINT_SECONDS,
         exit_when_idle=EXIT_WHEN_IDLE,
         group=group,
         per_partition=True,
@@ -132,7 +132,7 @@ def run_once(
         raise ValueError("the scale-out benchmark needs real Kafka and Redis: configure both")
     if min(n_triplets, workers, partitions, producers) < 1:
         raise ValueError("n_triplets, workers, partitions and producers must be >= 1")
-    spec = StreamSpec(n_triplets, QUERIES_PER_MESSAGE, seed=seed)
+    spec = StreamSpec(n_triplets, BENCH_QUERIES_PER_MESSAGE, seed=seed)
     run_settings = dataclasses.replace(
         settings,
         topic_prefix=f"{settings.topic_prefix}.scaleout-{uuid.uuid4().hex[:10]}",

@@ -46,14 +46,15 @@ import numpy as np
 import pyarrow as pa
 
 from rankstream.harness.serve_process import ServeProcess
+from rankstream.ranking import learners
 from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
+from rankstream.workers.serve_bodies import ARROW
 
-ARROW = "application/vnd.apache.arrow.stream"
-CHAMPION = "opar1"
+SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def _publish(store: ModelStore, rng: np.random.Generator) -> None:
     meta, arrays = UniCon(scaler=scaler).to_state()
     store.save("uni_con", kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0)
     _checkpoint(store, rng, scaler)
-    meta = {"champion": CHAMPION, "rolling_ndcg": {CHAMPION: 0.9}, "counts": {CHAMPION: 50}}
+    meta = {"champion": SERVED, "rolling_ndcg": {SERVED: 0.9}, "counts": {SERVED: 50}}
     store.save("evaluator", kind="scores", meta=meta, arrays={}, offsets={}, expected_version=0)
     del OnlineRanker
 
@@ -86,14 +87,14 @@ def _checkpoint(store: ModelStore, rng: np.random.Generator, scaler: Any = None)
     from rankstream.ranking.scaling import Standardizer
 
     if scaler is None:
-        stored = store.load(CHAMPION)
+        stored = store.load(SERVED)
         scaler = OnlineRanker.from_state(stored.meta, stored.arrays).scaler  # type: ignore[union-attr]
     assert isinstance(scaler, Standardizer)
-    model = OnlineRanker("opar1", scaler=scaler, warm_start=rng.standard_normal(PHI_DIM))
+    model = OnlineRanker(SERVED, scaler=scaler, warm_start=rng.standard_normal(PHI_DIM))
     meta, arrays = model.to_state()
-    current = store.latest_versions().get(CHAMPION, 0)
+    current = store.latest_versions().get(SERVED, 0)
     return store.save(
-        CHAMPION, kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=current
+        SERVED, kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=current
     )
 
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rankstream.ranking.triplets import TripletBlock
-
-UNJUDGED = -1  # the relevance of a candidate the user did not judge (no grade)
+from rankstream.ranking.triplets import UNJUDGED, TripletBlock
 
 
 def judged_pairs(

@@ -25,6 +25,8 @@ import numpy as np
 
 from rankstream.ranking.validation import as_float_vector, as_relevance
 
+NDCG_K = 50  # the papers' and the dashboards' cut-off: NDCG@50
+
 
 def ranked_order(scores: object) -> np.ndarray:
     """Indices by descending score; ties keep input order (stable sort)."""
@@ -44,7 +46,7 @@ def dcg_at_k(relevance_in_ranked_order: np.ndarray, k: int) -> float:
     return float(np.sum(gains / discounts))
 
 
-def ndcg_at_k(scores: object, relevance: object, k: int = 50) -> float:
+def ndcg_at_k(scores: object, relevance: object, k: int = NDCG_K) -> float:
     """NDCG@k with graded gains 2^rel - 1 and discount log2(rank + 1).
 
     Tied scores rank in input order (lower index first), not averaged as in

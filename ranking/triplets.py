@@ -30,6 +30,7 @@ import numpy as np
 
 TRIPLET_COLUMNS = ("seq", "query_id", "p1", "p2", "rel1", "rel2")  # one value per triplet
 IMAGE_COLUMNS = ("image_id", "phi")  # one value per row of the image table
+UNJUDGED = -1  # the relevance of a candidate the user did not judge (null on the wire)
 
 
 def pair_table(phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

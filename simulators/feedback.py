@@ -32,7 +32,7 @@ import numpy as np
 
 from rankstream.ranking import learners
 from rankstream.ranking.judgments import feedback_triplets
-from rankstream.ranking.metrics import average_precision, ndcg_at_k, ranked_order
+from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k, ranked_order
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.simulators.progress import progress_bar
@@ -42,11 +42,6 @@ SERVED_CANDIDATES = 300
 """Candidates the first stage retrieves per query and a model ranks (the paper's §5.5)."""
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
-NDCG_K = 50
-# The simulator's phi width: the paper's 9 descriptors x 4 similarity measures, as many
-# as `Collection.feature_names` (tests/test_feedback.py checks); a constant, because
-# counting the measures would import numba with this module.
-PHI_DIM = 36
 
 
 @dataclass(frozen=True)

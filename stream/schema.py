@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rankstream.ranking.triplets import TripletBlock
+from rankstream.ranking.triplets import UNJUDGED, TripletBlock
 from rankstream.stream.arrow_views import numpy_view, offsets_view
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.transport import Message
@@ -517,7 +517,6 @@ def _reject_rows(block: TripletBlock, finite: np.ndarray | None, all_finite: boo
 
 
 # --- judged queries ---------------------------------------------------------------------
-UNJUDGED = -1  # JudgedQuery.relevance of a candidate with no known grade (null on the wire)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from rankstream.ranking import DEFAULT_PHI_DIM
+
 ENV_PREFIX = "RANKSTREAM_"
-DEFAULT_PHI_DIM = 36  # the paper's phi: 9 descriptors x 4 similarity measures
 # The values kafka-python takes (its consumer's docs; `kafka.net.sasl.SASL_MECHANISMS`).
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_SASL_MECHANISMS = (

@@ -39,9 +39,11 @@ ALLOWED = {
     "harness": {"ranking", "simulators", "stream", "workers", "harness"},
     "rankstream": set(FOLDERS),
 }
-# The one sanctioned crossing: the record type of the stream, defined with the learners
-# whose input it is (`ranking.triplets`: numpy only), is encoded and stored by `stream`.
-CROSSINGS = {("stream", "rankstream.ranking.triplets")}
+# The sanctioned crossings: the record type of the stream, defined with the learners
+# whose input it is (`ranking.triplets`: numpy only), is encoded and stored by `stream`;
+# the paper's phi width (`rankstream.ranking.DEFAULT_PHI_DIM`, no import at all) is the
+# deployment's default width and the simulator's.
+CROSSINGS = {("stream", "rankstream.ranking.triplets"), ("stream", "rankstream.ranking")}
 # layer -> third-party top-level names it must never import
 FORBIDDEN = {
     "ranking": {"kafka", "redis", "prometheus_client", "pyarrow"},

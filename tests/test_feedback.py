@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators.collection import DISTRACTOR, Collection, build_collection
-from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator, run_online_experiment
+from rankstream.simulators.feedback import FeedbackSimulator, run_online_experiment
 from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 20_000
@@ -121,4 +122,4 @@ def test_calibration_unicon_band_and_learners_beat_it_by_a_few_percent(collectio
 
 
 def test_the_simulators_width_is_the_collections(collection) -> None:
-    assert len(collection.feature_names) == PHI_DIM == 36
+    assert len(collection.feature_names) == DEFAULT_PHI_DIM == 36

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.ranking.metrics import average_precision, ndcg_at_k
+from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
 from rankstream.stream.settings import Settings
@@ -66,7 +66,6 @@ from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPo
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
-NDCG_K = 50
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
 UNJUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
 # How much of a query was judged (`rankstream_judged_queries_total{judgments}`), and the

@@ -44,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators import catalog
-from rankstream.simulators.feedback import PHI_DIM, FeedbackSimulator
+from rankstream.simulators.feedback import FeedbackSimulator
 from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
@@ -317,9 +318,9 @@ class Simulation:
         """`collection` (and its `index`) given: served instead of the options' one."""
         self.settings = settings
         self.options = options
-        if settings.phi_dim != PHI_DIM:
+        if settings.phi_dim != DEFAULT_PHI_DIM:
             raise ValueError(
-                f"the simulator's phi is {PHI_DIM} features wide; this deployment's width "
+                f"the simulator's phi is {DEFAULT_PHI_DIM} features wide; this deployment's width "
                 f"(RANKSTREAM_PHI_DIM) is {settings.phi_dim}"
             )
         if collection is None:

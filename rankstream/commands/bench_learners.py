@@ -34,8 +34,8 @@ from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands._kernels import add_kernels_argument, use_kernels
+from rankstream.ranking import DEFAULT_PHI_DIM
 
-DIM = 36
 WARMUP_ROWS = 1000
 CHECK_ROWS = 10_000
 CANDIDATES = 50  # per judged query (the demo's top 50)
@@ -56,7 +56,7 @@ def make_stream(n: int, seed: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    phi = rng.standard_normal((TABLE_QUERIES * CANDIDATES, DIM)).astype(np.float32)
+    phi = rng.standard_normal((TABLE_QUERIES * CANDIDATES, DEFAULT_PHI_DIM)).astype(np.float32)
     phi.setflags(write=False)  # like a decoded block's table
     query = (np.arange(n) // TRIPLETS_PER_QUERY) % TABLE_QUERIES
     first = rng.integers(0, CANDIDATES, n)
@@ -93,7 +93,7 @@ def bench_algo(algo: str, stream, repeats: int, reference) -> dict[str, Any]:  #
     ours: list[tuple[float, float]] = []
     theirs: list[tuple[float, float]] = []
     for _ in range(repeats):
-        ranker = OnlineRanker(algo, dim=DIM)
+        ranker = OnlineRanker(algo, dim=DEFAULT_PHI_DIM)
         ours.append(_timed(lambda r=ranker: learn_many_together([r], phi, p1, p2, y)))
         if c_pass is not None:
             theirs.append(_timed(lambda: c_pass(phi, p1, p2, y)))
@@ -130,7 +130,7 @@ def _check_agreement(algo: str, stream, c_pass) -> None:  # type: ignore[no-unty
     from rankstream.ranking.online import OnlineRanker, learn_many_together
 
     phi, p1, p2, y = (a[:CHECK_ROWS] if a.ndim == 1 else a for a in stream)
-    ranker = OnlineRanker(algo, dim=DIM)
+    ranker = OnlineRanker(algo, dim=DEFAULT_PHI_DIM)
     learn_many_together([ranker], phi, p1, p2, y)
     weights, updates = c_pass(phi, p1, p2, y)
     scale = max(float(np.abs(ranker.weights).max()), 1.0)
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     c_note = built if isinstance(built, str) else f"{built.command}, same process and data"
     if reference is None:
         err.print(f"[yellow]{c_note}")
-    with err.status(f"generating {args.triplets:,} triplets of {DIM} features"):
+    with err.status(f"generating {args.triplets:,} triplets of {DEFAULT_PHI_DIM} features"):
         stream = make_stream(args.triplets, args.seed)
     results = {}
     with Progress(console=err, transient=True) as progress:
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             progress.advance(task)
     report = {
         "triplets": args.triplets,
-        "dim": DIM,
+        "dim": DEFAULT_PHI_DIM,
         "images": int(stream[0].shape[0]),
         "c_reference": c_note,
         "linear_kernel": linear_kernel,  # AROW's is always the JIT's
@@ -189,7 +189,7 @@ def _print_table(report: dict[str, Any], repeats: int) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"learn_many_together over {report['triplets']:,} triplets x {DIM} "
+        title=f"learn_many_together over {report['triplets']:,} triplets x {DEFAULT_PHI_DIM} "
         f"(median of {repeats}); C: {report['c_reference']}"
     )
     columns = ("algo", "seconds", "M triplets/s", "CPU M triplets/s", "C M triplets/s")
