@@ -1,10 +1,14 @@
-"""The online learners, each declared once: its name, label, hyper-parameters and kernel.
+"""The online learners, each declared once: its name, label, colour, hyper-parameters
+(default, help, validation grid), kernel, and how scale-out mixes its state.
 
-Everything that names a learner derives from `LEARNERS`: `OnlineRanker`, the online
-worker and its CLI options (`--algo`, one `--<hyper-parameter>` per entry of
-`HYPERPARAMETERS`, with its default and help), direct replay, the benchmarks, the demo,
-its plots and the chaos run. Adding a learner, or a hyper-parameter, touches this
-module (and the kernel it names) and nothing else; `register` adds one at run time.
+Everything that names a learner derives from `LEARNERS`: `OnlineRanker` (one attribute
+per hyper-parameter), the online worker and its CLI options (`--algo`, one
+`--<hyper-parameter>` per entry of `HYPERPARAMETERS`, with its default and help),
+scale-out's parameter mix (`mix_state`), direct replay, the benchmarks, the demo, its
+plots, `eval cbir` and `eval stream` (their grids and the paper's numbers) and the chaos
+run. Adding a learner, or a hyper-parameter, touches this module (and the kernel it
+names) and nothing else; `register` adds one at run time, hyper-parameters included
+(tests/test_toy_learner.py declares one in the test file alone).
 
 A learner learns in one of three ways:
 
@@ -34,7 +38,7 @@ built from it before `rankstream replay --direct` tunes numpy's start-up.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,15 +50,29 @@ if TYPE_CHECKING:
 Kernel = Callable[["np.ndarray", dict[str, "np.ndarray"], "np.ndarray", "np.ndarray", dict], int]
 TripletKernel = Callable[..., tuple[int, int, int]]  # see the module docstring
 StateFactory = Callable[[int], dict[str, "np.ndarray"]]
+# (each model's extra state, each model's share of the triplets (k,), each model's
+# scaler std (k, d), the mix's std (d,)) -> the mix's extra state; see `mix_covariances`
+StateMixer = Callable[
+    [Sequence[Mapping[str, "np.ndarray"]], "np.ndarray", "np.ndarray", "np.ndarray"],
+    dict[str, "np.ndarray"],
+]
 
 
 @dataclass(frozen=True)
 class HyperParameter:
-    """A learner's tunable constant: its default and what it means (the CLI's help)."""
+    """A learner's tunable constant: its default, what it means (the CLI's help) and the
+    grid validation chooses it from (`eval cbir`, `eval stream --grid`)."""
 
     name: str
     default: float
     help: str
+    grid: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"hyper-parameter name {self.name!r} must be an identifier")
+        for value in (self.default, *self.grid):
+            self.check(value)
 
     def check(self, value: object) -> float:
         """The value as a float; ValueError unless finite and > 0."""
@@ -68,19 +86,21 @@ class HyperParameter:
 
 
 # The defaults serve the §5.5 stream of both collections (synthetic and Fashion-MNIST's
-# photos): `rankstream eval stream --grid` ran every point of eval cbir's validation
-# grids on validation seeds 100 and 101 of each, and these are the values with the
-# highest NDCG@50 gain over Uni-Con averaged over collections, seeds and learners
-# (README "Calibration"). The former C = 0.1, eta = 0.01, tuned on the synthetic set,
-# served real photos 0.02-0.04 below Uni-Con.
-HYPERPARAMETERS: dict[str, HyperParameter] = {
-    h.name: h
-    for h in (
-        HyperParameter("C", 1e-4, "aggressiveness of OPAR-I (largest step) and OPAR-II"),
-        HyperParameter("eta", 1e-4, "OGDR's learning rate"),
-        HyperParameter("r", 100.0, "AROW's regulariser (larger: smaller confidence updates)"),
-    )
-}
+# photos): `rankstream eval stream --grid` ran every point of these validation grids on
+# validation seeds 100 and 101 of each, and these are the values with the highest
+# NDCG@50 gain over Uni-Con averaged over collections, seeds and learners (README
+# "Calibration"). The former C = 0.1, eta = 0.01, tuned on the synthetic set, served
+# real photos 0.02-0.04 below Uni-Con. (The paper chooses them by cross validation.)
+_STEPS = (0.0001, 0.001, 0.01, 0.1, 1.0)
+_C = HyperParameter("C", 1e-4, "aggressiveness of OPAR-I (largest step) and OPAR-II", _STEPS)
+_ETA = HyperParameter("eta", 1e-4, "OGDR's learning rate", _STEPS)
+_R = HyperParameter(
+    "r", 100.0, "AROW's regulariser (larger: smaller confidence updates)", (0.1, 1.0, 10.0, 100.0)
+)
+
+# Every registered learner's hyper-parameters by name (kept by `register`): learners
+# sharing one (OPAR-I and OPAR-II's C) share its declaration.
+HYPERPARAMETERS: dict[str, HyperParameter] = {}
 
 
 @dataclass(frozen=True)
@@ -89,13 +109,20 @@ class LearnerSpec:
 
     name: str  # the algo name, also the stored model's name: "opar1"
     label: str  # for tables and plots: "OPAR-I"
+    colour: str  # its line and dots in every plot (a matplotlib colour): "tab:orange"
     update: str  # the update rule in one line, for help texts
-    uses: tuple[str, ...] = ()  # the HYPERPARAMETERS it reads
+    hyperparameters: tuple[HyperParameter, ...] = ()  # the ones it reads
     linear_rule: int | None = None  # a step-size code of the fused linear kernel
     kernel: Kernel | None = None  # an update over gathered rows (the slow path)
     triplet_kernel: TripletKernel | None = None  # a compiled pass over the normalized form
     initial_state: StateFactory = field(default=lambda dim: {})
+    # how scale-out mixes the extra state of per-partition models (None: it has none)
+    mix_state: StateMixer | None = None
     in_worker_default: bool = False  # learned by `rankstream worker online` by default
+    # the online-LTR paper's numbers for it (None: the paper has none): Table 2's
+    # ImageCLEF test mAP and Table 3's seconds on 3 million triplets (`eval cbir`)
+    paper_map: float | None = None
+    paper_seconds: float | None = None
 
     def __post_init__(self) -> None:
         ways = (self.linear_rule, self.kernel, self.triplet_kernel)
@@ -103,11 +130,45 @@ class LearnerSpec:
             raise ValueError(
                 f"learner {self.name!r} needs exactly one of linear_rule, kernel, triplet_kernel"
             )
-        unknown = set(self.uses) - set(HYPERPARAMETERS)
-        if unknown:
-            raise ValueError(f"learner {self.name!r} uses unknown hyper-parameters {unknown}")
+        if self.linear_rule is not None and len(self.hyperparameters) > 1:
+            raise ValueError(f"linear learner {self.name!r} reads at most one hyper-parameter")
         if not self.name.replace("_", "").isalnum() or not self.name.islower():
             raise ValueError(f"learner name {self.name!r} must be lower-case [a-z0-9_]")
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """The names of the hyper-parameters it reads."""
+        return tuple(h.name for h in self.hyperparameters)
+
+    @property
+    def grid(self) -> dict[str, tuple[float, ...]]:
+        """Its validation grid: each hyper-parameter's values ({} for none)."""
+        return {h.name: h.grid or (h.default,) for h in self.hyperparameters}
+
+
+def mix_covariances(*names: str) -> StateMixer:
+    """Scale-out's mix of covariance-like state arrays (AROW's Sigma): each model's
+    Sigma_k is taken to raw-phi space (Sigma_k / (s_k s_k')), as its weights are (w_k /
+    s_k), averaged with the triplet shares, and brought to the mix's scale (s s')."""
+
+    def mix(
+        states: Sequence[Mapping[str, np.ndarray]],
+        share: np.ndarray,
+        stds: np.ndarray,
+        std: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        import numpy as np
+
+        mixed = {}
+        for name in names:
+            raw = sum(
+                a * state[name] / np.outer(s, s)
+                for a, state, s in zip(share, states, stds, strict=True)
+            )
+            mixed[name] = raw * np.outer(std, std)
+        return mixed
+
+    return mix
 
 
 def _arow(
@@ -136,42 +197,68 @@ def _identity(dim: int) -> np.ndarray:
 LEARNERS: dict[str, LearnerSpec] = {}
 
 
+def _hyperparameter_table(specs: Iterable[LearnerSpec]) -> dict[str, HyperParameter]:
+    """Every hyper-parameter of `specs` by name; ValueError when two declare one name
+    differently."""
+    table: dict[str, HyperParameter] = {}
+    for spec in specs:
+        for h in spec.hyperparameters:
+            if table.setdefault(h.name, h) != h:
+                raise ValueError(
+                    f"learner {spec.name!r} declares hyper-parameter {h.name!r} unlike "
+                    f"another learner: {h} vs {table[h.name]}"
+                )
+    return table
+
+
 def register(spec: LearnerSpec) -> LearnerSpec:
-    """Add a learner (or replace one of the same name); returns it."""
+    """Add a learner (or replace one of the same name), its hyper-parameters with it;
+    returns it."""
+    specs = {**LEARNERS, spec.name: spec}
+    table = _hyperparameter_table(specs.values())  # checked before anything changes
     LEARNERS[spec.name] = spec
+    HYPERPARAMETERS.clear()
+    HYPERPARAMETERS.update(table)
     return spec
 
 
 def unregister(name: str) -> None:
-    """Remove a learner added with `register` (tests clean up with it)."""
+    """Remove a learner added with `register`, and the hyper-parameters only it read
+    (tests clean up with it)."""
     LEARNERS.pop(name, None)
+    table = _hyperparameter_table(LEARNERS.values())
+    HYPERPARAMETERS.clear()
+    HYPERPARAMETERS.update(table)
 
 
 for _spec in (
-    LearnerSpec("opr", "OPR", "w += y x when y w.x <= 0", (), OPR_RULE, in_worker_default=True),
     LearnerSpec(
-        "opar1", "OPAR-I", "w += min(C, l/|x|^2) y x", ("C",), OPAR1_RULE, in_worker_default=True
+        "opr", "OPR", "tab:blue", "w += y x when y w.x <= 0", (), OPR_RULE,
+        in_worker_default=True, paper_map=0.6555, paper_seconds=1154.0,
     ),
     LearnerSpec(
-        "opar2",
-        "OPAR-II",
-        "w += l/(|x|^2 + 1/(2C)) y x",
-        ("C",),
-        OPAR2_RULE,
-        in_worker_default=True,
+        "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
+        in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
     ),
     LearnerSpec(
-        "ogdr", "OGDR", "w += eta y x when l > 0", ("eta",), OGDR_RULE, in_worker_default=True
+        "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
+        in_worker_default=True, paper_map=0.6632, paper_seconds=1708.0,
+    ),
+    LearnerSpec(
+        "ogdr", "OGDR", "tab:red", "w += eta y x when l > 0", (_ETA,), OGDR_RULE,
+        in_worker_default=True, paper_map=0.6626, paper_seconds=2307.0,
     ),
     LearnerSpec(
         "arow",
         "AROW",
+        "tab:purple",
         "w += l beta y Sigma x, Sigma -= beta Sigma x x' Sigma, beta = 1/(x' Sigma x + r)",
-        ("r",),
+        (_R,),
         triplet_kernel=_arow,
         initial_state=lambda dim: {"sigma": _identity(dim)},
+        mix_state=mix_covariances("sigma"),
     ),
-):
+):  # fmt: skip
     register(_spec)
 
 
@@ -223,3 +310,8 @@ def label(name: str) -> str:
     """A learner's display label, or the name itself for a model that is not a learner."""
     spec = LEARNERS.get(name)
     return spec.label if spec is not None else name
+
+
+def grids() -> dict[str, dict[str, tuple[float, ...]]]:
+    """Every learner's validation grid (`LearnerSpec.grid`), in registration order."""
+    return {name: spec.grid for name, spec in LEARNERS.items()}

@@ -66,8 +66,8 @@ from rankstream.ranking.validation import as_float_matrix, as_float_vector
 
 _NONFINITE_WEIGHTS = "this batch would make the weights non-finite; model unchanged"
 
-
-_HYPER = learners.HYPERPARAMETERS
+# OnlineRanker's own attributes, which no hyper-parameter may take (each becomes one)
+_RESERVED = frozenset({"algo", "scaler", "warm_start", "dim", "features", "n_seen", "n_updates"})
 
 
 def _first_bad_row(X: np.ndarray, labels: np.ndarray) -> ValueError | None:
@@ -135,7 +135,7 @@ def _learn_linear_models(
         if group[m] == len(scales):
             scales.append(std)
     rules = np.array([r.spec.linear_rule for r in rankers], dtype=np.int64)
-    params = np.array([getattr(r, r.spec.uses[0]) if r.spec.uses else 0.0 for r in rankers])
+    params = np.array([r.params[r.spec.uses[0]] if r.spec.uses else 0.0 for r in rankers])
     W = np.array([ranker._w for ranker in rankers])
     n_updates = np.zeros(k, dtype=np.int64)
     status = np.zeros(k, dtype=np.int64)
@@ -278,14 +278,8 @@ class OnlineRanker(base.MiniBatchClassifier):
     Parameters
     ----------
     algo
-        The learner, one of `ranking.learners.LEARNERS` (opr, opar1, opar2, ogdr, arow).
-    C
-        OPAR-I's largest step and OPAR-II's aggressiveness.
-    eta
-        OGDR's learning rate.
-    r
-        AROW's regulariser. Each learner reads only its own hyper-parameter
-        (`ranking.learners.HYPERPARAMETERS`); all are validated.
+        The learner, one of `ranking.learners.LEARNERS` (opr, opar1, opar2, ogdr, arow, and
+        any registered since).
     scaler
         A fitted `Standardizer` the ranker learns (x / std) and scores through.
     warm_start
@@ -294,6 +288,12 @@ class OnlineRanker(base.MiniBatchClassifier):
         The width, fixed before any data.
     features
         The feature names in column order, fixed before any data.
+    **hyper
+        Hyper-parameters by name, over their declared defaults: every one of
+        `ranking.learners.HYPERPARAMETERS` (C: OPAR-I's largest step and OPAR-II's
+        aggressiveness; eta: OGDR's learning rate; r: AROW's regulariser; and those of
+        learners registered since). Each becomes an attribute (`ranker.C`) and all are
+        validated; each learner reads only those its spec declares.
 
     Examples
     --------
@@ -312,19 +312,21 @@ class OnlineRanker(base.MiniBatchClassifier):
     def __init__(
         self,
         algo: str = "opar1",
-        C: float = _HYPER["C"].default,
-        eta: float = _HYPER["eta"].default,
-        r: float = _HYPER["r"].default,
         scaler: Standardizer | None = None,
         warm_start: object | None = None,
         dim: int | None = None,
         features: tuple[Hashable, ...] | None = None,
+        **hyper: float,
     ) -> None:
         learners.learner(algo)  # an unknown name fails here, naming the choices
         self.algo = algo
-        self.C, self.eta, self.r = (
-            _HYPER[n].check(v) for n, v in (("C", C), ("eta", eta), ("r", r))
-        )
+        values = learners.hyperparameters(hyper)  # unknown names and bad values fail here
+        clash = sorted(n for n in values if n in _RESERVED or hasattr(type(self), n))
+        if clash:
+            raise ValueError(f"hyper-parameter names {clash} clash with OnlineRanker's own")
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._hyper_names = tuple(values)
         if scaler is not None and scaler.dim is None:
             raise ValueError("scaler must be fitted (on training phi) before use")
         self.scaler = scaler
@@ -413,9 +415,15 @@ class OnlineRanker(base.MiniBatchClassifier):
         return None if sigma is None else sigma.copy()
 
     @property
+    def hyper(self) -> dict[str, float]:
+        """The `**hyper` given to the constructor, every one filled in (river's
+        `_get_params` reads a `**` parameter back from the attribute of its name)."""
+        return {name: getattr(self, name) for name in self._hyper_names}
+
+    @property
     def params(self) -> dict[str, float]:
         """Every hyper-parameter's value (the learner reads those its spec `uses`)."""
-        return {name: getattr(self, name) for name in _HYPER}
+        return self.hyper
 
     # ------------------------------------------------------------ reading rows
     def _dict_row(self, x: Mapping) -> tuple[np.ndarray, Placement]:

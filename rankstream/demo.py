@@ -55,10 +55,16 @@ if TYPE_CHECKING:
     from rankstream.workers.online import WorkerOptions
     from rankstream.workers.simulator import SimulateOptions
 
-ONLINE_MODELS = learners.names()  # every registered online learner
 BATCH_MODELS = ("cmds_dml", "rankmkl")
 BASELINE = "uni_con"
-REPORT_MODELS = (BASELINE, *ONLINE_MODELS, *BATCH_MODELS)
+
+
+def report_models() -> tuple[str, ...]:
+    """The models a run reports: Uni-Con, every online learner registered now
+    (`ranking.learners`), the batch models."""
+    return (BASELINE, *learners.names(), *BATCH_MODELS)
+
+
 _POLL_RECORDS = 100_000  # one poll takes everything one query produced
 
 
@@ -133,7 +139,7 @@ class DemoOptions:
         from rankstream.workers.online import WorkerOptions
 
         return WorkerOptions(
-            algos=ONLINE_MODELS,
+            algos=learners.names(),  # every registered online learner
             hyper=self.hyper,
             checkpoint_records=None,
             checkpoint_seconds=None,
@@ -334,7 +340,8 @@ class DemoPipeline:
         self.evaluator = Evaluator(
             self.settings, options.evaluator_options(), transport=self.transport, store=self.store
         )
-        self.clock = LearningClock(REPORT_MODELS)
+        self.models = report_models()
+        self.clock = LearningClock(self.models)
         self.first_call: dict[str, float] = {}  # the learners' compile or cache load
         self.refit_seconds = dict.fromkeys(BATCH_MODELS, 0.0)  # CPU seconds per batch model
         self.served_by: list[str] = []
@@ -346,7 +353,7 @@ class DemoPipeline:
         self.online.start()
         self.batch.start()
         self.evaluator.start()
-        self.first_call = compile_learners(ONLINE_MODELS)
+        self.first_call = compile_learners(self.online.options.algos)
 
     @property
     def done(self) -> bool:
@@ -403,7 +410,7 @@ class DemoPipeline:
         """Per-query NDCG@50 ("ndcg") or AP over the candidates ("ap") of every report
         model from the evaluator's history; NaN where a model was not scored."""
         n = len(self.served_by)
-        curves = {m: np.full(n, np.nan) for m in REPORT_MODELS}
+        curves = {m: np.full(n, np.nan) for m in self.models}
         for scores in self.evaluator.history:
             for model, value in getattr(scores, metric).items():
                 if model in curves and 0 <= scores.seq < n:

@@ -22,31 +22,32 @@ from pathlib import Path
 
 import numpy as np
 
-# One colour per model across every figure; unknown models get the cycle's next colour.
-MODEL_COLORS: dict[str, str] = {
-    "uni_con": "black",
-    "best_fea": "tab:gray",
-    "ranksvm": "tab:olive",
-    "opr": "tab:blue",
-    "opar1": "tab:orange",
-    "opar2": "tab:green",
-    "ogdr": "tab:red",
-    "arow": "tab:purple",
-    "cmds_dml": "tab:brown",
-    "rankmkl": "tab:pink",
+from rankstream.ranking import learners
+
+# One colour and label per model across every figure: the online learners' from their
+# specs (`ranking.learners`), the other models' here; unknown models get the cycle's next
+# colour and their own name.
+OTHER_MODELS: dict[str, tuple[str, str]] = {
+    "uni_con": ("Uni-Con", "black"),
+    "best_fea": ("Best-Fea", "tab:gray"),
+    "ranksvm": ("RankSVM", "tab:olive"),
+    "cmds_dml": ("cMDS-DML", "tab:brown"),
+    "rankmkl": ("RankMKL", "tab:pink"),
 }
-MODEL_LABELS: dict[str, str] = {
-    "uni_con": "Uni-Con",
-    "best_fea": "Best-Fea",
-    "ranksvm": "RankSVM",
-    "opr": "OPR",
-    "opar1": "OPAR-I",
-    "opar2": "OPAR-II",
-    "ogdr": "OGDR",
-    "arow": "AROW",
-    "cmds_dml": "cMDS-DML",
-    "rankmkl": "RankMKL",
-}
+
+
+def model_label(name: str) -> str:
+    """A model's label in tables and plots ("OPAR-I"), else its name."""
+    if name in learners.LEARNERS:
+        return learners.label(name)
+    return OTHER_MODELS[name][0] if name in OTHER_MODELS else name
+
+
+def model_colour(name: str) -> str | None:
+    """A model's colour in every plot; None: the colour cycle's next."""
+    if name in learners.LEARNERS:
+        return learners.learner(name).colour
+    return OTHER_MODELS[name][1] if name in OTHER_MODELS else None
 
 
 def cumulative_mean(values: np.ndarray) -> np.ndarray:
@@ -83,9 +84,10 @@ def _check_curves(curves: Mapping[str, np.ndarray]) -> int:
 
 
 def _style(name: str) -> dict:
-    style = {"label": MODEL_LABELS.get(name, name), "linewidth": 1.6}
-    if name in MODEL_COLORS:
-        style["color"] = MODEL_COLORS[name]
+    style: dict = {"label": model_label(name), "linewidth": 1.6}
+    colour = model_colour(name)
+    if colour is not None:
+        style["color"] = colour
     return style
 
 
@@ -119,11 +121,11 @@ def plot_ndcg(
         color="black",
         linestyle="--",
         linewidth=1.2,
-        label=f"{MODEL_LABELS.get(baseline, baseline)} (0)",
+        label=f"{model_label(baseline)} (0)",
     )
     top.set_ylabel("cumulative mean NDCG@50")
     top.set_title(title)
-    bottom.set_ylabel(f"NDCG@50 - {MODEL_LABELS.get(baseline, baseline)}\n(cumulative mean)")
+    bottom.set_ylabel(f"NDCG@50 - {model_label(baseline)}\n(cumulative mean)")
     bottom.set_xlabel("queries")
     for axis in (top, bottom):
         axis.grid(True, alpha=0.3)

@@ -20,7 +20,7 @@ def print_method_table(
     """Print one row per method, one column per metric (columns in first-seen order).
 
     `formats` maps a column to a format spec (default ".4f" for floats); missing cells
-    print as "-". Example: print_method_table("digits", {"opr": {"mAP": 0.71}}).
+    print as "-". Example: print_method_table("digits", {"uni_con": {"mAP": 0.62}}).
     """
     from rich.console import Console
     from rich.table import Table

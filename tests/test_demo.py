@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.demo import BATCH_MODELS, ONLINE_MODELS, REPORT_MODELS, DemoOptions, run_demo
+from rankstream.demo import BATCH_MODELS, DemoOptions, report_models, run_demo
 from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
 from rankstream.ranking import learners
 from rankstream.ranking.kernels import learn_arow, learn_linear
+from rankstream.ranking.learners import names
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex
 
@@ -45,9 +46,9 @@ def tiny_run(tiny_collection):
 
 def test_every_model_is_scored_only_once_it_exists(tiny_run) -> None:
     ndcg = tiny_run.ndcg
-    assert set(ndcg) == set(REPORT_MODELS) and tiny_run.queries == 16
+    assert set(ndcg) == set(report_models()) and tiny_run.queries == 16
     assert np.isfinite(ndcg["uni_con"]).all()  # published before the first query
-    for model in ONLINE_MODELS:  # first checkpoint once 500 triplets fixed the scaler
+    for model in names():  # first checkpoint once 500 triplets fixed the scaler
         scored = np.isfinite(ndcg[model])
         assert not scored[0] and scored[-1] and scored[np.argmax(scored) :].all()
     for model in BATCH_MODELS:  # refits after queries 6 and 12 (never after the last)
@@ -62,7 +63,7 @@ def test_learning_time_is_cumulative_and_charged_to_learners_only(tiny_run) -> N
     seconds = tiny_run.learning_seconds
     assert all(v.shape == (16,) and (np.diff(v) >= 0).all() for v in seconds.values())
     assert not seconds["uni_con"].any()
-    assert all(seconds[m][-1] > 0 for m in ONLINE_MODELS + BATCH_MODELS)
+    assert all(seconds[m][-1] > 0 for m in names() + BATCH_MODELS)
     for model in BATCH_MODELS:  # nothing before the first refit, a jump at each refit
         assert not seconds[model][:5].any() and seconds[model][5] > 0
         assert seconds[model][11] > seconds[model][10]
@@ -72,7 +73,7 @@ def test_report_matches_the_curves(tiny_run) -> None:
     report = tiny_run.report()
     assert report["queries"] == 16 and report["triplets"] > 0 and report["images"] == 4000
     assert report["collection"] == "synthetic"
-    for model in REPORT_MODELS:
+    for model in report_models():
         curve, ap = tiny_run.ndcg[model], tiny_run.ap[model]
         np.testing.assert_array_equal(np.isfinite(ap), np.isfinite(curve))  # same queries
         assert report["ndcg_at_50"][model] == pytest.approx(np.nanmean(curve), abs=1e-4)
@@ -86,7 +87,7 @@ def test_report_matches_the_curves(tiny_run) -> None:
         gain = np.mean(curves["opr"][both] - curves["uni_con"][both])
         assert report[key]["opr"] == pytest.approx(gain, abs=1e-4)
     assert sum(report["served_by"].values()) == 16
-    assert report["champion"] in REPORT_MODELS
+    assert report["champion"] in report_models()
     first_call = report["learners_first_call"]  # reported on its own, not as learning
     assert set(first_call) == {"seconds", "cpu_seconds"} and first_call["seconds"] > 0
     json.dumps(report)  # plain JSON types throughout
@@ -96,7 +97,7 @@ def test_same_options_same_results(tiny_collection, tiny_run) -> None:
     collection, index = tiny_collection
     again = run_demo(tiny_run.options, collection=collection, index=index, progress=False)
     assert again.served_by == tiny_run.served_by
-    for model in REPORT_MODELS:
+    for model in report_models():
         np.testing.assert_array_equal(again.ndcg[model], tiny_run.ndcg[model])
 
 
@@ -122,7 +123,7 @@ def test_cli_writes_report_plots_and_table(tmp_path, monkeypatch, capsys) -> Non
     )
     report = json.loads((out / "report.json").read_text())
     assert {"queries", "triplets", "seconds", "ndcg_at_50"} <= set(report)
-    assert set(report["ndcg_at_50"]) == set(REPORT_MODELS)
+    assert set(report["ndcg_at_50"]) == set(report_models())
     assert report["queries"] == 8 and report["refits"] == 0
     assert report["ndcg_at_50"]["cmds_dml"] is None  # never refitted, never scored
     for name in ("ndcg_at_50.png", "learning_time.png"):
@@ -192,8 +193,8 @@ def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> N
     )
     pipeline.start()
     compiled = {kernel: len(kernel.signatures) for kernel in (learn_linear, learn_arow)}
-    assert pipeline.online.options.algos == ONLINE_MODELS
-    assert pipeline.learning_seconds == dict.fromkeys(ONLINE_MODELS + BATCH_MODELS, 0.0)
+    assert pipeline.online.options.algos == names()
+    assert pipeline.learning_seconds == dict.fromkeys(names() + BATCH_MODELS, 0.0)
     try:
         while not pipeline.done:
             pipeline.step()
@@ -201,7 +202,7 @@ def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> N
         pipeline.close()
     pipeline.close()  # idempotent
     curves = pipeline.clock.arrays()
-    for model in ONLINE_MODELS:  # Fig. 4 reads the worker's own per-model clock
+    for model in names():  # Fig. 4 reads the worker's own per-model clock
         assert curves[model][-1] == pipeline.online.learn_seconds[model] > 0
     assert all(curves[m][-1] == pipeline.refit_seconds[m] > 0 for m in BATCH_MODELS)
     assert pipeline.online.counters.records == pipeline.simulation.triplets_produced

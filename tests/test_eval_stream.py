@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.evals.cbir import ONLINE_GRIDS
 from rankstream.evals.stream import (
     choose_defaults,
     default_variants,
@@ -73,7 +72,9 @@ def test_summary_spreads_each_gain_over_the_seeds(result) -> None:
 
 def test_the_grid_is_eval_cbirs_and_every_point_is_a_variant() -> None:
     variants = grid_variants()
-    expected = sum(int(np.prod([len(v) for v in grid.values()])) for grid in ONLINE_GRIDS.values())
+    expected = sum(
+        int(np.prod([len(v) for v in grid.values()])) for grid in learners.grids().values()
+    )
     assert len(variants) == expected
     assert variants["opr"] == ("opr", {}) and variants["opar1 C=0.0001"] == ("opar1", {"C": 1e-4})
     assert default_variants() == {algo: (algo, {}) for algo in learners.names()}
@@ -100,7 +101,7 @@ def test_defaults_average_the_gain_over_collections_not_just_one() -> None:
 def test_the_learners_defaults_are_points_of_the_validation_grid() -> None:
     """`ranking.learners.HYPERPARAMETERS` holds what `eval stream --grid` chose."""
     for name, spec in learners.HYPERPARAMETERS.items():
-        assert any(spec.default in grid.get(name, ()) for grid in ONLINE_GRIDS.values()), name
+        assert any(spec.default in grid.get(name, ()) for grid in learners.grids().values()), name
 
 
 def test_run_online_experiment_is_the_ndcg_of_the_named_loop(tmp_path) -> None:

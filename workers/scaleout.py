@@ -32,8 +32,10 @@ Models learn on standardized phi, so each w_k is first brought to raw-phi space
 same x then gets the same margin from the mix as the weighted mean of the partition
 models' margins. The mix is published with scaler std s = sum_k (n_k/N) s_k and mean
 sum_k (n_k/N) m_k and weights s * v, so `OnlineRanker.score` of the mix equals
-sum_k (n_k/N) score_k plus a per-query constant (same ranking). AROW's covariance is
-mixed the same way. Partitions whose model has no scaler yet are left out (n_k = 0).
+sum_k (n_k/N) score_k plus a per-query constant (same ranking). A learner's extra state
+is mixed as its spec's `mix_state` says (AROW's covariance the same way:
+`ranking.learners.mix_covariances`). Partitions whose model has no scaler yet are left
+out (n_k = 0).
 
 Which mix: the one-shot mix above, recomputed from the *stored* partition models
 every `mix_seconds`, not McDonald's iterative variant that feeds the mix back into
@@ -110,12 +112,11 @@ def mix_rankers(rankers: Sequence[OnlineRanker]) -> OnlineRanker:
     mixed = OnlineRanker(
         algo=first.algo, **first.params, scaler=scaler, warm_start=std * (share @ raw)
     )
-    if first.algo == "arow":
-        raw_sigma = sum(
-            a * r.sigma / np.outer(s, s)  # type: ignore[operator]
-            for a, r, s in zip(share, rankers, stds, strict=True)
-        )
-        mixed._state["sigma"] = raw_sigma * np.outer(std, std)
+    states = [r._state for r in rankers]
+    if any(states):
+        if first.spec.mix_state is None:
+            raise ValueError(f"learner {first.algo!r} declares no mix_state for its state")
+        mixed._state.update(first.spec.mix_state(states, share, stds, std))
     mixed.n_seen = int(seen.sum())
     mixed.n_updates = int(sum(r.n_updates for r in rankers))
     if not np.isfinite(mixed.weights).all():

@@ -67,8 +67,8 @@ long rule_{code}(const float *phi, const int32_t *p1, const int32_t *p2, const d
 """
 
 _AROW = """
-long arow(const float *phi, const int32_t *p1, const int32_t *p2, const double *y,
-          long n, long d, double *w, double *sigma, double r) {
+long learner_arow(const float *phi, const int32_t *p1, const int32_t *p2, const double *y,
+                  long n, long d, double *w, double *sigma, double r) {
     double x[d], v[d];
     long updates = 0;
     for (long i = 0; i < n; i++) {
@@ -122,8 +122,11 @@ class CReference:
             function = getattr(self.library, f"rule_{spec.linear_rule}")
             param = params[spec.uses[0]] if spec.uses else 0.0
             return lambda phi, p1, p2, y: _linear(function, phi, p1, p2, y, param)
-        if spec.name == "arow":
-            return lambda phi, p1, p2, y: _arow(self.library.arow, phi, p1, p2, y, params["r"])
+        # a compiled-pass learner's C twin is the library's `learner_{name}` (AROW's)
+        twin = getattr(self.library, f"learner_{spec.name}", None) if spec.triplet_kernel else None
+        if twin is not None:
+            param = params[spec.uses[0]]
+            return lambda phi, p1, p2, y: _arow(twin, phi, p1, p2, y, param)
         return None
 
 
@@ -197,5 +200,6 @@ def build() -> CReference | str:
     for code in _STEPS:
         function = getattr(library, f"rule_{code}")
         function.restype, function.argtypes = long, [*rows, ctypes.c_double]
-    library.arow.restype, library.arow.argtypes = long, [*rows, pointer, ctypes.c_double]
+    arow = library.learner_arow
+    arow.restype, arow.argtypes = long, [*rows, pointer, ctypes.c_double]
     return CReference(library, " ".join(["cc", *FLAGS]))

@@ -99,12 +99,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_table(report: dict, served: str) -> None:
     """One row per model: NDCG@50, mAP, their gains over Uni-Con, learning time, served."""
-    from rankstream.demo import REPORT_MODELS
-    from rankstream.plots import MODEL_LABELS
+    from rankstream.plots import model_label
     from rankstream.tables import print_method_table
 
     rows = {
-        MODEL_LABELS.get(m, m): {
+        model_label(m): {
             "NDCG@50": report["ndcg_at_50"][m],
             "vs Uni-Con": report["improvement_over_uni_con"].get(m),
             "mAP": report["map"][m],
@@ -113,7 +112,7 @@ def _print_table(report: dict, served: str) -> None:
             "learning s": report["learning_seconds"][m],
             "served": report["served_by"].get(m, 0),
         }
-        for m in REPORT_MODELS
+        for m in report["ndcg_at_50"]  # every model of the run, in its order
     }
     rows["first call"] = {"learning s": report["learners_first_call"]["cpu_seconds"]}
     print_method_table(

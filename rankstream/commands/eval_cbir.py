@@ -133,7 +133,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.evals.cbir import PAPER_TABLE2_IMAGECLEF, summarise_seeds
+    from rankstream.evals.cbir import paper_table2_imageclef, summarise_seeds
     from rankstream.plots import plot_method_scores
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
 
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     plot = plot_method_scores(
         {m: [r["map"][m] for r in results] for m in results[0]["map"]},
         args.plot or f"report/cbir_{args.dataset}.png",
-        reference=PAPER_TABLE2_IMAGECLEF,
+        reference=paper_table2_imageclef(),
         reference_label="paper, ImageCLEF (Table 2)",
         title=f"{args.dataset}: test mAP, seeds {', '.join(map(str, seeds))}",
     )

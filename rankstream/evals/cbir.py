@@ -37,39 +37,55 @@ from typing import Any
 import numpy as np
 
 from rankstream.evals.cbir_datasets import DATASETS
+from rankstream.ranking import learners
 from rankstream.ranking.baselines import BestFea, RankSVM, UniCon
 from rankstream.ranking.metrics import average_precision, mean_over_queries, ndcg_at_k
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.cbir_testbed import CBIRTestBed, RankedQuery
 
-METHODS = ("uni_con", "best_fea", "ranksvm", "opr", "opar1", "opar2", "ogdr", "arow")
-LEARNED = METHODS[2:]  # the methods that learn from the training triplets
+BASELINES = ("uni_con", "best_fea", "ranksvm")
 
-ONLINE_GRIDS: dict[str, dict[str, Sequence[float]]] = {
-    "opr": {},
-    "opar1": {"C": (0.0001, 0.001, 0.01, 0.1, 1.0)},
-    "opar2": {"C": (0.0001, 0.001, 0.01, 0.1, 1.0)},
-    "ogdr": {"eta": (0.0001, 0.001, 0.01, 0.1, 1.0)},
-    "arow": {"r": (0.1, 1.0, 10.0, 100.0)},
-}
-"""Validation grids for the online rankers (the paper chooses them by cross validation)."""
+
+def methods() -> tuple[str, ...]:
+    """The baselines, then every online learner registered now (`ranking.learners`)."""
+    return (*BASELINES, *learners.names())
+
+
+def learned() -> tuple[str, ...]:
+    """The methods that learn from the training triplets: RankSVM and the online ones."""
+    return methods()[2:]
+
+
+# The online rankers' validation grids are their specs' (`ranking.learners.grids()`).
 
 INITIALISATIONS = ("zero", "uni_con")
 """Starting weights validation chooses from for every online ranker (zero first on ties)."""
 
 RANKSVM_GRID: Sequence[float] = (0.01, 0.1, 1.0)
 
-# The online-LTR paper's Table 2, ImageCLEF column (test mAP; it has no AROW), and its
-# Table 3 (seconds to train on ImageCLEFFlickr's 3 million triplets; no baselines).
-PAPER_TABLE2_IMAGECLEF: dict[str, float | None] = {
-    "uni_con": 0.6174, "best_fea": 0.5777, "ranksvm": 0.6585, "opr": 0.6555,
-    "opar1": 0.6556, "opar2": 0.6632, "ogdr": 0.6626, "arow": None,
-}  # fmt: skip
-PAPER_TABLE3_SECONDS: dict[str, float | None] = {
-    "uni_con": None, "best_fea": None, "ranksvm": 4737.0, "opr": 1154.0,
-    "opar1": 1370.0, "opar2": 1708.0, "ogdr": 2307.0, "arow": None,
-}  # fmt: skip
+# The online-LTR paper's Table 2, ImageCLEF column (test mAP), and its Table 3 (seconds
+# to train on ImageCLEFFlickr's 3 million triplets; no baselines): the baselines' here,
+# each online learner's in its spec (None: the paper has none, as for AROW).
+_PAPER_BASELINES = {
+    "uni_con": (0.6174, None),
+    "best_fea": (0.5777, None),
+    "ranksvm": (0.6585, 4737.0),
+}
+
+
+def paper_table2_imageclef() -> dict[str, float | None]:
+    """The paper's test mAP per method (`methods()`), None where it has none."""
+    online = {n: s.paper_map for n, s in learners.LEARNERS.items()}
+    return {**{m: v[0] for m, v in _PAPER_BASELINES.items()}, **online}
+
+
+def paper_table3_seconds() -> dict[str, float | None]:
+    """The paper's training seconds per method (`methods()`), None where it has none."""
+    online = {n: s.paper_seconds for n, s in learners.LEARNERS.items()}
+    return {**{m: v[1] for m, v in _PAPER_BASELINES.items()}, **online}
+
+
 LARGE_SCALE_ROWS = 3_000_000
 """§5.4: 3 million training triplets (ImageCLEFFlickr in the paper)."""
 
@@ -128,7 +144,7 @@ def _online_candidates(
     algo: str, scaler: Standardizer, X: np.ndarray, y: np.ndarray
 ) -> list[tuple[dict[str, Any], Callable[[], OnlineRanker]]]:
     """Every (initialisation, grid point) of `algo`, each a one-pass fit over (X, y)."""
-    grid = ONLINE_GRIDS[algo]
+    grid = learners.learner(algo).grid
     points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     return [
         ({"init": init, **hyper}, partial(_fit_online, algo, scaler, X, y, init, hyper))
@@ -168,26 +184,27 @@ def evaluate_testbed(
     models["ranksvm"], params["ranksvm"], seconds["ranksvm"] = _select(
         ranksvm_grid, testbed.val_queries
     )
-    for algo, grid in ONLINE_GRIDS.items():
+    for algo, grid in learners.grids().items():
         say(f"{algo}: one pass over {len(y):,} rows per grid point {dict(grid)} x init")
         models[algo], params[algo], seconds[algo] = _select(
             _online_candidates(algo, scaler, X, y), testbed.val_queries
         )
 
     say("scoring the test queries")
+    scored = methods()
     return {
         "dataset": testbed.name,
         "seed": seed,
         "queries": testbed.query_counts,
         "train_rows": int(y.shape[0]),
-        "map": {m: mean_ap(models[m].score, testbed.test_queries) for m in METHODS},
-        "ndcg_at_50": {m: mean_ndcg_at_50(models[m].score, testbed.test_queries) for m in METHODS},
+        "map": {m: mean_ap(models[m].score, testbed.test_queries) for m in scored},
+        "ndcg_at_50": {m: mean_ndcg_at_50(models[m].score, testbed.test_queries) for m in scored},
         "params": params,
-        "val_map": {m: mean_ap(models[m].score, testbed.val_queries) for m in METHODS},
+        "val_map": {m: mean_ap(models[m].score, testbed.val_queries) for m in scored},
         "train_cpu_seconds": seconds,
         "paper": {
-            "table2_imageclef_map": PAPER_TABLE2_IMAGECLEF,
-            "table3_seconds": PAPER_TABLE3_SECONDS,
+            "table2_imageclef_map": paper_table2_imageclef(),
+            "table3_seconds": paper_table3_seconds(),
         },
     }
 
@@ -206,7 +223,7 @@ def evaluate_cbir(
     Returns {"dataset", "seed", "queries": {"train", "val", "test"}, "train_rows",
     "map": {method: float}, "ndcg_at_50": {method: float}, "params": {method: {...}},
     "val_map": {method: float}, "train_cpu_seconds": {method: float | None},
-    "paper": {"table2_imageclef_map", "table3_seconds"}} with methods `METHODS`.
+    "paper": {"table2_imageclef_map", "table3_seconds"}} with methods `methods()`.
     `max_queries` caps the validation and test queries each (for quick runs);
     `train_rows` the training rows; `large_scale` means §5.4's 3 million of them.
     """
@@ -244,22 +261,23 @@ def summarise_seeds(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     Uni-Con and over Best-Fea, paired by seed (same folds and queries), in percent."""
     if not runs:
         raise ValueError("need at least one run to summarise")
-    maps = {m: [run["map"][m] for run in runs] for m in METHODS}
+    scored, learning = methods(), learned()
+    maps = {m: [run["map"][m] for run in runs] for m in scored}
     gains: dict[str, dict[str, Any]] = {}
     for baseline in ("uni_con", "best_fea"):
         gains[baseline] = {
             m: spread([(run["map"][m] / run["map"][baseline] - 1.0) * 100 for run in runs])
-            for m in LEARNED
+            for m in learning
         }
     above_both = {
         m: all(run["map"][m] > max(run["map"]["uni_con"], run["map"]["best_fea"]) for run in runs)
-        for m in LEARNED
+        for m in learning
     }
     return {
         "dataset": runs[0]["dataset"],
         "seeds": [run["seed"] for run in runs],
         "map": {m: spread(values) for m, values in maps.items()},
-        "ndcg_at_50": {m: spread([run["ndcg_at_50"][m] for run in runs]) for m in METHODS},
+        "ndcg_at_50": {m: spread([run["ndcg_at_50"][m] for run in runs]) for m in scored},
         "gain_over_uni_con_percent": gains["uni_con"],
         "gain_over_best_fea_percent": gains["best_fea"],
         "above_uni_con_and_best_fea_every_seed": above_both,

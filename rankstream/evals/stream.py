@@ -11,14 +11,15 @@ Two uses:
 
 * **Calibration** (`grid=False`): every learner at its default hyper-parameters; the
   README's calibration table (seeds 0-2), with the paper's figures beside it
-  (`PAPER_STREAM`, `evals.cbir.PAPER_TABLE2_IMAGECLEF`).
-* **Choosing the defaults** (`grid=True`): every point of `evals.cbir.ONLINE_GRIDS`
-  (the eval's own validation grids) on validation seeds the calibration never uses
-  (100, 101), and, per hyper-parameter, the value with the highest NDCG@50 gain over
-  Uni-Con averaged over the collections, the seeds and the learners that read it
-  (`choose_defaults`). Averaging over both collections is the point: a step size tuned
-  on the synthetic collection alone serves real photos worse than Uni-Con. The result
-  is written once, in `ranking.learners.HYPERPARAMETERS`.
+  (`PAPER_STREAM`, `evals.cbir.paper_table2_imageclef`).
+* **Choosing the defaults** (`grid=True`): every point of the learners' validation
+  grids (`ranking.learners.grids()`, the ones `eval cbir` validates on) on validation
+  seeds the calibration never uses (100, 101), and, per hyper-parameter, the value with
+  the highest NDCG@50 gain over Uni-Con averaged over the collections, the seeds and
+  the learners that read it (`choose_defaults`). Averaging over both collections is the
+  point: a step size tuned on the synthetic collection alone serves real photos worse
+  than Uni-Con. The result is written once, in `ranking.learners` (each
+  `HyperParameter`'s default).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.evals.cbir import ONLINE_GRIDS, PAPER_TABLE2_IMAGECLEF, spread
+from rankstream.evals.cbir import paper_table2_imageclef, spread
 from rankstream.ranking import learners
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.feedback import Variant, online_experiment_scores
@@ -52,10 +53,11 @@ def default_variants(algos: Iterable[str] | None = None) -> dict[str, Variant]:
     return {algo: (algo, {}) for algo in algos or learners.names()}
 
 
-def grid_variants(grids: Mapping[str, Mapping[str, Sequence[float]]] = ONLINE_GRIDS) -> dict:
-    """Every grid point of every learner, named "opar1 C=0.0001" ("opr" has none)."""
+def grid_variants(grids: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> dict:
+    """Every grid point of every learner (default: `ranking.learners.grids()`), named
+    "{algo} C=0.0001" (a learner with no hyper-parameter: its name alone)."""
     variants: dict[str, Variant] = {}
-    for algo, grid in grids.items():
+    for algo, grid in (learners.grids() if grids is None else grids).items():
         for values in itertools.product(*grid.values()):
             params = dict(zip(grid, values, strict=True))
             label = " ".join(f"{name}={value:g}" for name, value in params.items())
@@ -194,7 +196,7 @@ def evaluate_stream(
         "hyperparameters": learners.hyperparameters(),
         "runs": runs,
         "summary": summarise(runs),
-        "paper": {"stream": PAPER_STREAM, "table2_imageclef_map": PAPER_TABLE2_IMAGECLEF},
+        "paper": {"stream": PAPER_STREAM, "table2_imageclef_map": paper_table2_imageclef()},
     }
     if grid:
         result["chosen"] = choose_defaults(runs)
