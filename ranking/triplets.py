@@ -9,7 +9,7 @@ the normalized form the wire carries (`stream.schema`, version 2), recordings st
 the compiled learners read directly (x = phi[p1] - phi[p2], formed inside the loop).
 
 The simulator produces blocks (`simulators.feedback`), the wire schema encodes and
-decodes them, recordings store and read them back (`stream.recording`), the learners
+decodes them, recordings store and read them back (`stream.recording_*`), the learners
 take their rows; all use this class, so y is derived in one place. It lives in
 `ranking/`, the lowest layer, as the learners' input: `stream/` imports this module
 and nothing else of `ranking/` (`tests/test_architecture.py`).

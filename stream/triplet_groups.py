@@ -1,7 +1,7 @@
 """Triplet blocks as groups: each judged query's triplets with its own image table.
 
 The normalized wire form (`stream.schema`, triplets version 2) and the version-2
-recordings (`stream.recording`) store a block as *groups*: a group is a run of
+recordings (`stream.recording_files`) store a block as *groups*: a group is a run of
 triplets of one query whose `seq` values are consecutive, with the table of the
 distinct images they reference (`image_id`, `phi`) and the triplets as small indices
 into that table (`p1`, `p2`, int16) plus `rel1`, `rel2`. A group's seq is implicit:

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
-from rankstream.stream import codec, recording
+from rankstream.stream import codec, recording_files, recording_reader, recording_writer
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import (
@@ -614,7 +614,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out = {}
     for kind, seeds in (("triplets", SEEDS["triplets"]), ("queries", SEEDS["queries"])):
         directory = tmp_path_factory.mktemp(f"rec-{kind}")
-        writer = recording.RecordingWriter(directory, kind, f"t.{kind}")
+        writer = recording_writer.RecordingWriter(directory, kind, f"t.{kind}")
         for offset, value in enumerate(seeds):
             writer.add(Message(f"t.{kind}", 0, offset, b"k", value, 0))
         out[kind] = writer.commit().read_bytes()  # type: ignore[union-attr]
@@ -641,13 +641,13 @@ def test_fuzz_recorded_logs(
         (directory / kind).mkdir()
         (directory / kind / "00000000.parquet").write_bytes(bytes(original))
         try:
-            messages = list(recording.iter_messages(directory, kind))
-        except recording.RecordingError:
+            messages = list(recording_reader.iter_messages(directory, kind))
+        except recording_files.RecordingError:
             messages = []
         for m in messages:  # whatever a damaged log still yields is a valid message
             (decode_triplets if kind == "triplets" else decode_query)(m.value)
-        counts = recording.ReadCounts()
-        kept = list(recording.iter_messages(directory, kind, skip_bad=True, counts=counts))
+        counts = recording_reader.ReadCounts()
+        kept = list(recording_reader.iter_messages(directory, kind, skip_bad=True, counts=counts))
         assert counts.bad_files + counts.bad_rows > 0 or len(kept) >= len(messages)
 
 

@@ -24,7 +24,7 @@ from rankstream.ranking import learners
 from rankstream.ranking.learners import HYPERPARAMETERS, HyperParameter, LearnerSpec
 from rankstream.ranking.online import OnlineRanker
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.recording import RecordingWriter
+from rankstream.stream.recording_writer import RecordingWriter
 from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Message

@@ -20,15 +20,14 @@ import pytest
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.connect import open_transport
-from rankstream.stream.recording import (
-    RecordingWriter,
+from rankstream.stream.recording_files import (
     WidthMismatchError,
     committed_positions,
-    iter_messages,
-    iter_triplet_chunks,
     log_paths,
     read_log_file,
 )
+from rankstream.stream.recording_reader import iter_messages, iter_triplet_chunks
+from rankstream.stream.recording_writer import RecordingWriter
 from rankstream.stream.schema import block_key, decode_triplets, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Message

@@ -9,13 +9,10 @@ import pytest
 
 from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.embedded import EmbeddedTransport
-from rankstream.stream.recording import (
-    RecordingError,
-    RecordingWriter,
-    iter_messages,
-    log_paths,
-    replay_log,
-)
+from rankstream.stream.recording_files import RecordingError, log_paths
+from rankstream.stream.recording_reader import iter_messages
+from rankstream.stream.recording_replay import replay_log
+from rankstream.stream.recording_writer import RecordingWriter
 from rankstream.stream.schema import (
     JudgedQuery,
     block_key,

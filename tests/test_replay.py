@@ -23,13 +23,13 @@ import pytest
 from rankstream.cli import main
 from rankstream.harness.generator import TripletGenerator
 from rankstream.stream.connect import open_store, open_transport
-from rankstream.stream.recording import (
+from rankstream.stream.recording_files import (
     RecordingError,
-    iter_messages,
     log_paths,
     read_log_file,
     triplet_log_schema,
 )
+from rankstream.stream.recording_reader import iter_messages
 from rankstream.stream.schema import block_key, decode_triplets, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256

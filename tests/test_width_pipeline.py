@@ -23,7 +23,8 @@ from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.feedback import RetrievedQuery, judge
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.recording import WidthMismatchError, replay_log
+from rankstream.stream.recording_files import WidthMismatchError
+from rankstream.stream.recording_replay import replay_log
 from rankstream.stream.schema import (
     JudgedQuery,
     decode_dead_letter,

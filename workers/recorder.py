@@ -1,7 +1,7 @@
 """The recorder: topics copied into a recording directory, resuming where the files end.
 
 `RecorderHandler` is the recorder's own part, run by the stream runtime
-(`workers.runtime`). Its state is the files on disk (`stream.recording`): every
+(`workers.runtime`). Its state is the files on disk (`stream.recording_writer`): every
 partition is read from the position after its last committed message (or from the
 beginning), so a recorder killed at any moment and restarted records every message
 exactly once: buffered messages that never reached a file are simply read again. The
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankstream.stream.recording import DEFAULT_ROW_GROUP_ROWS, RecordingWriter, WriterCounts
+from rankstream.stream.recording_files import DEFAULT_ROW_GROUP_ROWS
+from rankstream.stream.recording_writer import RecordingWriter, WriterCounts
 from rankstream.stream.settings import DEFAULT_PHI_DIM, Settings
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers.runtime import Handler, StreamRuntime

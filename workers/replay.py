@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rankstream.ranking import learners
-from rankstream.stream.recording import (
+from rankstream.stream.recording_files import RecordingError
+from rankstream.stream.recording_reader import (
     ReadCounts,
-    RecordingError,
     TripletChunk,
     iter_triplet_chunks,
     nonfinite_rows,

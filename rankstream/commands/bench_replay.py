@@ -50,7 +50,7 @@ def write_log(
 ) -> int:
     """Record a generated stream as `rankstream record` would; returns the bytes on disk."""
     from rankstream.harness.generator import TripletGenerator
-    from rankstream.stream.recording import RecordingWriter
+    from rankstream.stream.recording_writer import RecordingWriter
     from rankstream.stream.schema import block_key, encode_triplets
     from rankstream.stream.transport import Message
 

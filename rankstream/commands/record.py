@@ -1,7 +1,7 @@
 """`rankstream record --out DIR`: write the triplet (and judged-query) streams to Parquet.
 
 Resumable: a restart continues after the last message in DIR's committed files, so an
-interrupted recording has neither gaps nor duplicates (see `stream.recording`).
+interrupted recording has neither gaps nor duplicates (see `stream.recording_writer`).
 """
 
 from __future__ import annotations

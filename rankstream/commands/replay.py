@@ -91,7 +91,7 @@ def _run_direct(args: argparse.Namespace) -> int:
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
     from rankstream.commands._usage import UsageError
-    from rankstream.stream.recording import RecordingError, WidthMismatchError
+    from rankstream.stream.recording_files import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
@@ -134,7 +134,8 @@ def _run_into_transport(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import UsageError
     from rankstream.commands.record import KIND_TOPICS
     from rankstream.stream.connect import open_transport
-    from rankstream.stream.recording import RecordingError, WidthMismatchError, replay_log
+    from rankstream.stream.recording_files import RecordingError, WidthMismatchError
+    from rankstream.stream.recording_replay import replay_log
     from rankstream.stream.settings import Settings
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
@@ -185,7 +186,7 @@ def _run_into_transport(args: argparse.Namespace) -> int:
 
 def _log_rows(directory: str) -> int:
     """Triplets in the log's footers (for the progress bar); 0 if unreadable."""
-    from rankstream.stream.recording import RecordingError, log_paths, read_log_file
+    from rankstream.stream.recording_files import RecordingError, log_paths, read_log_file
 
     total = 0
     for path in log_paths(directory, "triplets"):
