@@ -46,6 +46,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.services)
 
 
+# -- data sets a test may not have -------------------------------------------------------
+
+
+def _missing_data(error: BaseException) -> str | None:
+    """Why a test could not get its data, when that is why it failed: Fashion-MNIST is
+    not installed here and the error is about its files (the message names the Debian
+    package and `make datasets`). Any other error, or any error while the files are
+    there, stays a failure."""
+    from rankstream.simulators import fashion_mnist
+
+    if not isinstance(error, FileNotFoundError) or fashion_mnist.is_installed():
+        return None
+    where = str(fashion_mnist.DEFAULT_DIR)
+    if where in str(error) or where in str(error.filename or ""):
+        return fashion_mnist.missing_message(fashion_mnist.DEFAULT_DIR)
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A test (or its fixture) that needs a data set this machine does not have is
+    skipped with the reason, except under CI=true, where it fails: `make test` installs
+    the data first, so CI never skips it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None and not _in_ci():
+        reason = _missing_data(call.excinfo.value)
+        if reason is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {reason}")
+
+
 # -- real services --------------------------------------------------------------------
 
 

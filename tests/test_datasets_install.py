@@ -10,6 +10,7 @@ from rankstream.harness import datasets
 from rankstream.harness.services import install
 from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.progress import Progress
+from rankstream.simulators import fashion_mnist
 from rankstream.simulators.fashion_mnist import DEBIAN_PACKAGE
 
 
@@ -29,12 +30,19 @@ def apt_calls(monkeypatch, tmp_path) -> list[tuple[str, ...]]:
     return calls
 
 
-def test_the_fashion_mnist_package_is_listed_and_checked_by_its_files() -> None:
-    assert DEBIAN_PACKAGE in datasets.DATA_PACKAGES
-    assert datasets.DATA_PACKAGES[DEBIAN_PACKAGE]() is True  # make test installed it
+def test_the_fashion_mnist_package_is_listed_and_checked_by_its_files(tmp_path) -> None:
+    """Installed means the loader's four idx files are there (any machine, no data needed)."""
+    assert datasets.DATA_PACKAGES[DEBIAN_PACKAGE] is fashion_mnist.is_installed
+    names = [name for files in fashion_mnist.SPLIT_FILES.values() for name in files]
+    for name in names[:-1]:
+        (tmp_path / name).write_bytes(b"")
+    assert not fashion_mnist.is_installed(tmp_path)
+    (tmp_path / names[-1]).write_bytes(b"")
+    assert fashion_mnist.is_installed(tmp_path)
 
 
-def test_nothing_happens_when_the_files_are_there(apt_calls, tmp_path) -> None:
+def test_nothing_happens_when_the_files_are_there(apt_calls, monkeypatch, tmp_path) -> None:
+    monkeypatch.setitem(datasets.DATA_PACKAGES, DEBIAN_PACKAGE, lambda: True)
     datasets.ensure_data_packages(tmp_path / "apt.log", Progress(quiet=True))
     assert apt_calls == []
 
