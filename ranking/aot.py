@@ -46,8 +46,41 @@ MODES = ("auto", "aot", "jit")  # auto: the build when there is one; aot: requir
 _SOURCES = ("kernels.py", "lanes.py", "rules.py", "aot.py")  # what the compiled code is made of
 
 
+# The numba releases the build is tested on, [first, last) by major.minor: it reaches
+# into numba.pycc's internals (`_dispatcher_flags`), which numba does not keep stable.
+# pyproject.toml pins numba to the same range (tests/test_aot.py checks they agree).
+TESTED_NUMBA = ((0, 68), (0, 69))
+
+
 class AotUnavailableError(RuntimeError):
     """`set_mode("aot")` without a loadable build for this machine and these sources."""
+
+
+class UntestedNumbaError(RuntimeError):
+    """The installed numba is outside `TESTED_NUMBA`: no build (the JIT serves)."""
+
+
+def check_numba_version(installed: str) -> None:
+    """UntestedNumbaError unless `installed` (e.g. "0.68.1") is in `TESTED_NUMBA`.
+
+    >>> check_numba_version("0.68.1")
+    >>> check_numba_version("0.70.0")
+    Traceback (most recent call last):
+    ...
+    rankstream.ranking.aot.UntestedNumbaError: numba 0.70.0 is outside ... (>=0.68, <0.69): ...
+    """
+    first, last = TESTED_NUMBA
+    try:
+        major_minor = tuple(int(part) for part in installed.split(".")[:2])
+    except ValueError:
+        major_minor = (-1,)
+    if not first <= major_minor < last:
+        raise UntestedNumbaError(
+            f"numba {installed} is outside the range the ahead-of-time build is tested on "
+            f"(>={'.'.join(map(str, first))}, <{'.'.join(map(str, last))}): it patches "
+            "numba.pycc internals, so it is not built and the JIT serves every call (same "
+            "weights)"
+        )
 
 
 @dataclass(frozen=True)
@@ -246,11 +279,14 @@ def build() -> Path:
 
     Written to a temporary name and renamed into place, so a concurrent loader never
     sees half a file; builds for older sources are removed. Needs a C compiler (pycc
-    compiles its module wrapper with it).
+    compiles its module wrapper with it) and a numba in `TESTED_NUMBA`
+    (UntestedNumbaError otherwise).
     """
     import tempfile
     import warnings
+    from importlib.metadata import version
 
+    check_numba_version(version("numba"))  # before anything reaches into numba.pycc
     from numba.core.errors import NumbaPendingDeprecationWarning
 
     from rankstream.ranking import kernels

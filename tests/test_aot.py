@@ -189,3 +189,28 @@ def test_replay_refuses_a_required_build_that_is_missing(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert {m["triplets_seen"] for m in json.loads(done.stdout).values()} == {2_000}
+
+
+def test_numba_is_pinned_to_the_range_the_build_is_tested_on() -> None:
+    """pyproject.toml's numba pin is aot.TESTED_NUMBA, and the installed numba is in it."""
+    import tomllib
+    from importlib.metadata import version
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (pin,) = [d for d in project["project"]["dependencies"] if d.startswith("numba")]
+    first, last = (".".join(map(str, v)) for v in aot.TESTED_NUMBA)
+    assert pin == f"numba>={first},<{last}"
+    aot.check_numba_version(version("numba"))
+
+
+def test_an_untested_numba_is_refused_before_pycc_is_touched(monkeypatch) -> None:
+    """Outside the tested range the build stops with a clear error (and `main` falls
+    back to the JIT), before anything patches numba.pycc."""
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.99.0")
+    with pytest.raises(aot.UntestedNumbaError, match=r"numba 0\.99\.0 is outside .*JIT"):
+        aot.build()
+    for version in ("0.67.9", "1.0.0", "dev"):
+        with pytest.raises(aot.UntestedNumbaError):
+            aot.check_numba_version(version)
