@@ -1,12 +1,28 @@
 """The `rankstream` command line.
 
+Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one against it):
+
+    demo                      the embedded pipeline, no services
+    simulate                  the CBIR engine and its users, producing feedback
+    serve                     the HTTP API: rank, take feedback
+    worker online|batch|evaluator
+                              the long-running workers
+    record, replay            logged streams to Parquet and back (or trained from)
+    model show|list|pin|unpin|history
+                              the stored models
+    eval cbir|dml|mkl|stream  the papers' experiments
+    bench learners|pipeline|scaleout|replay|serve|ingest
+                              the benchmarks (one JSON object each)
+    services up|down|status   local Kafka, Redis and Prometheus
+    chaos                     faults on the real pipeline, exactly-once checked
+
 Each command lives in its own module under `rankstream.commands` and exposes two
 functions: `add_arguments(parser)` (cheap: no heavy imports) and `run(args) -> int`.
 This file only maps command words to modules, so adding a command never touches the
 others. Heavy imports (numba, pyarrow, kafka) happen inside `run`, which keeps
 `rankstream --help` fast. When the command line names a command, only that command's
 module is imported (its `add_arguments` fills its parser; the others keep their help
-line), so a command's start-up does not pay for the other twenty modules.
+line), so a command's start-up does not pay for the other modules.
 """
 
 from __future__ import annotations

@@ -26,6 +26,25 @@ def test_every_command_prints_help(words, capsys):
     assert "usage: rankstream " + " ".join(words) in capsys.readouterr().out
 
 
+def test_the_module_docstring_lists_the_commands_as_they_are():
+    """Every command of `COMMANDS`, and no other, in the docstring's list: a word, or a
+    group's word followed by its sub-commands joined by "|" (or ", " for siblings)."""
+    import re
+
+    import rankstream.cli as cli
+
+    listing = cli.__doc__.split("\n\n")[2]  # the indented block after "Its commands"
+    listed: set[tuple[str, ...]] = set()
+    for line in listing.splitlines():
+        first = line.strip().split("  ")[0]
+        if not line.startswith("    ") or line.startswith("      ") or not first:
+            continue  # a wrapped description
+        for entry in re.split(r",\s*", first):
+            head, _, rest = entry.partition(" ")
+            listed |= {(head, sub) for sub in rest.split("|")} if rest else {(head,)}
+    assert listed == set(COMMANDS)
+
+
 def test_design_md_commands_are_all_registered():
     """docs/DESIGN.md's CLI contract names these command words."""
     contract = {
