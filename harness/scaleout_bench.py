@@ -36,7 +36,6 @@ from typing import Any
 from rankstream.ranking import learners
 from rankstream.stream.settings import Settings
 
-ALGOS = learners.worker_defaults()  # the online worker's default learners
 BENCH_QUERIES_PER_MESSAGE = 7  # ~2,000 triplets a message, as the benchmark always sent
 GROUP = "scaleout-bench"
 BENCH_CHECKPOINT_SECONDS = 1.0
@@ -72,7 +71,7 @@ def worker_command(group: str) -> list[str]:
     from rankstream.workers.online import WorkerOptions
 
     options = WorkerOptions(
-        algos=ALGOS,
+        algos=learners.worker_defaults(),  # the online worker's default learners
         checkpoint_records=1_000_000,
         checkpoint_seconds=BENCH_CHECKPOINT_SECONDS,
         exit_when_idle=EXIT_WHEN_IDLE,
@@ -95,7 +94,7 @@ def seen_by_partition(store: Any, partitions: int) -> dict[str, list[int]]:
     from rankstream.workers.scaleout import partition_model_name
 
     seen: dict[str, list[int]] = {}
-    for algo in ALGOS:
+    for algo in learners.worker_defaults():
         models = [store.load(partition_model_name(algo, p)) for p in range(partitions)]
         seen[algo] = [0 if m is None else int(m.meta["triplets_seen"]) for m in models]
     return seen

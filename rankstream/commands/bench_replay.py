@@ -27,7 +27,6 @@ from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.ranking import learners
 from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
-ALGOS = ",".join(learners.worker_defaults())  # the online worker's default learners
 TOPIC = "bench.triplets"
 
 
@@ -77,7 +76,7 @@ def replay_command(directory, kernels: str) -> list[str]:
         str(directory),
         "--direct",
         "--algo",
-        ALGOS,
+        ",".join(learners.worker_defaults()),  # the online worker's default learners
         "--kernels",
         kernels,
         "--json",
@@ -101,7 +100,7 @@ def timed_replay(directory, n_triplets: int, kernels: str) -> tuple[float, float
         raise RuntimeError(f"replay exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     models = json.loads(done.stdout)
     seen = {name: m["triplets_seen"] for name, m in models.items()}
-    if sorted(seen) != sorted(ALGOS.split(",")) or set(seen.values()) != {n_triplets}:
+    if sorted(seen) != sorted(learners.worker_defaults()) or set(seen.values()) != {n_triplets}:
         raise RuntimeError(f"replay learned {seen}, expected {n_triplets} per model")
     return seconds, cpu_seconds, {name: m["weights_sha256"] for name, m in models.items()}
 
@@ -169,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     seconds = report["seconds"]
     jit = report["jit_seconds"]
     Console().print(
-        f"replay --direct of {args.triplets:,} triplets through {ALGOS}: "
+        f"replay --direct of {args.triplets:,} triplets through "
+        f"{','.join(learners.worker_defaults())}: "
         f"{seconds:.3f} s median of {args.repeats} (whole process, {modes[0]} kernel), "
         f"{args.triplets / seconds / 1e6:.2f} M triplets/s; CPU {report['cpu_seconds']:.3f} s "
         f"median; numba's JIT in the same run {jit:.3f} s; same weights"
