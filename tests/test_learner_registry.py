@@ -188,7 +188,7 @@ def test_eval_cbir_validates_a_registered_rule_on_its_grid(
 ) -> None:
     from rankstream.cli import main
 
-    argv = ["eval", "cbir", "--train-rows", "1500", "--max-queries", "6", "--json"]
+    argv = ["eval", "cbir", "--train-rows", "600", "--max-queries", "4", "--json"]
     assert main([*argv, "--plot", str(tmp_path / "cbir.png")]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["params"][TOY]["step"] in STEP.grid
