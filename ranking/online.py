@@ -643,9 +643,12 @@ class OnlineRanker(base.MiniBatchClassifier):
                 {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
             )
         grows, names, dim = bool(meta.get("grows", False)), meta.get("features"), meta.get("dim")
+        # a process that had registered another learner stored its hyper-parameters too;
+        # this learner never reads them (its own are known wherever it is)
+        params = {k: v for k, v in meta["params"].items() if k in learners.HYPERPARAMETERS}
         ranker = cls(
             algo=meta["algo"],
-            **meta["params"],
+            **params,
             scaler=scaler,
             dim=None if grows or names is not None else dim,
             features=None if grows or names is None else tuple(names),
