@@ -143,7 +143,8 @@ def test_required_build_that_is_missing_is_refused(tmp_path, monkeypatch) -> Non
 
 
 def test_a_replay_on_the_build_never_imports_numba(build_dir: Path, tmp_path: Path) -> None:
-    from rankstream.commands.bench_replay import ALGOS, write_log
+    from rankstream.commands.bench_replay import write_log
+    from rankstream.ranking.learners import worker_defaults
 
     write_log(tmp_path / "log", 20_000, 2, seed=1)
     script = (
@@ -151,7 +152,7 @@ def test_a_replay_on_the_build_never_imports_numba(build_dir: Path, tmp_path: Pa
         "from rankstream.ranking import aot\n"
         "from rankstream.workers.replay import DirectOptions, train_from_log\n"
         "aot.set_mode(sys.argv[1])\n"
-        f"options = DirectOptions(algos=tuple({ALGOS.split(',')!r}))\n"
+        f"options = DirectOptions(algos={worker_defaults()!r})\n"
         f"result = train_from_log({str(tmp_path / 'log')!r}, options)\n"
         "digests = {k: v['weights_sha256'] for k, v in result.summaries().items()}\n"
         "print(json.dumps({'numba': 'numba' in sys.modules, 'weights': digests}))\n"
