@@ -11,7 +11,7 @@ MODULES = [
     f"rankstream.ranking.{name}"
     for name in (
         "online", "scaling", "metrics", "reservoir", "pairs", "mkl.model", "dml.cmds_dml",
-        "dml.cmds_dml_cv",
+        "dml.cmds_dml_cv", "click_pairs", "propensity", "pdgd",
     )
 ]  # fmt: skip
 
