@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
                     args.seeds,
                     cache,
                     impressions=args.impressions,
-                    progress=not args.json,
+                    progress=True,  # on stderr: --json keeps stdout to the object
                     options=options,
                     plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
                 )
