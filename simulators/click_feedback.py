@@ -28,8 +28,9 @@ from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.pdgd import PDGD
 from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.clicks import ClickModel
-from rankstream.simulators.feedback import RetrievedQuery
+from rankstream.simulators.feedback import Arm, JudgedArm, RetrievedQuery
 
 RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
 DEFAULT_DISPLAY = 50  # results shown per impression: the judged depth and NDCG@50's
@@ -119,17 +120,15 @@ class PDGDArm:
 def click_arms(
     learners: tuple[str, ...],
     click_model: ClickModel,
-    scaler: object,
+    scaler: Standardizer,
     judged: int,
     seed: int,
     intervention_share: float = DEFAULT_INTERVENTION_SHARE,
-) -> dict[str, object]:
+) -> dict[str, Arm]:
     """The arms of the click experiment (besides Uni-Con), by name: per learner in
     `learners` its judged arm (the ceiling: "<learner> judged"), naive click pairs
     ("<learner> naive") and IPS-weighted click pairs ("<learner> ips"); then "pdgd".
     Each arm's clicks and coins come from its own child stream of `seed`."""
-    from rankstream.simulators.feedback import JudgedArm
-
     streams = iter(np.random.SeedSequence([seed, 2]).spawn(3 * len(learners) + 1))
 
     def rng() -> np.random.Generator:
@@ -138,12 +137,12 @@ def click_arms(
     def ranker(algo: str) -> OnlineRanker:
         return OnlineRanker(algo=algo, scaler=scaler)
 
-    arms: dict[str, object] = {}
+    arms: dict[str, Arm] = {}
     for algo in learners:
         arms[f"{algo} judged"] = JudgedArm(ranker(algo), judged, rng())
         arms[f"{algo} naive"] = ClickPairArm(ranker(algo), click_model, rng())
         arms[f"{algo} ips"] = ClickPairArm(
             ranker(algo), click_model, rng(), PropensityEstimator(), intervention_share
         )
-    arms["pdgd"] = PDGDArm(PDGD(scaler=scaler), click_model, rng())  # type: ignore[arg-type]
+    arms["pdgd"] = PDGDArm(PDGD(scaler=scaler), click_model, rng())
     return arms

@@ -40,6 +40,7 @@ from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
 if TYPE_CHECKING:
+    from rankstream.ranking.online import OnlineRanker
     from rankstream.ranking.scaling import Standardizer
 
 SERVED_CANDIDATES = 300
@@ -218,16 +219,16 @@ class StaticArm:
 class JudgedArm:
     """§5.5's engine: serves by its ranker, learns the triplets of its judged top 50."""
 
-    def __init__(self, ranker: object, judged: int, rng: np.random.Generator) -> None:
+    def __init__(self, ranker: OnlineRanker, judged: int, rng: np.random.Generator) -> None:
         self.ranker, self.judged, self.rng = ranker, judged, rng
 
     def serve(self, query: RetrievedQuery) -> np.ndarray:
-        return self.ranker.score(query.phi)  # type: ignore[attr-defined]
+        return self.ranker.score(query.phi)
 
     def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
         _, triplets = judge(query, served, self.judged, 0, self.rng)
         if len(triplets):
-            self.ranker.learn_many(triplets.x(), triplets.y())  # type: ignore[attr-defined]
+            self.ranker.learn_many(triplets.x(), triplets.y())
 
 
 def run_arms(

@@ -59,7 +59,7 @@ def run_clicks(
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
     users = click_model(model, RELEVANCE_GRADES)
     sim, scaler, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
-    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))  # type: ignore[arg-type]
+    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))
     label = f"{collection}, {model}, seed {seed}" if progress else False
     ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
     tail = max(1, round(impressions * FINAL_SHARE))
