@@ -51,32 +51,55 @@ class ClickPairs:
         return int(self.winner.shape[0])
 
 
+LOSERS = ("skips", "shown")
+
+
 def click_pairs(
     clicks: np.ndarray,
     propensities: np.ndarray | None = None,
     min_propensity: float = DEFAULT_MIN_PROPENSITY,
+    losers: str = "skips",
 ) -> ClickPairs:
     """The pairs of one displayed list's clicks (bool, in displayed order), see above.
 
     `propensities[k]` is P(examined at displayed position k) (0-based, so rank k + 1);
-    None gives every pair weight 1 (the naive pairs).
+    None gives every pair weight 1 (the naive pairs). `losers="shown"` pairs each click
+    with *every* other shown result instead (clicked or not): Propensity SVM-Rank's
+    pairs, for which E[click_i / p_i] = a_i makes the weighted pair counts unbiased under
+    the position-based model, skips or not (the skip heuristics assume a top-down reader).
     """
+    if losers not in LOSERS:
+        raise ValueError(f"losers must be one of {LOSERS}, got {losers!r}")
     clicked = np.asarray(clicks)
     if clicked.ndim != 1 or clicked.dtype != bool:
         raise ValueError(f"clicks must be a 1-d bool array, got {clicked.dtype} {clicked.shape}")
+    if losers == "shown":
+        shown = np.arange(clicked.shape[0])
+        winner = np.repeat(np.flatnonzero(clicked), clicked.shape[0] - 1)
+        loser = np.concatenate([shown[shown != i] for i in np.flatnonzero(clicked)] or [[]])
+        return _weighted(winner, loser.astype(np.int64), propensities, min_propensity)
     winners: list[int] = []
-    losers: list[int] = []
+    losers_: list[int] = []
     skipped = np.flatnonzero(~clicked)
     for i in np.flatnonzero(clicked).tolist():
         above = skipped[skipped < i]
         winners.extend([i] * len(above))
-        losers.extend(above.tolist())
+        losers_.extend(above.tolist())
         below = skipped[skipped > i]
         if below.size and below[0] == i + 1:  # the next result, if it was not clicked
             winners.append(i)
-            losers.append(i + 1)
+            losers_.append(i + 1)
     winner = np.array(winners, dtype=np.int64)
-    loser = np.array(losers, dtype=np.int64)
+    loser = np.array(losers_, dtype=np.int64)
+    return _weighted(winner, loser, propensities, min_propensity)
+
+
+def _weighted(
+    winner: np.ndarray,
+    loser: np.ndarray,
+    propensities: np.ndarray | None,
+    min_propensity: float,
+) -> ClickPairs:
     if propensities is None:
         return ClickPairs(winner, loser, np.ones(winner.shape[0]))
     return ClickPairs(winner, loser, ips_weights(winner, propensities, min_propensity))

@@ -56,12 +56,13 @@ class ClickPairArm:
         intervention_share: float = DEFAULT_INTERVENTION_SHARE,
         display: int = DEFAULT_DISPLAY,
         min_propensity: float = DEFAULT_MIN_PROPENSITY,
+        losers: str = "skips",
     ) -> None:
         if not 0.0 <= intervention_share <= 1.0:
             raise ValueError(f"intervention_share must lie in [0, 1], got {intervention_share}")
         self.ranker, self.click_model, self.rng = ranker, click_model, rng
         self.estimator, self.intervention_share = estimator, intervention_share
-        self.display, self.min_propensity = display, min_propensity
+        self.display, self.min_propensity, self.losers = display, min_propensity, losers
         self._intervened = False
 
     def serve(self, query: RetrievedQuery) -> np.ndarray:
@@ -79,13 +80,13 @@ class ClickPairArm:
         shown = ranked_order(served)[: self.display]
         clicks = self.click_model.clicks(query.relevance[shown].astype(np.int64), self.rng)
         if self.estimator is None:
-            pairs = click_pairs(clicks)
+            pairs = click_pairs(clicks, losers=self.losers)
             weights = None
         else:
             if self._intervened:
                 self.estimator.observe(clicks)
-            pairs = click_pairs(clicks, self.estimator.propensities(shown.shape[0]),
-                                self.min_propensity)  # fmt: skip
+            propensities = self.estimator.propensities(shown.shape[0])
+            pairs = click_pairs(clicks, propensities, self.min_propensity, self.losers)
             weights = pairs.weight
         if len(pairs):
             labels = np.ones(len(pairs))
@@ -127,9 +128,12 @@ def click_arms(
 ) -> dict[str, Arm]:
     """The arms of the click experiment (besides Uni-Con), by name: per learner in
     `learners` its judged arm (the ceiling: "<learner> judged"), naive click pairs
-    ("<learner> naive") and IPS-weighted click pairs ("<learner> ips"); then "pdgd".
-    Each arm's clicks and coins come from its own child stream of `seed`."""
+    ("<learner> naive"), IPS-weighted click pairs ("<learner> ips") and IPS-weighted
+    pairs of each click with every other shown result ("<learner> ips-shown",
+    Propensity SVM-Rank's pairs); then "pdgd". Each arm's clicks and coins come from its
+    own child stream of `seed`."""
     streams = iter(np.random.SeedSequence([seed, 2]).spawn(3 * len(learners) + 1))
+    shown_streams = iter(np.random.SeedSequence([seed, 3]).spawn(len(learners)))
 
     def rng() -> np.random.Generator:
         return np.random.default_rng(next(streams))
@@ -145,4 +149,13 @@ def click_arms(
             ranker(algo), click_model, rng(), PropensityEstimator(), intervention_share
         )
     arms["pdgd"] = PDGDArm(PDGD(scaler=scaler), click_model, rng())
+    for algo in learners:
+        arms[f"{algo} ips-shown"] = ClickPairArm(
+            ranker(algo),
+            click_model,
+            np.random.default_rng(next(shown_streams)),
+            PropensityEstimator(),
+            intervention_share,
+            losers="shown",
+        )
     return arms

@@ -225,3 +225,14 @@ def test_plackett_luce_samples_follow_the_softmax() -> None:
     for count, p in zip(firsts / DRAWS, softmax, strict=True):
         assert abs(count - p) <= _margin(p)
     assert sorted(sample_ranking(scores, 3, rng).tolist()) == [0, 1, 2]
+
+
+def test_shown_losers_pair_each_click_with_every_other_shown_result() -> None:
+    clicks = np.array([False, True, False, True])
+    pairs = click_pairs(clicks, np.array([1.0, 0.5, 0.25, 0.2]), losers="shown")
+    got = sorted(zip(pairs.winner.tolist(), pairs.loser.tolist(), strict=True))
+    assert got == [(1, 0), (1, 2), (1, 3), (3, 0), (3, 1), (3, 2)]
+    np.testing.assert_allclose(sorted(set(pairs.weight.tolist())), [2.0, 5.0])
+    assert len(click_pairs(np.zeros(4, dtype=bool), losers="shown")) == 0
+    with pytest.raises(ValueError, match="losers"):
+        click_pairs(clicks, losers="everything")

@@ -14,6 +14,7 @@ from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
 SMALL = {"n_images": 4000}
 ARMS = {
     "opar1 judged", "opar1 naive", "opar1 ips", "arow judged", "arow naive", "arow ips", "pdgd",
+    "opar1 ips-shown", "arow ips-shown",
 }  # fmt: skip
 
 
@@ -49,7 +50,7 @@ def test_the_summary_gives_the_issues_comparisons(result) -> None:
     gains = [run["arms"]["arow ips"]["final_ndcg_gain"] for run in result["runs"]]
     assert summary["arms"]["arow ips"]["final_ndcg_gain"]["mean"] == pytest.approx(np.mean(gains))
     family = summary["families"]["arow"]
-    assert family["best_click_arm"] in {"arow naive", "arow ips", "pdgd"}
+    assert family["best_click_arm"] in {"arow naive", "arow ips", "arow ips-shown", "pdgd"}
     differences = [
         run["arms"]["arow ips"]["final_ndcg_gain"] - run["arms"]["arow naive"]["final_ndcg_gain"]
         for run in result["runs"]

@@ -9,8 +9,9 @@ is scored on what it showed by the true NDCG@50 (the collection's grades), and l
 * Uni-Con, which never learns (the baseline every gain is paired against);
 * OPAR-I and AROW learning from judged feedback on their own top 50 (the paper's
   setting: the ceiling of what clicks can give);
-* the same learners on naive click pairs, and on IPS-weighted click pairs whose
-  propensities their own randomized interventions estimate online;
+* the same learners on naive click pairs, on IPS-weighted click pairs whose
+  propensities their own randomized interventions estimate online, and on IPS-weighted
+  pairs of each click with every other shown result (Propensity SVM-Rank's pairs);
 * PDGD, serving Plackett-Luce samples.
 
 Reported per arm (paired with Uni-Con on the same impressions of the same seed):
@@ -109,7 +110,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     families: dict[str, Any] = {}
     for learner in CLICK_LEARNERS:
         judged = f"{learner} judged"
-        candidates = [f"{learner} naive", f"{learner} ips", "pdgd"]
+        candidates = [f"{learner} naive", f"{learner} ips", f"{learner} ips-shown", "pdgd"]
         best = max(candidates, key=lambda n: arms[n]["ndcg_gain"]["mean"])
         judged_gain = arms[judged]["ndcg_gain"]["mean"]
         ips_minus_naive = [
