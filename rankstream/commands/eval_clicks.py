@@ -7,21 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rankstream.commands._collection_args import add_collection_arguments, loader_options
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.simulators.catalog import COLLECTIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--collection", choices=list(COLLECTIONS), default="synthetic", help="the collection"
-    )
-    parser.add_argument(
-        "--images",
-        type=int,
-        default=None,
-        metavar="M",
-        help="synthetic only: collection size (default: the paper's 1,007,157)",
-    )
+    add_collection_arguments(parser)
     parser.add_argument(
         "--click-model",
         default="informational",
@@ -90,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.stream.settings import Settings
 
     cache = Path(Settings.from_env().data_dir) / "collections"
-    options = {"n_images": args.images} if args.images is not None else {}
+    options = loader_options(args)
     try:
         with options_checked():
             if args.propensities is not None:
