@@ -125,8 +125,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "judged_ndcg_gain": judged_gain,
             "best_click_arm": best,
             "best_click_ndcg_gain": arms[best]["ndcg_gain"]["mean"],
+            # a share of a gain: meaningless unless judged feedback gained at all
             "best_click_share_of_judged_gain": arms[best]["ndcg_gain"]["mean"] / judged_gain
-            if judged_gain
+            if judged_gain > 0
             else None,
             "final_ips_minus_naive": spread(ips_minus_naive),
         }
