@@ -9,7 +9,8 @@ workers never notice; a back-test started from a shell does.
 `numba.pycc`, under the dispatcher's own options (`nogil` -> the GIL released,
 `error_model`, `fastmath`: parsed by numba exactly as the dispatcher parses them), into a
 CPython extension that needs neither numba nor LLVM at run time. One export per
-argument layout in `VARIANTS` (phi float32 or float64, with or without scalers);
+argument layout in `VARIANTS` (phi float32 or float64, with or without scalers, with
+or without importance weights);
 pycc's wrappers do not check dtypes, so `linear_kernel` hands a call to the build only
 when every argument matches its export (dtype, dimensions, C order) and to the JIT
 dispatcher otherwise. Same source, same options, no fast-math and a summation order
@@ -89,17 +90,24 @@ class Variant:
 
     phi_dtype: str  # "float32" (as decoded from the wire) or "float64"
     scaled: bool  # scales is a (groups, d) float64 array, else None
+    weighted: bool = False  # weights is an (n,) float64 array, else None
 
     @property
     def symbol(self) -> str:
-        return f"learn_linear_{self.phi_dtype}_{'scaled' if self.scaled else 'unscaled'}"
+        scaled = "scaled" if self.scaled else "unscaled"
+        return f"learn_linear_{self.phi_dtype}_{scaled}{'_weighted' if self.weighted else ''}"
 
 
-VARIANTS = tuple(Variant(dtype, scaled) for dtype in ("float32", "float64") for scaled in (1, 0))
+VARIANTS = tuple(
+    Variant(dtype, bool(scaled), bool(weighted))
+    for dtype in ("float32", "float64")
+    for scaled in (1, 0)
+    for weighted in (0, 1)
+)
 
 # learn_linear's arguments in order: (name, dtype, ndim, read-only). Inputs are handed
-# over read-only (`ranking.online._readonly`); "phi" takes the variant's dtype and
-# "scales" is absent (None) in an unscaled variant.
+# over read-only (`ranking.online._readonly`); "phi" takes the variant's dtype,
+# "scales" is absent (None) in an unscaled variant and "weights" in an unweighted one.
 _ARGUMENTS = (
     ("rules", "int64", 1, False),
     ("params", "float64", 1, False),
@@ -110,6 +118,7 @@ _ARGUMENTS = (
     ("p1", "int32", 1, True),
     ("p2", "int32", 1, True),
     ("y", "float64", 1, True),
+    ("weights", "float64", 1, True),
     ("n_updates", "int64", 1, False),
     ("status", "int64", 1, False),
     ("bad_row", "int64", 1, False),
@@ -219,14 +228,14 @@ def _matching_variant(args: tuple[Any, ...]) -> Variant | None:
 
     if len(args) != len(_ARGUMENTS):
         return None
-    phi, scales = args[5], args[3]
+    phi, scales, weights = args[5], args[3], args[9]
     if not isinstance(phi, np.ndarray):
         return None
-    variant = Variant(phi.dtype.name, scales is not None)
+    variant = Variant(phi.dtype.name, scales is not None, weights is not None)
     if variant not in VARIANTS:
         return None
     for (name, dtype, ndim, _), value in zip(_ARGUMENTS, args, strict=True):
-        if name == "scales" and value is None:
+        if name in ("scales", "weights") and value is None:
             continue
         expected = variant.phi_dtype if name == "phi" else dtype
         if not (
@@ -247,7 +256,9 @@ def _numba_signature(variant: Variant) -> Any:
     from numba import types
 
     def array(name: str, dtype: str, ndim: int, readonly: bool) -> Any:
-        if name == "scales" and not variant.scaled:
+        if (name == "scales" and not variant.scaled) or (
+            name == "weights" and not variant.weighted
+        ):
             return types.none
         element = getattr(types, variant.phi_dtype if name == "phi" else dtype)
         return types.Array(element, ndim, "C", readonly=readonly)

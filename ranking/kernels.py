@@ -57,18 +57,22 @@ _OPR, _OPAR1, _OPAR2, _OGDR = OPR_RULE, OPAR1_RULE, OPAR2_RULE, OGDR_RULE
 
 
 @njit(inline="always", fastmath=False, error_model="numpy")
-def _step_size(rule: int, margin: float, sqnorm: float, param: float) -> float:
-    """lambda_t of w += lambda_t y x; param is C (OPAR-I/II) or eta (OGDR)."""
+def _step_size(rule: int, margin: float, sqnorm: float, param: float, weight: float) -> float:
+    """lambda_t of w += lambda_t y x; param is C (OPAR-I/II) or eta (OGDR).
+
+    `weight` s > 0 is the row's importance weight, in each rule's importance-weighted
+    form (`ranking.online` says which); s = 1 multiplies by 1.0, exactly the unweighted
+    rule, and an unweighted pass passes the constant 1.0."""
     if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included
-        return 1.0 if margin <= 0.0 else 0.0
+        return weight if margin <= 0.0 else 0.0
     loss = 1.0 - margin
     if loss <= 0.0:
         return 0.0
-    if rule == _OPAR1:  # eq. (5): min(C, l / |x|^2)
-        return min(param, loss / sqnorm)
-    if rule == _OPAR2:  # the lambda_t after eq. (5): l / (|x|^2 + 1/(2C))
-        return loss / (sqnorm + 1.0 / (2.0 * param))
-    return param  # OGDR, eq. (7): eta while the hinge loss is positive
+    if rule == _OPAR1:  # eq. (5): min(C, l / |x|^2), C weighted
+        return min(weight * param, loss / sqnorm)
+    if rule == _OPAR2:  # the lambda_t after eq. (5): l / (|x|^2 + 1/(2C)), C weighted
+        return loss / (sqnorm + 1.0 / (2.0 * (weight * param)))
+    return weight * param  # OGDR, eq. (7): eta while the hinge loss is positive, weighted
 
 
 @njit(cache=True)
@@ -86,7 +90,7 @@ def _zeros_aligned(n):  # pragma: no cover - compiled
 
 @njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 def learn_linear(
-    rules, params, W, scales, group, phi, p1, p2, y, n_updates, status, bad_row
+    rules, params, W, scales, group, phi, p1, p2, y, weights, n_updates, status, bad_row
 ):  # pragma: no cover - compiled
     """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
@@ -99,6 +103,10 @@ def learn_linear(
     model's margin and every update then work on it. Per
     model the arithmetic and its order are those of one model alone, so the weights
     are bit-identical to separate calls.
+
+    weights (n,) are the rows' importance weights (finite, >= 0, checked by the caller;
+    a row of weight 0 is skipped), or None: every row weight 1, the constant 1.0 in
+    `_step_size` (no load, and bit-identical to weights of 1).
 
     n_updates, status and bad_row (k,) are outputs: a label not +1/-1 stops every
     model at that row, a non-finite |x|^2 the models of that scaler, and callers keep
@@ -125,6 +133,12 @@ def learn_linear(
                 if status[m] == _OK:
                     status[m], bad_row[m] = _BAD_LABEL, i
             break
+        if weights is None:
+            si = 1.0
+        else:
+            si = weights[i]
+            if si == 0.0:
+                continue
         for g in range(n_groups):
             if p1 is None:
                 sqnorms[g], lead_dots[g] = gather_row(xs, g, phi, i, None, scales, g, Wp, lead[g])
@@ -143,7 +157,7 @@ def learn_linear(
             if sqnorm == 0.0:
                 continue
             dot = lead_dots[g] if m == lead[g] else dot_rows(Wp, m, xs, g)
-            lam = _step_size(rules[m], yi * dot, sqnorm, params[m])
+            lam = _step_size(rules[m], yi * dot, sqnorm, params[m], si)
             if lam != 0.0:
                 add_scaled_row(Wp, m, lam * yi, xs, g)
                 n_updates[m] += 1
@@ -151,10 +165,12 @@ def learn_linear(
 
 
 @njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
-def learn_arow(w, sigma_out, phi, p1, p2, scales, y, r):  # pragma: no cover - compiled
+def learn_arow(w, sigma_out, phi, p1, p2, scales, y, weights, r):  # pragma: no cover - compiled
     """Sequential AROW over the rows (see the module docstring), w and sigma_out in place.
 
-    scales is None or (1, d): the model's scaler's std.
+    scales is None or (1, d): the model's scaler's std. weights (n,) are the rows'
+    importance weights s (finite, >= 0; 0 skips the row) or None (all 1): a row of
+    weight s is learned with r / s in place of r (`ranking.online` says why).
 
     Written for speed; equal to the textbook update up to rounding, in a fixed order,
     so runs are bit-for-bit repeatable. Three layout choices:
@@ -185,6 +201,12 @@ def learn_arow(w, sigma_out, phi, p1, p2, scales, y, r):  # pragma: no cover - c
         yi = y[i]
         if yi != 1.0 and yi != -1.0:
             return n_updates, _BAD_LABEL, i
+        if weights is None:
+            ri = r
+        else:
+            if weights[i] == 0.0:
+                continue
+            ri = r / weights[i]
         if p1 is None:
             sqnorm, dot = gather_row(S, X_, phi, i, None, scales, 0, S, W_)
         else:
@@ -220,7 +242,7 @@ def learn_arow(w, sigma_out, phi, p1, p2, scales, y, r):  # pragma: no cover - c
                 S[j, k] = s
                 S[V_, k] += s * xj
             j += 1
-        beta = 1.0 / (dot_rows(S, X_, S, V_) + r)
+        beta = 1.0 / (dot_rows(S, X_, S, V_) + ri)
         c = loss * beta * yi
         root_beta = np.sqrt(beta)
         for k in range(dp):

@@ -27,6 +27,10 @@ A learner learns in one of three ways:
   validated before the call, so a kernel is only the update rule: the slow path, for
   a rule written in plain Python.
 
+A kernel that takes a `weights` parameter learns importance-weighted rows too (the
+rows' weights, finite and >= 0, passed only when the caller has them; its docstring
+says in which weighted form); one without it refuses weighted rows.
+
 Either kernel gets copies of the weights and of its extra state arrays (AROW's
 covariance) to update in place; the result is checked after it (non-finite weights or
 state refuse the batch).
@@ -180,12 +184,13 @@ def _arow(
     scale: np.ndarray | None,
     y: np.ndarray,
     params: dict,
+    weights: np.ndarray | None = None,
 ) -> tuple[int, int, int]:
     """AROW's compiled pass over the normalized form (`ranking.kernels.learn_arow`)."""
     from rankstream.ranking.kernels import learn_arow  # numba: on first use only
 
     scales = None if scale is None else scale.reshape((1, -1))
-    return learn_arow(w, state["sigma"], phi, p1, p2, scales, y, params["r"])
+    return learn_arow(w, state["sigma"], phi, p1, p2, scales, y, weights, params["r"])
 
 
 def _identity(dim: int) -> np.ndarray:
@@ -260,6 +265,15 @@ for _spec in (
     ),
 ):  # fmt: skip
     register(_spec)
+
+
+def takes_weights(spec: LearnerSpec) -> bool:
+    """Whether the learner learns importance-weighted rows: the linear rules do, and a
+    kernel does when it takes a `weights` parameter (None or the rows' weights)."""
+    import inspect
+
+    kernel = spec.triplet_kernel or spec.kernel
+    return kernel is None or "weights" in inspect.signature(kernel).parameters
 
 
 def names() -> tuple[str, ...]:

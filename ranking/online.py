@@ -12,7 +12,24 @@ Retrieval" (IJCAI 2015; /work/shared/papers/online-ltr-cbir_opr-opar-ogdr.txt) a
 * OGDR, eq. (7):     w += eta y x        when l > 0
 
 and a row with |x|^2 = 0 (as computed in float64, so a row whose entries all lie
-below ~1e-154 counts as zero) changes nothing. One reading choice: the paper's OPR
+below ~1e-154 counts as zero) changes nothing.
+
+Importance weights. A row may carry a weight s >= 0 (a click pair's inverse
+propensity, `ranking.click_pairs`): how much that one observation counts. Each rule
+learns it in the importance-weighted form of its own objective, the loss term
+multiplied by s (s = 1: bit for bit the unweighted rule; s = 0: the row is skipped):
+
+* OPR: w += s y x when m <= 0 (the perceptron's step on s times the loss -m);
+* OPAR-I: w += min(s C, l / |x|^2) y x: PA-I with the slack's cost C scaled to s C.
+  For an integer s = k this equals learning the row k times in a row (k steps of at
+  most C each stop where the loss reaches 0), up to rounding;
+* OPAR-II: w += l / (|x|^2 + 1/(2 s C)) y x: PA-II with s C;
+* OGDR: w += s eta y x when l > 0: a gradient step on s l;
+* AROW: r / s in place of r (beta = 1 / (x' Sigma x + r / s)): the loss and
+  confidence terms of its objective weighted by s. With l > 0 AROW's update is a
+  Kalman update of w.x towards y with noise r, and k equal observations with noise r
+  are one with noise r / k, so an integer s = k again equals the row learned k times
+  (the loss stays > 0 after each), up to rounding. One reading choice: the paper's OPR
 updates when m < 0; we update when m <= 0, because with w = 0 every margin is 0 and
 the strict reading would never move (docs/DESIGN.md makes the same call).
 
@@ -103,6 +120,24 @@ def _batch_error(status: int, bad_row: int, labels: np.ndarray) -> ValueError | 
     return None
 
 
+def _weights(w: object, n: int) -> np.ndarray | None:
+    """Importance weights as read-only float64 (n,), or None (unweighted): a scalar
+    applies to every row; ValueError naming the first weight that is not finite >= 0."""
+    if w is None:
+        return None
+    weights = np.asarray(w, dtype=np.float64) if not isinstance(w, str) else None
+    if weights is None or weights.ndim > 1:
+        raise ValueError(f"w must be a number or one weight per row, got {w!r}")
+    if weights.ndim == 0:
+        weights = np.full(n, float(weights))
+    if weights.shape != (n,):
+        raise ValueError(f"w must have shape ({n},) to match the rows, got {weights.shape}")
+    bad = np.flatnonzero(~(np.isfinite(weights) & (weights >= 0.0)))
+    if bad.size:
+        raise ValueError(f"w[{bad[0]}] = {float(weights[bad[0]])}; weights must be finite and >= 0")
+    return _readonly(np.ascontiguousarray(weights))
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     """A read-only view: decoded blocks are read-only, and numba compiles (and caches)
     one specialisation per writability, so every input is handed over read-only."""
@@ -119,6 +154,7 @@ def _learn_linear_models(
     p1: np.ndarray | None,
     p2: np.ndarray | None,
     labels: np.ndarray,
+    weights: np.ndarray | None,
 ) -> list[ValueError | None]:
     """Run `learn_linear` for linear rankers whose width is known; commit each that passed.
 
@@ -142,7 +178,7 @@ def _learn_linear_models(
     bad_row = np.full(k, -1, dtype=np.int64)
     unscaled = all(ranker.scaler is None for ranker in rankers)
     arguments = (rules, params, W, None if unscaled else np.array(scales), group, phi, p1, p2)
-    arguments += (labels, n_updates, status, bad_row)
+    arguments += (labels, weights, n_updates, status, bad_row)
     aot.linear_kernel(*arguments)(*arguments)
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
@@ -161,17 +197,18 @@ def _learn(
     p1: np.ndarray | None,
     p2: np.ndarray | None,
     labels: np.ndarray,
+    weights: np.ndarray | None = None,
 ) -> list[ValueError | None]:
     """Validated rows to rankers of known width: the linear ones in one fused pass,
     each other one through its own kernel; per ranker None or its error."""
     errors: dict[int, ValueError | None] = {}
     linear = [m for m, r in enumerate(rankers) if r.spec.linear_rule is not None]
     if linear:
-        found = _learn_linear_models([rankers[m] for m in linear], phi, p1, p2, labels)
+        found = _learn_linear_models([rankers[m] for m in linear], phi, p1, p2, labels, weights)
         errors.update(zip(linear, found, strict=True))
     for m, ranker in enumerate(rankers):
         if m not in errors:
-            errors[m] = ranker._learn_own(phi, p1, p2, labels)
+            errors[m] = ranker._learn_own(phi, p1, p2, labels, weights)
     return [errors[m] for m in range(len(rankers))]
 
 
@@ -201,9 +238,16 @@ def _as_rows(index: object, name: str, n_images: int) -> np.ndarray:
 
 
 def learn_many_together(
-    rankers: Sequence[OnlineRanker], phi: object, p1: object, p2: object, y: object
+    rankers: Sequence[OnlineRanker],
+    phi: object,
+    p1: object,
+    p2: object,
+    y: object,
+    w: object = None,
 ) -> list[ValueError | None]:
-    """Every ranker learns the triplets x_i = phi[p1[i]] - phi[p2[i]] with labels y (n,).
+    """Every ranker learns the triplets x_i = phi[p1[i]] - phi[p2[i]] with labels y (n,)
+    and importance weights w (n,) (None: unweighted; the module docstring gives each
+    rule's weighted form).
 
     The normalized form of `ranking.triplets.TripletBlock`: phi (m, d) holds each image
     once (float32 from the wire, or float64), p1 and p2 (n,) index its rows. Equal, bit
@@ -228,9 +272,10 @@ def learn_many_together(
     if rows1.shape != rows2.shape:
         raise ValueError(f"p1 {rows1.shape} and p2 {rows2.shape} must have the same shape")
     labels = _labels(y, rows1.shape[0])
+    weights = _weights(w, rows1.shape[0])
     for ranker in rankers:
         ranker._grow(table.shape[1])
-    return _learn(rankers, table, rows1, rows2, labels)
+    return _learn(rankers, table, rows1, rows2, labels, weights)
 
 
 def _as_frame(X: object) -> Any | None:
@@ -462,8 +507,9 @@ class OnlineRanker(base.MiniBatchClassifier):
         return as_float_matrix(X, "X", self._width, check_finite=False), None
 
     # --------------------------------------------------------------- learning
-    def learn_many(self, X: object, y: object) -> OnlineRanker:
-        """Exact sequential updates over the rows of X (n, d) with labels y (n,).
+    def learn_many(self, X: object, y: object, w: object = None) -> OnlineRanker:
+        """Exact sequential updates over the rows of X (n, d) with labels y (n,) and
+        importance weights w (None: unweighted; a number; or (n,), finite and >= 0).
 
         X is an array of pair differences, or a data frame (pandas, polars, ...) read by
         column name; y holds booleans (True: p1 first) or +1/-1. The whole batch is
@@ -472,24 +518,28 @@ class OnlineRanker(base.MiniBatchClassifier):
         and leaves the model untouched.
         """
         rows, placement = self._rows(X)
-        return self._learn_rows(rows, y, placement)
+        return self._learn_rows(rows, y, placement, w)
 
-    def learn_one(self, x: object, y: object) -> OnlineRanker:
-        """One pair difference x (a dict {feature: value} or a 1-d array) and its label y
-        (True/+1: p1 ranks first; False/-1: p2 does); the same update as `learn_many`."""
+    def learn_one(self, x: object, y: object, w: object = None) -> OnlineRanker:
+        """One pair difference x (a dict {feature: value} or a 1-d array), its label y
+        (True/+1: p1 ranks first; False/-1: p2 does) and optional importance weight w;
+        the same update as `learn_many`."""
         if isinstance(x, Mapping):
             row, placement = self._dict_row(x)
             if placement.width is None:
                 raise ValueError("an empty row cannot be learned before the width is known")
-            return self._learn_rows(row, [y], placement)
-        return self._learn_rows(as_float_vector(x, "x", self._width)[None, :], [y], None)
+            return self._learn_rows(row, [y], placement, w)
+        return self._learn_rows(as_float_vector(x, "x", self._width)[None, :], [y], None, w)
 
-    def _learn_rows(self, X: np.ndarray, y: object, placement: Placement | None) -> OnlineRanker:
+    def _learn_rows(
+        self, X: np.ndarray, y: object, placement: Placement | None, w: object = None
+    ) -> OnlineRanker:
         """Learn validated-shape rows; the width grows to theirs, and back if refused."""
         labels = _labels(y, X.shape[0])
+        weights = _weights(w, X.shape[0])
         before = (self._width, self._w, self._state)
         self._grow(X.shape[1])
-        error = _learn([self], _readonly(X), None, None, labels)[0]
+        error = _learn([self], _readonly(X), None, None, labels, weights)[0]
         if error is not None:
             self._width, self._w, self._state = before
             raise error
@@ -498,17 +548,28 @@ class OnlineRanker(base.MiniBatchClassifier):
         return self
 
     def _learn_own(
-        self, phi: np.ndarray, p1: np.ndarray | None, p2: np.ndarray | None, labels: np.ndarray
+        self,
+        phi: np.ndarray,
+        p1: np.ndarray | None,
+        p2: np.ndarray | None,
+        labels: np.ndarray,
+        weights: np.ndarray | None = None,
     ) -> ValueError | None:
-        """Learn through the spec's own kernel (not a linear rule); commit only on success."""
+        """Learn through the spec's own kernel (not a linear rule); commit only on success.
+
+        Weights go to the kernel as `weights=` only when given, so a kernel written
+        without them still serves unweighted rows (and refuses weighted ones)."""
         w = self._w.copy()
         state = {name: array.copy() for name, array in self._state.items()}
         scale = None if self.scaler is None else self.scaler.std_
         spec = self.spec
+        weighted = {} if weights is None else {"weights": weights}
+        if weighted and not learners.takes_weights(spec):
+            return ValueError(f"learner {self.algo!r} takes no importance weights")
         try:
             if spec.triplet_kernel is not None:
                 n_updates, status, bad_row = spec.triplet_kernel(
-                    w, state, phi, p1, p2, scale, labels, self.params
+                    w, state, phi, p1, p2, scale, labels, self.params, **weighted
                 )
                 error = _batch_error(int(status), int(bad_row), labels)
             else:
@@ -517,7 +578,7 @@ class OnlineRanker(base.MiniBatchClassifier):
                 if error is None:
                     if self.scaler is not None:
                         X = self.scaler.transform_differences(X, check_finite=False)
-                    n_updates = spec.kernel(w, state, X, labels, self.params)  # type: ignore[misc]
+                    n_updates = spec.kernel(w, state, X, labels, self.params, **weighted)  # type: ignore[misc]
         except ValueError as exc:
             return exc
         if error is not None:

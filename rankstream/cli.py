@@ -48,6 +48,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "eval_stream",
         "§5.5 loop per learner, per collection (--grid)",
     ),
+    ("eval", "clicks"): (
+        "eval_clicks",
+        "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
+    ),
     ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
     ("bench", "scaleout"): ("bench_scaleout", "throughput of 1/2/4 per-partition online workers"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -37,6 +38,10 @@ from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
+
+if TYPE_CHECKING:
+    from rankstream.ranking.online import OnlineRanker
+    from rankstream.ranking.scaling import Standardizer
 
 SERVED_CANDIDATES = 300
 """Candidates the first stage retrieves per query and a model ranks (the paper's §5.5)."""
@@ -181,6 +186,70 @@ class FeedbackSimulator:
 Variant = tuple[str, Mapping[str, float]]  # (learner name, its hyper-parameters)
 
 
+class Arm(Protocol):
+    """One engine in an online experiment: it serves each query and learns from it."""
+
+    def serve(self, query: RetrievedQuery) -> np.ndarray:
+        """Scores (K,) whose order (`ranked_order`) is the ranking shown for `query`."""
+        ...
+
+    def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
+        """Learn from the users' feedback on `query` shown in the order of `served`."""
+        ...
+
+
+class StaticArm:
+    """A model that only serves (Uni-Con)."""
+
+    def __init__(self, score: ScoreFn) -> None:
+        self.score = score
+
+    def serve(self, query: RetrievedQuery) -> np.ndarray:
+        return self.score(query.phi)
+
+    def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
+        return None
+
+
+class JudgedArm:
+    """§5.5's engine: serves by its ranker, learns the triplets of its judged top 50."""
+
+    def __init__(self, ranker: OnlineRanker, judged: int, rng: np.random.Generator) -> None:
+        self.ranker, self.judged, self.rng = ranker, judged, rng
+
+    def serve(self, query: RetrievedQuery) -> np.ndarray:
+        return self.ranker.score(query.phi)
+
+    def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
+        _, triplets = judge(query, served, self.judged, 0, self.rng)
+        if len(triplets):
+            self.ranker.learn_many(triplets.x(), triplets.y())
+
+
+def run_arms(
+    sim: FeedbackSimulator,
+    arms: Mapping[str, Arm],
+    n_queries: int,
+    progress: bool | str = False,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The online loop: every arm serves the same query sequence (its own ranking of the
+    same candidates), is scored on what it served (NDCG@50 and AP over all K, AP counting
+    relevance > 0 as relevant), then learns from it before the next query.
+    Returns {"ndcg": {name: (n_queries,)}, "ap": {...}}; a string `progress` labels the bar."""
+    scores = {metric: {n: np.empty(n_queries) for n in arms} for metric in ("ndcg", "ap")}
+    label = progress if isinstance(progress, str) else "online experiment"
+    with progress_bar(bool(progress), label, n_queries) as advance:
+        for t in range(n_queries):
+            query = sim.next_query()
+            for name, arm in arms.items():
+                served = arm.serve(query)
+                scores["ndcg"][name][t] = served_ndcg(query, served)
+                scores["ap"][name][t] = average_precision(served, query.relevance)
+                arm.learn(query, served)
+            advance()
+    return scores
+
+
 def online_experiment_scores(
     collection: ImageCollection,
     variants: Mapping[str, Variant],
@@ -198,48 +267,36 @@ def online_experiment_scores(
     ties keep retrieval order), is scored on that ranking, learns from the triplets of
     its own judged top 50, and serves the next query with the updated model. Uni-Con
     (equal weights on standardized phi) is scored on the same queries. Features are
-    standardized with a scaler fitted on `calibration_phi`. AP counts every candidate
-    with relevance > 0 as relevant (`ranking.metrics.average_precision`) over all K.
+    standardized with a scaler fitted on `calibration_phi` (`run_arms` runs the loop).
     Returns {"ndcg": {"unicon": (n_queries,), name: ...}, "ap": {...}}; a string
     `progress` labels the progress bar.
     """
-    from rankstream.ranking.baselines import UniCon
     from rankstream.ranking.online import OnlineRanker
-    from rankstream.ranking.scaling import Standardizer
 
     if "unicon" in variants:
         raise ValueError("'unicon' names the baseline; pick another variant name")
+    sim, scaler, arms = experiment_setup(collection, seed, index, calibration_queries)
+    judge_rngs = np.random.SeedSequence([seed, 1]).spawn(len(variants))
+    for (name, (algo, params)), rng_seed in zip(variants.items(), judge_rngs, strict=True):
+        ranker = OnlineRanker(algo=algo, scaler=scaler, **params)
+        arms[name] = JudgedArm(ranker, sim.n_judged, np.random.default_rng(rng_seed))
+    return run_arms(sim, arms, n_queries, progress)
+
+
+def experiment_setup(
+    collection: ImageCollection,
+    seed: int,
+    index: CandidateRetriever | None,
+    calibration_queries: int,
+) -> tuple[FeedbackSimulator, Standardizer, dict[str, Arm]]:
+    """The simulator of a seed, the scaler fitted on its calibration queries, and the
+    arms every experiment starts with: {"unicon": Uni-Con on that scaler}."""
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.scaling import Standardizer
+
     sim = FeedbackSimulator(collection, seed=seed, index=index)
     scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
-    rankers = {
-        name: OnlineRanker(algo=algo, scaler=scaler, **params)
-        for name, (algo, params) in variants.items()
-    }
-    unicon = UniCon(scaler=scaler)
-    judge_rngs = {
-        a: np.random.default_rng(s)
-        for a, s in zip(rankers, np.random.SeedSequence([seed, 1]).spawn(len(rankers)), strict=True)
-    }
-    names = ("unicon", *rankers)
-    scores = {metric: {n: np.empty(n_queries) for n in names} for metric in ("ndcg", "ap")}
-
-    def record(name: str, query: RetrievedQuery, ranking: np.ndarray, t: int) -> None:
-        scores["ndcg"][name][t] = served_ndcg(query, ranking)
-        scores["ap"][name][t] = average_precision(ranking, query.relevance)
-
-    label = progress if isinstance(progress, str) else "online experiment"
-    with progress_bar(bool(progress), label, n_queries) as advance:
-        for t in range(n_queries):
-            query = sim.next_query()
-            record("unicon", query, unicon.score(query.phi), t)
-            for name, ranker in rankers.items():
-                ranking = ranker.score(query.phi)
-                record(name, query, ranking, t)
-                _, triplets = judge(query, ranking, sim.n_judged, 0, judge_rngs[name])
-                if len(triplets):
-                    ranker.learn_many(triplets.x(), triplets.y())
-            advance()
-    return scores
+    return sim, scaler, {"unicon": StaticArm(UniCon(scaler=scaler).score)}
 
 
 def run_online_experiment(

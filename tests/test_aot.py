@@ -46,14 +46,18 @@ def built(build_dir: Path, monkeypatch: pytest.MonkeyPatch):
     return module
 
 
-def _arguments(phi_dtype: str, scaled: bool, seed: int, n: int = 3000, d: int = 13):
-    """A batch for three models (OPAR-I, OPAR-II, OGDR), one scaler group when scaled."""
+def _arguments(
+    phi_dtype: str, scaled: bool, seed: int, n: int = 3000, d: int = 13, weighted: bool = False
+):
+    """A batch for three models (OPAR-I, OPAR-II, OGDR), one scaler group when scaled,
+    importance weights when weighted."""
     rng = np.random.default_rng(seed)
     phi = rng.standard_normal((40, d)).astype(phi_dtype)
     p1 = rng.integers(0, 40, n).astype(np.int32)
     p2 = (p1 + 1 + rng.integers(0, 39, n).astype(np.int32)) % 40
     y = rng.choice([-1.0, 1.0], n)
-    for array in (phi, p1, p2, y):
+    weights = rng.uniform(0.0, 3.0, n)
+    for array in (phi, p1, p2, y, weights):
         array.flags.writeable = False
     return (
         np.array([OPAR1_RULE, OPAR2_RULE, OGDR_RULE], dtype=np.int64),
@@ -65,6 +69,7 @@ def _arguments(phi_dtype: str, scaled: bool, seed: int, n: int = 3000, d: int = 
         p1,
         p2,
         y,
+        weights if weighted else None,
         np.zeros(3, dtype=np.int64),
         np.zeros(3, dtype=np.int64),
         np.full(3, -1, dtype=np.int64),
@@ -74,15 +79,17 @@ def _arguments(phi_dtype: str, scaled: bool, seed: int, n: int = 3000, d: int = 
 def _run(kernel, arguments):
     """Call `kernel` on fresh copies of the outputs; return (W, n_updates, status, bad_row)."""
     args = list(arguments)
-    for i in (2, 9, 10, 11):
+    for i in (2, 10, 11, 12):
         args[i] = args[i].copy()
     kernel(*args)
-    return args[2], args[9], args[10], args[11]
+    return args[2], args[10], args[11], args[12]
 
 
 @pytest.mark.parametrize("variant", aot.VARIANTS, ids=lambda v: v.symbol)
 def test_build_gives_the_jits_weights_bit_for_bit(built, variant: aot.Variant) -> None:
-    arguments = _arguments(variant.phi_dtype, bool(variant.scaled), seed=hash(variant) % 1000)
+    arguments = _arguments(
+        variant.phi_dtype, variant.scaled, seed=hash(variant) % 1000, weighted=variant.weighted
+    )
     assert aot.linear_kernel(*arguments) is getattr(built, variant.symbol)
     ahead = _run(getattr(built, variant.symbol), arguments)
     jit = _run(kernels.learn_linear, arguments)

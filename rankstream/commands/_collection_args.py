@@ -40,3 +40,10 @@ def collection_fields(args: argparse.Namespace) -> dict[str, Any]:
         "images": args.images,
         "collection_seed": args.collection_seed,
     }
+
+
+def loader_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The given collection options as the loader's keywords (`simulators.catalog`), for a
+    command that loads the collection itself; the loader refuses one it does not take."""
+    given = {"n_images": args.images, "collection_seed": args.collection_seed}
+    return {name: value for name, value in given.items() if value is not None}

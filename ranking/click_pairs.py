@@ -1,0 +1,120 @@
+"""Preference pairs from clicks, each with its inverse-propensity weight.
+
+A click says little on its own: a result at rank 8 is seen far less often than one at
+rank 1. Joachims (KDD 2002) reads a displayed list and its clicks as preferences a
+user expressed: a clicked result over every *skipped* result above it ("click > skip
+above": the user read past them to click it) and over the *next unclicked* result just
+below it ("click > no-click next": read right after it). Those are the pairs here;
+ties are never emitted, and a list with no click gives none.
+
+Position bias. A pair (clicked at rank i, other at rank j) is observed only if the
+click at rank i is, which under examination happens with P(examined at rank i). Each
+pair therefore weighs 1 / P(examined at the **clicked result's** rank i), the inverse
+propensity of the click that makes it, as Propensity SVM-Rank weighs each clicked
+result (Joachims, Swaminathan & Schnabel, "Unbiased Learning-to-Rank with Biased
+Feedback", WSDM 2017). This debiases the click, not the skip: under the position-based
+model with attractiveness a and propensity p, the expected weighted count of "i over j"
+minus "j over i" is a_i - a_j + a_i a_j (p_i - p_j); the last term changes sign when
+the two trade places, so over rankings that show each pair both ways it cancels, where
+the naive count keeps favouring whatever was shown higher (tests/test_clicks.py).
+Propensities below `min_propensity` are clipped to it (a weight never exceeds
+1 / min_propensity), trading a little bias for bounded variance, as Joachims et al. do.
+
+>>> import numpy as np
+>>> pairs = click_pairs(np.array([False, True, False, False, True, False]))
+>>> pairs.winner.tolist(), pairs.loser.tolist()
+([1, 1, 4, 4, 4, 4], [0, 2, 0, 2, 3, 5])
+>>> ips = click_pairs(np.array([False, True, False]), propensities=np.array([1.0, 0.5, 0.25]))
+>>> ips.weight.tolist()  # 1 / P(examined at rank 2), the clicked result's rank
+[2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_MIN_PROPENSITY = 0.01
+"""Propensities are clipped to at least this: no pair weighs more than 100."""
+
+
+@dataclass(frozen=True)
+class ClickPairs:
+    """Pairs as displayed positions (0-based): `winner` preferred over `loser`."""
+
+    winner: np.ndarray  # (p,) int64
+    loser: np.ndarray  # (p,) int64
+    weight: np.ndarray  # (p,) float64: 1 without propensities, else 1/P(examined at winner)
+
+    def __len__(self) -> int:
+        return int(self.winner.shape[0])
+
+
+LOSERS = ("skips", "shown")
+
+
+def click_pairs(
+    clicks: np.ndarray,
+    propensities: np.ndarray | None = None,
+    min_propensity: float = DEFAULT_MIN_PROPENSITY,
+    losers: str = "skips",
+) -> ClickPairs:
+    """The pairs of one displayed list's clicks (bool, in displayed order), see above.
+
+    `propensities[k]` is P(examined at displayed position k) (0-based, so rank k + 1);
+    None gives every pair weight 1 (the naive pairs). `losers="shown"` pairs each click
+    with *every* other shown result instead (clicked or not): Propensity SVM-Rank's
+    pairs, for which E[click_i / p_i] = a_i makes the weighted pair counts unbiased under
+    the position-based model, skips or not (the skip heuristics assume a top-down reader).
+    """
+    if losers not in LOSERS:
+        raise ValueError(f"losers must be one of {LOSERS}, got {losers!r}")
+    clicked = np.asarray(clicks)
+    if clicked.ndim != 1 or clicked.dtype != bool:
+        raise ValueError(f"clicks must be a 1-d bool array, got {clicked.dtype} {clicked.shape}")
+    if losers == "shown":
+        shown = np.arange(clicked.shape[0])
+        winner = np.repeat(np.flatnonzero(clicked), clicked.shape[0] - 1)
+        loser = np.concatenate([shown[shown != i] for i in np.flatnonzero(clicked)] or [[]])
+        return _weighted(winner, loser.astype(np.int64), propensities, min_propensity)
+    winners: list[int] = []
+    losers_: list[int] = []
+    skipped = np.flatnonzero(~clicked)
+    for i in np.flatnonzero(clicked).tolist():
+        above = skipped[skipped < i]
+        winners.extend([i] * len(above))
+        losers_.extend(above.tolist())
+        below = skipped[skipped > i]
+        if below.size and below[0] == i + 1:  # the next result, if it was not clicked
+            winners.append(i)
+            losers_.append(i + 1)
+    winner = np.array(winners, dtype=np.int64)
+    loser = np.array(losers_, dtype=np.int64)
+    return _weighted(winner, loser, propensities, min_propensity)
+
+
+def _weighted(
+    winner: np.ndarray,
+    loser: np.ndarray,
+    propensities: np.ndarray | None,
+    min_propensity: float,
+) -> ClickPairs:
+    if propensities is None:
+        return ClickPairs(winner, loser, np.ones(winner.shape[0]))
+    return ClickPairs(winner, loser, ips_weights(winner, propensities, min_propensity))
+
+
+def ips_weights(
+    positions: np.ndarray, propensities: np.ndarray, min_propensity: float = DEFAULT_MIN_PROPENSITY
+) -> np.ndarray:
+    """1 / max(propensities[position], min_propensity) per position (0-based)."""
+    p = np.asarray(propensities, dtype=np.float64)
+    if p.ndim != 1 or not np.isfinite(p).all() or (p <= 0).any() or (p > 1).any():
+        raise ValueError("propensities must be a 1-d array of probabilities in (0, 1]")
+    if not 0 < min_propensity <= 1:
+        raise ValueError(f"min_propensity must lie in (0, 1], got {min_propensity}")
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and positions.max() >= p.shape[0]:
+        raise ValueError(f"no propensity for position {positions.max()} (have {p.shape[0]})")
+    return 1.0 / np.maximum(p[positions], min_propensity)

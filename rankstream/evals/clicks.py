@@ -1,0 +1,252 @@
+"""Learning from clicks vs learning from judgments, on simulated users (`eval clicks`).
+
+For a collection (`simulators.catalog`), a click model (`simulators.clicks`) and each
+seed, `impressions` queries go through the §5.5 loop (`simulators.feedback.run_arms`),
+in process, no Kafka: every arm ranks the same query's 300 candidates, shows its top 50,
+is scored on what it showed by the true NDCG@50 (the collection's grades), and learns
+(`simulators.click_feedback`):
+
+* Uni-Con, which never learns (the baseline every gain is paired against);
+* OPAR-I and AROW learning from judged feedback on their own top 50 (the paper's
+  setting: the ceiling of what clicks can give);
+* the same learners on naive click pairs, on IPS-weighted click pairs whose
+  propensities their own randomized interventions estimate online, and on IPS-weighted
+  pairs of each click with every other shown result (Propensity SVM-Rank's pairs);
+* PDGD, serving Plackett-Luce samples.
+
+Reported per arm (paired with Uni-Con on the same impressions of the same seed):
+the NDCG@50 gain over all impressions (the online measure the paper's Fig. 3 plots
+cumulatively), and "final": over the last `FINAL_SHARE` of the impressions (where a
+learner ends). Over seeds: mean, sample std, min, max (`evals.cbir.spread`). And the
+issue's comparisons: per learner family, the best click arm's gain as a share of the
+judged arm's; IPS minus naive at the end; the worst click arm's final gain.
+
+`propensity_convergence` measures the estimator of `ranking.propensity` alone: intervened
+impressions of a position-based user over the collection's Uni-Con top 10s, counted until
+every rank 1..10 stays within a tolerance of the simulator's truth.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankstream.evals.cbir import spread
+from rankstream.simulators.catalog import check_name, load_collection
+from rankstream.simulators.click_feedback import RELEVANCE_GRADES, click_arms
+from rankstream.simulators.clicks import PositionBasedClickModel, click_model
+from rankstream.simulators.feedback import experiment_setup, run_arms
+
+CLICK_LEARNERS = ("opar1", "arow")
+BASELINE = "unicon"
+FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
+CALIBRATION_QUERIES = 50
+
+
+def run_clicks(
+    collection: str,
+    seed: int,
+    model: str,
+    cache_dir: str | os.PathLike,
+    impressions: int,
+    progress: bool = False,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One collection, click model and seed: (the run's JSON, per-impression NDCG@50)."""
+    served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
+    users = click_model(model, RELEVANCE_GRADES)
+    sim, scaler, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
+    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))
+    label = f"{collection}, {model}, seed {seed}" if progress else False
+    ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
+    tail = max(1, round(impressions * FINAL_SHARE))
+    base = ndcg[BASELINE]
+    run = {
+        "collection": collection,
+        "images": served.collection.n_images,
+        "click_model": model,
+        "seed": seed,
+        "impressions": impressions,
+        "uni_con": {
+            "ndcg_at_50": float(base.mean()),
+            "final_ndcg_at_50": float(base[-tail:].mean()),
+        },
+        "arms": {
+            name: {
+                "ndcg_at_50": float(values.mean()),
+                "ndcg_gain": float((values - base).mean()),
+                "final_ndcg_at_50": float(values[-tail:].mean()),
+                "final_ndcg_gain": float((values[-tail:] - base[-tail:]).mean()),
+            }
+            for name, values in ndcg.items()
+            if name != BASELINE
+        },
+    }
+    return run, ndcg
+
+
+def _family(name: str) -> tuple[str, str]:
+    """("opar1", "ips") from "opar1 ips"; ("pdgd", "clicks") for PDGD."""
+    learner, _, feedback = name.partition(" ")
+    return learner, feedback or "clicks"
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per arm the gains over seeds, and the issue's comparisons (module docstring)."""
+    names = list(runs[0]["arms"])
+
+    def values(name: str, key: str) -> list[float]:
+        return [run["arms"][name][key] for run in runs]
+
+    arms = {
+        name: {key: spread(values(name, key)) for key in ("ndcg_gain", "final_ndcg_gain")}
+        for name in names
+    }
+    click_arms_ = [n for n in names if _family(n)[1] != "judged"]
+    families: dict[str, Any] = {}
+    for learner in CLICK_LEARNERS:
+        judged = f"{learner} judged"
+        candidates = [f"{learner} naive", f"{learner} ips", f"{learner} ips-shown", "pdgd"]
+        best = max(candidates, key=lambda n: arms[n]["ndcg_gain"]["mean"])
+        judged_gain = arms[judged]["ndcg_gain"]["mean"]
+        ips_minus_naive = [
+            ips - naive
+            for ips, naive in zip(
+                values(f"{learner} ips", "final_ndcg_gain"),
+                values(f"{learner} naive", "final_ndcg_gain"),
+                strict=True,
+            )
+        ]
+        families[learner] = {
+            "judged_ndcg_gain": judged_gain,
+            "best_click_arm": best,
+            "best_click_ndcg_gain": arms[best]["ndcg_gain"]["mean"],
+            # a share of a gain: meaningless unless judged feedback gained at all
+            "best_click_share_of_judged_gain": arms[best]["ndcg_gain"]["mean"] / judged_gain
+            if judged_gain > 0
+            else None,
+            "final_ips_minus_naive": spread(ips_minus_naive),
+        }
+    worst = min(click_arms_, key=lambda n: arms[n]["final_ndcg_gain"]["mean"])
+    return {
+        "seeds": [run["seed"] for run in runs],
+        "uni_con": {
+            key: spread([run["uni_con"][key] for run in runs])
+            for key in ("ndcg_at_50", "final_ndcg_at_50")
+        },
+        "arms": arms,
+        "families": families,
+        "worst_click_arm_final": {"arm": worst, **arms[worst]["final_ndcg_gain"]},
+    }
+
+
+def evaluate_clicks(
+    collection: str,
+    model: str,
+    seeds: Sequence[int],
+    cache_dir: str | os.PathLike,
+    impressions: int = 20_000,
+    progress: bool = False,
+    options: Mapping[str, Any] | None = None,
+    plot_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """Every seed (module docstring); JSON-ready, with the plot's path when drawn."""
+    if not seeds:
+        raise ValueError("need at least one seed")
+    if impressions < 10:
+        raise ValueError(f"impressions must be >= 10, got {impressions}")
+    click_model(model, RELEVANCE_GRADES)  # refuse an unknown model before loading anything
+    runs, curves = [], []
+    for seed in seeds:
+        run, ndcg = run_clicks(collection, seed, model, cache_dir, impressions, progress, options)
+        runs.append(run)
+        curves.append(ndcg)
+    result: dict[str, Any] = {
+        "collection": collection,
+        "click_model": model,
+        "impressions": impressions,
+        "final_share": FINAL_SHARE,
+        "runs": runs,
+        "summary": summarise(runs),
+    }
+    if plot_path is not None:
+        result["plot"] = str(plot_curves(curves, model, collection, plot_path))
+    return result
+
+
+def plot_curves(
+    curves: Sequence[Mapping[str, np.ndarray]], model: str, collection: str, path: str | Path
+) -> Path:
+    """Learning curves (`plots.plot_ndcg`) of the per-impression NDCG@50, mean over seeds."""
+    from rankstream.plots import plot_ndcg
+
+    mean = {
+        ("uni_con" if name == BASELINE else name): np.mean([c[name] for c in curves], axis=0)
+        for name in curves[0]
+    }
+    title = f"Learning from {model} clicks on {collection} (NDCG@50, mean of {len(curves)} seeds)"
+    return plot_ndcg(mean, path, title=title)
+
+
+def propensity_convergence(
+    collection: str,
+    etas: Sequence[float],
+    cache_dir: str | os.PathLike,
+    max_impressions: int = 1_000_000,
+    check_every: int = 10_000,
+    tolerance: float = 0.10,
+    ranks: int = 10,
+    seed: int = 0,
+    pool_queries: int = 500,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Impressions the online estimator needs per eta (module docstring).
+
+    The pool: Uni-Con's top-`ranks` grades of `pool_queries` queries of the seed. Each
+    simulated impression draws a pool query, shows its top `ranks` shuffled (the
+    estimator's intervention) to a position-based user with that eta, and is counted.
+    Every `check_every` impressions the estimate at ranks 1..`ranks` is compared with the
+    truth (1/k)^eta; reported: the first count from which every later check stayed within
+    `tolerance` (relative), None if the last did not, and the errors at the end.
+    """
+    from rankstream.ranking.metrics import ranked_order
+    from rankstream.ranking.propensity import PropensityEstimator
+
+    served = load_collection(check_name(collection), cache_dir, False, **(options or {}))
+    sim, _, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
+    pool = []
+    for _ in range(pool_queries):
+        query = sim.next_query()
+        pool.append(query.relevance[ranked_order(arms[BASELINE].serve(query))[:ranks]])
+    grades = np.array(pool, dtype=np.int64)
+    result: dict[str, Any] = {"collection": collection, "tolerance": tolerance, "ranks": ranks}
+    for eta in etas:
+        users = click_model(f"pbm:{eta:g}", RELEVANCE_GRADES)
+        assert isinstance(users, PositionBasedClickModel)
+        truth = users.propensities(ranks)
+        estimator = PropensityEstimator(depth=ranks)
+        rng = np.random.default_rng([seed, int(eta * 1000)])
+        attractiveness = np.asarray(users.click_probability)
+        stayed_from, checks = None, []
+        while estimator.impressions < max_impressions:
+            n = min(check_every, max_impressions - estimator.impressions)
+            shown = grades[rng.integers(0, len(grades), n)]
+            shown = np.take_along_axis(shown, rng.random(shown.shape).argsort(axis=1), axis=1)
+            examined = rng.random(shown.shape) < truth
+            estimator.observe_many(examined & (rng.random(shown.shape) < attractiveness[shown]))
+            error = np.abs(estimator.propensities(ranks) / truth - 1.0)
+            within = bool((error <= tolerance).all())
+            stayed_from = (stayed_from or estimator.impressions) if within else None
+            checks.append((estimator.impressions, float(error.max())))
+        result[f"pbm:{eta:g}"] = {
+            "impressions": estimator.impressions,
+            "within_tolerance_from": stayed_from,
+            "max_relative_error_at_end": checks[-1][1],
+            "estimate": estimator.propensities(ranks).round(4).tolist(),
+            "truth": truth.round(4).tolist(),
+        }
+    return result

@@ -1,0 +1,161 @@
+"""The feedback loop with clicking users instead of judges: engines that learn from clicks.
+
+The §5.5 loop (`simulators.feedback.run_arms`) with other arms. An impression shows the
+top `display` (50) candidates of an engine's ranking; the simulated user
+(`simulators.clicks`) clicks by the ground-truth grades of what is shown; the engine
+learns from the impression and its clicks only. Every arm is scored on the ranking it
+actually served (true NDCG@50 from the grades), so the cost of exploration (PDGD's
+sampling, the propensity interventions) counts against it.
+
+* `ClickPairArm`: an online ranker (OPAR-I, AROW, ...) serving its deterministic
+  ranking and learning the click pairs of `ranking.click_pairs` as triplets: naive
+  (every pair weight 1), or IPS-weighted with propensities estimated online
+  (`ranking.propensity`) from a share `intervention_share` of its own impressions, on
+  which the top `depth` are shown shuffled. No arm is given the true propensities.
+* `PDGDArm`: `ranking.pdgd.PDGD`, serving Plackett-Luce samples and learning from
+  them.
+
+Grades: the collections grade relevance 0, 1, 2 (`simulators.images.ImageCollection`),
+so the click models' three-grade tables apply.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, click_pairs
+from rankstream.ranking.metrics import ranked_order
+from rankstream.ranking.online import OnlineRanker, learn_many_together
+from rankstream.ranking.pdgd import PDGD
+from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.ranking.scaling import Standardizer
+from rankstream.simulators.clicks import ClickModel
+from rankstream.simulators.feedback import Arm, JudgedArm, RetrievedQuery
+
+RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
+DEFAULT_DISPLAY = 50  # results shown per impression: the judged depth and NDCG@50's
+DEFAULT_INTERVENTION_SHARE = 0.05
+
+
+def order_scores(order: np.ndarray, n: int) -> np.ndarray:
+    """Scores (n,) whose `ranked_order` starts with `order` (the rest keep their order)."""
+    scores = np.zeros(n)
+    scores[order] = np.arange(n, n - order.shape[0], -1, dtype=np.float64)
+    return scores
+
+
+class ClickPairArm:
+    """An online ranker learning from the click pairs of its own impressions."""
+
+    def __init__(
+        self,
+        ranker: OnlineRanker,
+        click_model: ClickModel,
+        rng: np.random.Generator,
+        estimator: PropensityEstimator | None = None,
+        intervention_share: float = DEFAULT_INTERVENTION_SHARE,
+        display: int = DEFAULT_DISPLAY,
+        min_propensity: float = DEFAULT_MIN_PROPENSITY,
+        losers: str = "skips",
+    ) -> None:
+        if not 0.0 <= intervention_share <= 1.0:
+            raise ValueError(f"intervention_share must lie in [0, 1], got {intervention_share}")
+        self.ranker, self.click_model, self.rng = ranker, click_model, rng
+        self.estimator, self.intervention_share = estimator, intervention_share
+        self.display, self.min_propensity, self.losers = display, min_propensity, losers
+        self._intervened = False
+
+    def serve(self, query: RetrievedQuery) -> np.ndarray:
+        scores = self.ranker.score(query.phi)
+        self._intervened = (
+            self.estimator is not None and self.rng.random() < self.intervention_share
+        )
+        if not self._intervened:
+            return scores
+        shown = ranked_order(scores)[: self.display]
+        assert self.estimator is not None
+        return order_scores(self.estimator.intervene(shown, self.rng), scores.shape[0])
+
+    def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
+        shown = ranked_order(served)[: self.display]
+        clicks = self.click_model.clicks(query.relevance[shown].astype(np.int64), self.rng)
+        if self.estimator is None:
+            pairs = click_pairs(clicks, losers=self.losers)
+            weights = None
+        else:
+            if self._intervened:
+                self.estimator.observe(clicks)
+            propensities = self.estimator.propensities(shown.shape[0])
+            pairs = click_pairs(clicks, propensities, self.min_propensity, self.losers)
+            weights = pairs.weight
+        if len(pairs):
+            labels = np.ones(len(pairs))
+            p1, p2 = shown[pairs.winner], shown[pairs.loser]
+            error = learn_many_together([self.ranker], query.phi, p1, p2, labels, weights)[0]
+            if error is not None:
+                raise error
+
+
+class PDGDArm:
+    """PDGD serving Plackett-Luce samples of its scores and learning from their clicks."""
+
+    def __init__(
+        self,
+        model: PDGD,
+        click_model: ClickModel,
+        rng: np.random.Generator,
+        display: int = DEFAULT_DISPLAY,
+    ) -> None:
+        self.model, self.click_model, self.rng, self.display = model, click_model, rng, display
+
+    def serve(self, query: RetrievedQuery) -> np.ndarray:
+        shown = self.model.rank(query.phi, self.display, self.rng)
+        return order_scores(shown, query.phi.shape[0])
+
+    def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
+        shown = ranked_order(served)[: self.display]
+        clicks = self.click_model.clicks(query.relevance[shown].astype(np.int64), self.rng)
+        self.model.learn(query.phi, shown, clicks)
+
+
+def click_arms(
+    learners: tuple[str, ...],
+    click_model: ClickModel,
+    scaler: Standardizer,
+    judged: int,
+    seed: int,
+    intervention_share: float = DEFAULT_INTERVENTION_SHARE,
+) -> dict[str, Arm]:
+    """The arms of the click experiment (besides Uni-Con), by name: per learner in
+    `learners` its judged arm (the ceiling: "<learner> judged"), naive click pairs
+    ("<learner> naive"), IPS-weighted click pairs ("<learner> ips") and IPS-weighted
+    pairs of each click with every other shown result ("<learner> ips-shown",
+    Propensity SVM-Rank's pairs); then "pdgd". Each arm's clicks and coins come from its
+    own child stream of `seed`."""
+    streams = iter(np.random.SeedSequence([seed, 2]).spawn(3 * len(learners) + 1))
+    shown_streams = iter(np.random.SeedSequence([seed, 3]).spawn(len(learners)))
+
+    def rng() -> np.random.Generator:
+        return np.random.default_rng(next(streams))
+
+    def ranker(algo: str) -> OnlineRanker:
+        return OnlineRanker(algo=algo, scaler=scaler)
+
+    arms: dict[str, Arm] = {}
+    for algo in learners:
+        arms[f"{algo} judged"] = JudgedArm(ranker(algo), judged, rng())
+        arms[f"{algo} naive"] = ClickPairArm(ranker(algo), click_model, rng())
+        arms[f"{algo} ips"] = ClickPairArm(
+            ranker(algo), click_model, rng(), PropensityEstimator(), intervention_share
+        )
+    arms["pdgd"] = PDGDArm(PDGD(scaler=scaler), click_model, rng())
+    for algo in learners:
+        arms[f"{algo} ips-shown"] = ClickPairArm(
+            ranker(algo),
+            click_model,
+            np.random.default_rng(next(shown_streams)),
+            PropensityEstimator(),
+            intervention_share,
+            losers="shown",
+        )
+    return arms

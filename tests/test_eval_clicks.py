@@ -1,0 +1,86 @@
+"""`rankstream eval clicks` on a small synthetic collection: every arm scored on what it
+served, gains paired with Uni-Con, the summary's comparisons, the plot, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rankstream.cli import main
+from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
+
+SMALL = {"n_images": 4000}
+ARMS = {
+    "opar1 judged", "opar1 naive", "opar1 ips", "arow judged", "arow naive", "arow ips", "pdgd",
+    "opar1 ips-shown", "arow ips-shown",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("clicks-cache")
+
+
+@pytest.fixture(scope="module")
+def result(cache, tmp_path_factory):
+    plot = tmp_path_factory.mktemp("plots") / "clicks.png"
+    return evaluate_clicks(
+        "synthetic", "pbm:1", [0, 1], cache, impressions=40, options=SMALL, plot_path=plot
+    )
+
+
+def test_every_arm_is_scored_and_paired_with_uni_con(result) -> None:
+    runs = result["runs"]
+    assert [run["seed"] for run in runs] == [0, 1]
+    for run in runs:
+        assert set(run["arms"]) == ARMS
+        for cell in run["arms"].values():
+            assert 0 < cell["ndcg_at_50"] <= 1
+            assert cell["ndcg_gain"] == pytest.approx(
+                cell["ndcg_at_50"] - run["uni_con"]["ndcg_at_50"]
+            )
+    assert runs[0]["arms"]["pdgd"] != runs[1]["arms"]["pdgd"]  # seeds differ
+    json.dumps(result)
+
+
+def test_the_summary_gives_the_issues_comparisons(result) -> None:
+    summary = result["summary"]
+    gains = [run["arms"]["arow ips"]["final_ndcg_gain"] for run in result["runs"]]
+    assert summary["arms"]["arow ips"]["final_ndcg_gain"]["mean"] == pytest.approx(np.mean(gains))
+    family = summary["families"]["arow"]
+    assert family["best_click_arm"] in {"arow naive", "arow ips", "arow ips-shown", "pdgd"}
+    differences = [
+        run["arms"]["arow ips"]["final_ndcg_gain"] - run["arms"]["arow naive"]["final_ndcg_gain"]
+        for run in result["runs"]
+    ]
+    assert family["final_ips_minus_naive"]["mean"] == pytest.approx(np.mean(differences))
+    worst = summary["worst_click_arm_final"]
+    finals = {n: c["final_ndcg_gain"]["mean"] for n, c in summary["arms"].items()}
+    assert worst["mean"] == min(v for n, v in finals.items() if "judged" not in n)
+
+
+def test_the_learning_curves_are_saved(result) -> None:
+    with open(result["plot"], "rb") as plot:
+        assert plot.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_seed_gives_the_same_run_again(cache, result) -> None:
+    again = evaluate_clicks("synthetic", "pbm:1", [1], cache, impressions=40, options=SMALL)
+    assert again["runs"][0] == result["runs"][1]
+
+
+def test_the_propensity_measurement_reports_its_count(cache) -> None:
+    found = propensity_convergence(
+        "synthetic", [1.0], cache, max_impressions=40_000, check_every=20_000,
+        pool_queries=20, options=SMALL,
+    )  # fmt: skip
+    cell = found["pbm:1"]
+    assert cell["impressions"] == 40_000 and cell["truth"][:3] == [1.0, 0.5, 0.3333]
+    assert cell["within_tolerance_from"] in (None, 20_000, 40_000)
+
+
+def test_the_command_refuses_an_unknown_click_model(capsys) -> None:
+    assert main(["eval", "clicks", "--click-model", "curious", "--json"]) == 2
+    assert "unknown click model" in capsys.readouterr().err
