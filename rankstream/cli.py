@@ -10,7 +10,8 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream  the papers' experiments
+    eval cbir|dml|mkl|stream|clicks
+                              the papers' experiments, and learning from clicks
     bench learners|pipeline|scaleout|replay|serve|ingest
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus

@@ -110,7 +110,9 @@ def test_a_kernel_without_weights_refuses_weighted_rows() -> None:
         w += (y[:, None] * X).sum(axis=0)
         return len(y)
 
-    learners.register(learners.LearnerSpec("plainsum", "PlainSum", "w += y x", kernel=plain_kernel))
+    learners.register(
+        learners.LearnerSpec("plainsum", "PlainSum", "tab:gray", "w += y x", kernel=plain_kernel)
+    )
     try:
         ranker = OnlineRanker(algo="plainsum")
         ranker.learn_many(np.ones((2, 3)), [1, -1])
