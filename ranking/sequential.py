@@ -55,6 +55,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 SWITCH, REFUSE, UNDECIDED = "switch", "refuse", "undecided"
 VARIANCE_FLOOR = 1e-8  # (1e-4 NDCG)^2: far below any real spread of per-query differences
@@ -181,15 +184,29 @@ class PairedTest:
         )
 
 
-def first_switch(test: PairedTest, differences: Iterable[float]) -> int | None:
+def first_switch(test: PairedTest, differences: Any) -> int | None:
     """The number of pairs at which `test` first says switch (None: it never does).
+
+    The same verdicts as feeding `RaceState.add` one difference at a time and asking
+    `test.decision` after each, computed for the whole stream at once (numpy), for
+    simulations of many runs.
 
     >>> first_switch(PairedTest(), [0.05, 0.03, 0.04, 0.06] * 10)
     20
     """
-    state = RaceState()
-    for i, d in enumerate(differences, start=1):
-        state = state.add(float(d))
-        if test.decision(state) == SWITCH:
-            return i
-    return None
+    d = np.asarray(differences, dtype=np.float64).reshape(-1)
+    if d.size == 0:
+        return None
+    if not (np.abs(d) <= 1.0).all():
+        raise ValueError("NDCG differences lie in [-1, 1]")
+    n = np.arange(1, d.size + 1, dtype=np.float64)
+    mean = np.cumsum(d) / n
+    m2 = np.cumsum((d - mean[-1]) ** 2) - n * (mean - mean[-1]) ** 2  # shifted: no cancellation
+    s2 = np.maximum(np.maximum(m2, 0.0) / n, VARIANCE_FLOOR)
+    tau2 = test.tau2
+    half = np.sqrt(
+        s2 * (s2 + n * tau2) / (n * n * tau2) * (np.log1p(n * tau2 / s2) + 2.0 * test.threshold)
+    )
+    switch = (n >= test.min_pairs) & ~(mean + half < test.delta) & (mean - half > 0.0)
+    hits = np.flatnonzero(switch)
+    return int(hits[0]) + 1 if hits.size else None

@@ -8,8 +8,14 @@ retrieval and its users.
 
 For each query: POST /v1/rank (the champion), then the user judges some of the served
 top 50 (each with probability `--judge`, the rest left unjudged: null), then POST
-/v1/feedback with those grades and the ranking's `model_versions` echoed back.
-Prints one JSON summary: queries, which model/version served them, triplets produced.
+/v1/feedback with those grades and the ranking's `model_versions` echoed back. The
+same query is also ranked by Uni-Con (`"model": "uni_con"`), so the engine can measure
+what the champion gained: NDCG@50 of both rankings against its ground truth (gain
+2^grade - 1, discount 1/log2(rank + 1)). With `--settle-after N` the engine waits after
+N queries (at most `--settle-seconds`) until GET /v1/models names another champion than
+Uni-Con, so the queries after it measure the learned champion; it exits 3 if none came.
+Prints one JSON summary: queries, which model/version served them, triplets produced,
+the mean NDCG@50 of the served and of Uni-Con's rankings over the queries after N.
 
     python tests/engine_loop.py --url http://127.0.0.1:8000 --data queries.npz [--token T]
 """
@@ -51,6 +57,26 @@ def wait_live(url: str, seconds: float = 60) -> None:
             time.sleep(0.2)
 
 
+def ndcg_at_50(ranked_ids: list[int], grade: dict[int, int]) -> float:
+    """NDCG@50 of a ranking against the ground-truth grades of all its candidates."""
+    discount = 1.0 / np.log2(np.arange(2, 52))
+    gains = np.array([2.0 ** grade[c] - 1.0 for c in ranked_ids[:50]])
+    ideal = np.sort([2.0**g - 1.0 for g in grade.values()])[::-1][:50]
+    best = float(ideal @ discount[: len(ideal)])
+    return float(gains @ discount[: len(gains)]) / best if best > 0 else 0.0
+
+
+def settle(url: str, token: str | None, seconds: float) -> str | None:
+    """Wait until the service names a champion other than Uni-Con; None on timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        champion = call(url, "/v1/models", None, token)["champion"]
+        if champion != "uni_con":
+            return champion
+        time.sleep(0.5)
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -59,6 +85,8 @@ def main() -> int:
     parser.add_argument("--judge", type=float, default=0.6, help="P(a top-50 result is judged)")
     parser.add_argument("--top", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle-after", type=int, default=None, metavar="N")
+    parser.add_argument("--settle-seconds", type=float, default=120.0)
     args = parser.parse_args()
     data = np.load(args.data)
     ids, phi, truth = data["candidate_ids"], data["phi"], data["relevance"]
@@ -66,7 +94,14 @@ def main() -> int:
     wait_live(args.url)
     served: list[tuple[str, int]] = []
     triplets = 0
+    measured: list[tuple[float, float]] = []  # (served, Uni-Con) NDCG@50 after settling
+    settled = None
     for q in range(len(ids)):
+        if q == args.settle_after:
+            settled = settle(args.url, args.token, args.settle_seconds)
+            if settled is None:
+                print(f"no champion but Uni-Con after {q} queries", file=sys.stderr)
+                return 3
         ranking = call(
             args.url,
             "/v1/rank",
@@ -93,11 +128,28 @@ def main() -> int:
             args.token,
         )
         triplets += receipt["triplets"]
+        if settled is not None:
+            unicon = call(
+                args.url,
+                "/v1/rank",
+                {"candidate_ids": ids[q].tolist(), "phi": phi[q].tolist(), "model": "uni_con"},
+                args.token,
+            )
+            measured.append(
+                (
+                    ndcg_at_50(ranking["candidate_ids"], grade),
+                    ndcg_at_50(unicon["candidate_ids"], grade),
+                )
+            )
     by_model: dict[str, int] = {}
     for name, _ in served:
         by_model[name] = by_model.get(name, 0) + 1
     summary = {"queries": len(served), "served_by": by_model, "triplets": triplets,
-               "first": served[0], "last": served[-1]}  # fmt: skip
+               "first": served[0], "last": served[-1], "settled_on": settled}  # fmt: skip
+    if measured:
+        pairs = np.array(measured)
+        summary.update(measured_queries=len(pairs), served_ndcg_at_50=float(pairs[:, 0].mean()),
+                       unicon_ndcg_at_50=float(pairs[:, 1].mean()))  # fmt: skip
     print(json.dumps(summary))
     return 0
 
