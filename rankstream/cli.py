@@ -32,6 +32,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "eval_stream",
         "§5.5 loop per learner, per collection (--grid)",
     ),
+    ("eval", "champion"): (
+        "eval_champion",
+        "champion policy: A/A false switches, queries to switch (new test vs old)",
+    ),
     ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
     ("bench", "scaleout"): ("bench_scaleout", "throughput of 1/2/4 per-partition online workers"),
