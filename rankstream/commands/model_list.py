@@ -17,11 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._model_store import configured_store
+    from rankstream.stream.settings import Settings
     from rankstream.workers.serve_models import models_listing
     from rankstream.workers.serve_registry import ModelRegistry
 
-    with configured_store() as store:
-        listing = models_listing(ModelRegistry(store).refresh())
+    with configured_store() as store:  # served at the deployment's width, as serve does
+        registry = ModelRegistry(store, width=Settings.from_env().phi_dim)
+        listing = models_listing(registry.refresh())
     if args.json:
         print_json(listing)
         return 0
