@@ -113,3 +113,25 @@ def test_settings_name_alpha_and_delta(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("RANKSTREAM_CHAMPION_ALPHA", value)
         with pytest.raises(SettingsError, match="RANKSTREAM_CHAMPION_ALPHA"):
             Settings.from_env()
+
+
+def test_eval_champion_reports_both_policies_on_the_same_streams(tmp_path) -> None:
+    """The command's JSON (simulated streams only, few runs): both policies per case, the
+    new test's A/A far below the old rule's, and the plot written."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rankstream", "eval", "champion", "--json", "--no-real",
+         "--runs", "40", "--horizon", "600", "--spreads", "0.05", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    result = report["simulated"]["spread=0.05"]
+    assert set(result) == {"aa", "0.005", "0.01", "0.02"}
+    aa = result["aa"]
+    assert aa["new"]["false_switch_rate"] <= 0.05 < 0.5 <= aa["old"]["false_switch_rate"]
+    assert result["0.02"]["new"]["median_queries_to_switch"] >= 100  # no verdict before
+    assert (tmp_path / "champion.png").stat().st_size > 0
