@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rankstream.harness.generator import TripletGenerator
+from rankstream.ranking.sequential import PairedTest
 from rankstream.simulators.feedback import RetrievedQuery, judge
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -34,6 +35,7 @@ from rankstream.stream.store import WrongWidthError, stored_width
 from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.batch import BatchOptions, BatchWorker
 from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
@@ -142,7 +144,13 @@ def run_pipeline(width: int, directory: Path) -> Run:
     evaluator = Evaluator(
         settings,
         EvaluatorOptions(
-            window=20, publish_every=4, publish_seconds=None, poll_ms=0, max_poll_records=POLL
+            window=20,
+            publish_every=4,
+            publish_seconds=None,
+            poll_ms=0,
+            max_poll_records=POLL,
+            # 36 queries: the paired test may decide after 10 pairs (its default waits 100)
+            policy=ChampionPolicy(test=PairedTest(min_pairs=10)),
         ),
         **services,
     )
