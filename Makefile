@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast datasets compose-test lock lint bench chaos soak fuzz services-up services-down clean
+.PHONY: demo test test-fast flake-check datasets compose-test lock lint bench chaos soak fuzz services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,20 @@ lock:
 # Unit tests only: no Kafka, Redis or Prometheus.
 test-fast: $(STAMP) datasets
 	$(BIN)/python -m pytest -q -m "not services" tests
+
+# N consecutive runs of the integration tests that wait on a learning outcome (a champion
+# switch, a learned model beating Uni-Con, panels filling with data); stops at the first
+# failure and names the run. `make flake-check N=20 TESTS="tests/test_serve_engine_loop.py"`.
+N ?= 20
+TESTS ?= tests/test_serve_engine_loop.py tests/test_champion.py tests/test_width_pipeline.py \
+	tests/test_readme_serving_quickstart.py tests/test_prometheus_dashboard.py
+flake-check: $(STAMP)
+	@for i in $$(seq 1 $(N)); do \
+		start=$$(date +%s); \
+		$(BIN)/python -m pytest -q -p no:cacheprovider $(TESTS) > .flake-check.log 2>&1 \
+			|| { tail -40 .flake-check.log; echo "flake-check: run $$i of $(N) FAILED"; exit 1; }; \
+		echo "flake-check: run $$i of $(N) passed ($$(tail -1 .flake-check.log), $$(( $$(date +%s) - start )) s)"; \
+	done; echo "flake-check: $(N) of $(N) runs passed: $(TESTS)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

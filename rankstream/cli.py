@@ -10,8 +10,8 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream|clicks
-                              the papers' experiments, and learning from clicks
+    eval cbir|dml|mkl|stream|clicks|champion
+                              the papers' experiments, learning from clicks, the champion test
     bench learners|pipeline|scaleout|replay|serve|ingest
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
@@ -52,6 +52,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "clicks"): (
         "eval_clicks",
         "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
+    ),
+    ("eval", "champion"): (
+        "eval_champion",
+        "champion policy: A/A false switches, queries to switch (new test vs old)",
     ),
     ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),

@@ -73,6 +73,29 @@ def _positive_int(name: str, value: str) -> int:
     return number
 
 
+def _fraction(name: str, value: str) -> float:
+    """A number strictly between 0 and 1 (an error rate)."""
+    number = _number(value)
+    if number is None or not 0.0 < number < 1.0:
+        raise SettingsError(ENV_PREFIX + name, value, "a number between 0 and 1 (exclusive)")
+    return number
+
+
+def _ndcg_difference(name: str, value: str) -> float:
+    """A positive NDCG difference, at most 1."""
+    number = _number(value)
+    if number is None or not 0.0 < number <= 1.0:
+        raise SettingsError(ENV_PREFIX + name, value, "a number > 0 and <= 1")
+    return number
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
 def _integer(value: str) -> int | None:
     try:
         return int(value)
@@ -159,6 +182,13 @@ class Settings:
     # The width d of phi(query, image) this deployment learns from: every message,
     # recording and stored model must have it (others are refused, never misread).
     phi_dim: int = DEFAULT_PHI_DIM
+    # The champion race (`workers.champion`): its error rate, and the smallest NDCG@50
+    # difference worth a switch (`ranking.sequential.PairedTest`).
+    champion_alpha: float = 0.01
+    champion_delta: float = 0.005
+    # Candidates' phi the empty store's Uni-Con is scaled on before its scaling is final
+    # (`workers.baseline`): every ranking request adds its candidates until then.
+    unicon_calibration: int = 1000
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
@@ -213,4 +243,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "api_token": ("API_TOKEN", _text),
     "api_max_body_bytes": ("API_MAX_BODY_BYTES", _positive_int),
     "phi_dim": ("PHI_DIM", _positive_int),
+    "champion_alpha": ("CHAMPION_ALPHA", _fraction),
+    "champion_delta": ("CHAMPION_DELTA", _ndcg_difference),
+    "unicon_calibration": ("UNICON_CALIBRATION", _positive_int),
 }

@@ -9,17 +9,18 @@ from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.metrics import average_precision, ndcg_at_k
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.sequential import PairedTest
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import UNJUDGED, JudgedQuery, decode_dead_letter, encode_query
 from rankstream.stream.settings import Settings
+from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.serving import (
     CHAMPION,
     EVALUATOR_RECORD,
     UNI_CON,
-    ChampionPolicy,
     ServingModel,
 )
 
@@ -116,7 +117,10 @@ def test_champion_switches_to_a_clearly_better_model_and_is_published(embedded_s
     producer.send(embedded_settings.queries_topic, b"not arrow at all")
     producer.flush()
     options = EvaluatorOptions(
-        window=20, exit_when_idle=0.3, poll_ms=20, policy=ChampionPolicy(min_queries=10)
+        window=20,
+        exit_when_idle=0.3,
+        poll_ms=20,
+        policy=ChampionPolicy(test=PairedTest(min_pairs=10)),
     )
     switches = sample_value("rankstream_champion_switches_total")
     evaluator = Evaluator(embedded_settings, options, transport=transport, store=store)

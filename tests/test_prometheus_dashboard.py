@@ -44,7 +44,7 @@ PIPELINE: dict[str, list[str]] = {
         "worker", "batch", "--reservoir", "1000", "--refit-records", "2000",
         "--refit-seconds", "5", "--mkl-pairs", "300",
     ],
-    "evaluator": ["worker", "evaluator", "--window", "50", "--min-queries", "5"],
+    "evaluator": ["worker", "evaluator", "--window", "50"],
     "simulator": [
         "simulate", "--serving", "champion", "--images", "20000",
         "--triplets", "100000000", "--rate", "1500",

@@ -15,7 +15,6 @@ from rankstream.workers.serving import (
     EVALUATOR_RECORD,
     SCORERS,
     UNI_CON,
-    ChampionPolicy,
     ScorerCache,
     ServingModel,
     scorer_for,
@@ -88,16 +87,6 @@ def test_cache_returns_exact_versions_and_none_once_trimmed() -> None:
     np.testing.assert_array_equal(cache.get("opr", 2).score(PHI), weights[1])
     np.testing.assert_array_equal(cache.get("opr", 3).score(PHI), weights[2])
     assert cache.scorable("opr") is True and cache.scorable("nope") is None
-
-
-def test_policy_keeps_unicon_until_a_model_with_enough_queries_beats_it() -> None:
-    policy = ChampionPolicy(min_queries=5, margin=0.01)
-    counts = {UNI_CON: 10, "opr": 10, "ogdr": 2}
-    assert policy.choose(None, {UNI_CON: 0.8, "opr": 0.805}, counts) == UNI_CON  # within margin
-    assert policy.choose(None, {UNI_CON: 0.8, "opr": 0.9}, counts) == "opr"
-    assert policy.choose(None, {UNI_CON: 0.8, "ogdr": 0.99}, counts) == UNI_CON  # too few
-    assert policy.choose("opr", {UNI_CON: 0.85, "opr": 0.8}, counts) == UNI_CON
-    assert policy.choose("opr", {UNI_CON: 0.8, "opr": 0.8}, counts) == "opr"  # tie: keep
 
 
 def test_serving_model_follows_the_evaluator_record_and_counts_switches() -> None:

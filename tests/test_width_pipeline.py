@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from rankstream.harness.generator import TripletGenerator
-from rankstream.ranking.baselines import UniCon
-from rankstream.ranking.scaling import Standardizer
+from rankstream.ranking.sequential import PairedTest
 from rankstream.simulators.feedback import RetrievedQuery, judge
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -33,9 +32,11 @@ from rankstream.stream.schema import (
     triplet_key,
 )
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import WIDTH_KEY, WrongWidthError, stored_width
+from rankstream.stream.store import WrongWidthError, stored_width
+from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.batch import BatchOptions, BatchWorker
 from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
@@ -63,9 +64,7 @@ class SyntheticEngine:
     def publish_unicon(self, store) -> None:
         """Uni-Con on standardized phi, its scaler fitted on candidates never served."""
         calibration = np.concatenate([self.generator.candidates(CANDIDATES)[1] for _ in range(5)])
-        meta, arrays = UniCon(scaler=Standardizer().fit(calibration)).to_state()
-        meta[WIDTH_KEY] = self.settings.phi_dim
-        store.save(UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+        publish_unicon(store, calibration, self.settings.phi_dim, len(calibration))
 
     def step(self, query_id: int) -> int:
         served = self.serving.refresh()
@@ -146,7 +145,13 @@ def run_pipeline(width: int, directory: Path) -> Run:
     evaluator = Evaluator(
         settings,
         EvaluatorOptions(
-            window=20, publish_every=4, publish_seconds=None, poll_ms=0, max_poll_records=POLL
+            window=20,
+            publish_every=4,
+            publish_seconds=None,
+            poll_ms=0,
+            max_poll_records=POLL,
+            # 36 queries: the paired test may decide after 10 pairs (its default waits 100)
+            policy=ChampionPolicy(test=PairedTest(min_pairs=10)),
         ),
         **services,
     )

@@ -24,9 +24,13 @@ convention) and counted as `single_grade` in `summary()`; their rolling means ar
 history stays in memory for reports. Candidates arrive in served order, so a model's
 ties keep the served order (the metrics' stable sort).
 
-The rolling scores and the champion (`workers.serving.ChampionPolicy`) are published
+The champion is chosen by a paired sequential test per challenger, not by the rolling
+means (`workers.champion.ChampionRace`: each query's NDCG@50 differences against the
+incumbent, on the queries both were scored on); the rolling means are a trend to watch.
+The rolling scores, the race and the champion are published
 to the store as the model `evaluator` (kind "scores"): meta {"rolling_ndcg",
-"rolling_map", "counts", "window", "champion", "queries_evaluated"}, the window values
+"rolling_map", "counts", "window", "champion", "queries_evaluated", "race" (each
+challenger's evidence), "race_state" (its sufficient statistics)}, the window values
 as arrays ("ndcg.<model>", "ap.<model>") and the queries-topic offsets they cover. The
 simulator serves the champion named there; a restarted evaluator restores its windows
 and resumes after the last published query. Queries evaluated after the last publish
@@ -47,7 +51,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,10 +63,11 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
+from rankstream.workers.champion import ChampionPolicy, ChampionRace
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ChampionPolicy, ScorerCache
+from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
@@ -88,7 +93,7 @@ class EvaluatorOptions:
     cache_size: int = 64  # (model, version) scorers kept loaded
     poll_ms: int = 200
     max_poll_records: int = 100
-    policy: ChampionPolicy = field(default_factory=ChampionPolicy)
+    policy: ChampionPolicy | None = None  # None: the settings' (RANKSTREAM_CHAMPION_*)
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.publish_every < 1 or self.history < 0:
@@ -176,7 +181,8 @@ class EvaluatorHandler(Handler):
         self.cache = ScorerCache(store, options.cache_size, settings.phi_dim)
         self.rolling = RollingScores(options.window)
         self.history: deque[QueryScores] = deque(maxlen=options.history)
-        self.champion = options.policy.default
+        self.policy = options.policy or ChampionPolicy.from_settings(settings)
+        self.race = ChampionRace(self.policy)
         self.queries_evaluated = 0
         self.judgments = dict.fromkeys(
             (JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE, SINGLE_GRADE), 0
@@ -216,7 +222,7 @@ class EvaluatorHandler(Handler):
         self._dirty = True
         metrics.QUERIES_EVALUATED.inc()
         self._export(ndcg)
-        self._choose_champion()
+        self._choose_champion(ndcg)
         return result
 
     def _count(self, query: JudgedQuery, judgments: str) -> None:
@@ -263,23 +269,14 @@ class EvaluatorHandler(Handler):
             metrics.NDCG_AT_50.labels(model=model).set(ndcg[model])
             metrics.MEAN_AVERAGE_PRECISION.labels(model=model).set(ap[model])
 
-    def _choose_champion(self) -> None:
-        ndcg, _ = self.rolling.means()
-        choice = self.options.policy.choose(self.champion, ndcg, self.rolling.counts())
-        if choice == self.champion:
-            return
-        log_event(
-            log,
-            "champion switched",
-            previous=self.champion,
-            champion=choice,
-            previous_ndcg=ndcg.get(self.champion),
-            ndcg=ndcg.get(choice),
-            queries=self.queries_evaluated,
-        )
-        metrics.CHAMPION_SWITCHES.inc()
-        self.champion = choice
-        self._champion_changed = True  # published at once (`process`)
+    @property
+    def champion(self) -> str:
+        return self.race.incumbent
+
+    def _choose_champion(self, ndcg: dict[str, float]) -> None:
+        """This query's paired differences into the race; a new champion is published."""
+        if self.race.observe(ndcg, self.queries_evaluated) is not None:
+            self._champion_changed = True  # published at once (`process`)
 
     def summary(self) -> dict[str, Any]:
         """Rolling NDCG@50/MAP per model, counts and the champion (for reports and --json)."""
@@ -291,6 +288,7 @@ class EvaluatorHandler(Handler):
             "rolling_ndcg": ndcg,
             "rolling_map": ap,
             "counts": self.rolling.counts(),
+            "race": self.race.summary(),
             "judgments": dict(self.judgments),
             "dead_letters": self.dead_letters,
         }
@@ -312,7 +310,8 @@ class EvaluatorHandler(Handler):
                 )
             self._record_fence = Fence.of(record)
             self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
-            self.champion = str(record.meta.get("champion", self.champion))
+            state = record.meta.get("race_state") or {"incumbent": record.meta.get("champion")}
+            self.race = ChampionRace.from_state(self.policy, state)
             self.queries_evaluated = int(record.meta.get("queries_evaluated", 0))
             self.judgments.update(record.meta.get("judgments", {}))
             self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
@@ -373,6 +372,7 @@ class EvaluatorHandler(Handler):
             return {}
         ndcg, ap = self.rolling.means()
         meta = {**self.summary(), "rolling_ndcg": ndcg, "rolling_map": ap}
+        meta["race_state"] = self.race.to_state()
         meta.pop("dead_letters")
         version = fenced_save(
             runtime.store,

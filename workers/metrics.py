@@ -132,7 +132,44 @@ JUDGED_QUERIES = Counter(
 )
 CHAMPION_SWITCHES = Counter(
     "rankstream_champion_switches_total",
-    "Times the evaluator's champion (best rolling NDCG@50) changed.",
+    "Times the evaluator's champion changed (a challenger's paired test said switch).",
+)
+# the champion race (`workers.champion`): one paired sequential test per challenger
+CHAMPION_RACE_PAIRS = Gauge(
+    "rankstream_champion_race_paired_queries",
+    "Judged queries both the challenger and the champion were scored on, this race.",
+    ["model"],
+)
+CHAMPION_RACE_MEAN = Gauge(
+    "rankstream_champion_race_mean_difference",
+    "Mean per-query NDCG@50 difference, challenger minus champion, on the paired queries.",
+    ["model"],
+)
+CHAMPION_RACE_CI = Gauge(
+    "rankstream_champion_race_ci",
+    "Always-valid (1 - alpha) confidence bounds of the mean difference (bound: low, high).",
+    ["model", "bound"],
+)
+CHAMPION_RACE_STATISTIC = Gauge(
+    "rankstream_champion_race_log_statistic",
+    "log of the mSPRT statistic; a switch needs rankstream_champion_race_threshold and a "
+    "positive mean difference.",
+    ["model"],
+)
+CHAMPION_RACE_DECISION = Gauge(
+    "rankstream_champion_race_decision",
+    "The race's verdict: 1 switch, 0 undecided, -1 refused (not delta better).",
+    ["model"],
+)
+CHAMPION_RACE_THRESHOLD = Gauge(
+    "rankstream_champion_race_threshold", "log(1/alpha): the statistic a switch needs."
+)
+CHAMPION_RACE_GAUGES = (
+    CHAMPION_RACE_PAIRS,
+    CHAMPION_RACE_MEAN,
+    CHAMPION_RACE_CI,
+    CHAMPION_RACE_STATISTIC,
+    CHAMPION_RACE_DECISION,
 )
 
 # --- serving (the simulated search engine) ------------------------------------------------

@@ -8,8 +8,9 @@ Routes (the OpenAPI document at GET /openapi.json, `workers.serve_openapi`):
     GET  /v1/models/{name}   one of them, with its kept versions
     GET  /healthz            live (always 200 while the process answers)
     GET  /readyz             200 while the store answers and the champion is loaded (or the
-                             store is empty: the first ranking request publishes Uni-Con,
-                             its feature scaling fitted on that request's candidates)
+                             store is empty: ranking requests publish Uni-Con, its feature
+                             scaling refitted on their candidates until it has seen
+                             RANKSTREAM_UNICON_CALIBRATION of them, `workers.baseline`)
 
 Starlette rather than FastAPI, by measurement (README "Serving API"): the same
 300-candidate JSON ranking handler answered ~3x fewer requests/s with FastAPI's
@@ -27,7 +28,6 @@ read; a refused request gets a 4xx JSON `{"error", "field"}` and nothing is prod
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import hmac
 import socket
@@ -50,8 +50,9 @@ from starlette.routing import Route
 from rankstream.stream.connect import open_store
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import FencingError, ModelStore
+from rankstream.stream.store import ModelStore
 from rankstream.workers import metrics
+from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.candidates import FieldError
 from rankstream.workers.ingest import Feedback, FeedbackProducer, Receipt
 from rankstream.workers.logging import get_logger, log_event
@@ -69,7 +70,12 @@ from rankstream.workers.serve_bodies import (
 )
 from rankstream.workers.serve_models import model_entry, models_listing
 from rankstream.workers.serve_openapi import openapi_document
-from rankstream.workers.serve_registry import LoadedModel, ModelRegistry, UnknownModelError
+from rankstream.workers.serve_registry import (
+    LoadedModel,
+    ModelRegistry,
+    Snapshot,
+    UnknownModelError,
+)
 from rankstream.workers.serving import UNI_CON
 
 log = get_logger("rankstream.serve")
@@ -82,7 +88,7 @@ class ServeState:
     def __init__(self, settings: Settings, store: ModelStore, poll_seconds: float = 1.0) -> None:
         self.settings = settings
         self.store = store
-        self.registry = ModelRegistry(store, poll_seconds=poll_seconds)
+        self.registry = ModelRegistry(store, poll_seconds=poll_seconds, width=settings.phi_dim)
         self._producer: FeedbackProducer | None = None
         self._producer_lock = threading.Lock()
         self._token = settings.api_token.encode() if settings.api_token else None
@@ -103,18 +109,18 @@ class ServeState:
         return producer.deliver(feedback)
 
     def publish_baseline(self, phi: np.ndarray) -> None:
-        """Uni-Con for a store that has no model yet, its scaling fitted on these candidates
-        (label-free), unless someone published one first; then reload."""
-        from rankstream.ranking.baselines import UniCon
-
-        if self.store.load(UNI_CON) is None:
-            meta, arrays = UniCon().fit(phi).to_state()
-            meta["calibration"] = f"the {len(phi)} candidates of the API's first request"
-            with contextlib.suppress(FencingError):  # someone else published one: serve theirs
-                self.store.save(
-                    UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0
-                )
+        """Add these candidates to the empty store's Uni-Con (`workers.baseline`: stamped
+        with the width, refitted until it has seen its calibration sample); then reload."""
+        publish_unicon(
+            self.store, phi, self.settings.phi_dim, self.settings.unicon_calibration,
+            "the API's ranking requests' candidates",
+        )  # fmt: skip
         self.registry.refresh()
+
+    def calibrating(self, snapshot: Snapshot) -> bool:
+        """True while the Uni-Con this serve published wants more candidates."""
+        loaded = snapshot.models.get(UNI_CON)
+        return not snapshot.models or (loaded is not None and loaded.calibrating)
 
     def close(self) -> None:
         self.registry.stop()
@@ -212,7 +218,7 @@ async def _serving_model(state: ServeState, query: RankRequest) -> LoadedModel:
         if loaded is not None and loaded.version == query.version:
             return loaded
         return await run_in_threadpool(state.registry.version, snapshot, name, query.version)
-    if not snapshot.models and query.model in (None, "champion"):
+    if query.model in (None, "champion") and state.calibrating(snapshot):
         await run_in_threadpool(state.publish_baseline, query.phi)
         snapshot = state.registry.snapshot
     return snapshot.resolve(query.model)

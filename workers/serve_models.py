@@ -2,8 +2,10 @@
 
 Each entry: name, kind, newest stored version, the version served by default (the pin
 when pinned), triplets seen by that version, and the evaluator's rolling NDCG@50 / MAP
-and how many judged queries they cover. Pin records (`workers.pins`) are not models and
-are left out; the model they pin says `pinned: true`.
+and how many judged queries they cover (a trend), and for each challenger its race
+against the champion (`workers.champion`): paired queries, mean NDCG@50 difference with
+its always-valid confidence interval, the test's statistic and its decision. Pin records
+(`workers.pins`) are not models and are left out; the model they pin says `pinned: true`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "rolling_ndcg_at_50": scores.get("rolling_ndcg", {}).get(name),
         "rolling_map": scores.get("rolling_map", {}).get(name),
         "scored_queries": scores.get("counts", {}).get(name),
+        "race": scores.get("race", {}).get("challengers", {}).get(name),
     }
 
 
@@ -38,5 +41,6 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "champion": snapshot.champion,
         "window": snapshot.scores.get("window"),
         "queries_evaluated": snapshot.scores.get("queries_evaluated", 0),
+        "race": {k: v for k, v in snapshot.scores.get("race", {}).items() if k != "challengers"},
         "models": [model_entry(snapshot, name) for name in names],
     }

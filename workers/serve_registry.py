@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankstream.stream.errors import TRANSIENT
+from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
+from rankstream.workers.baseline import calibrating
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.pins import is_pin_record, pins
 from rankstream.workers.serving import (
@@ -64,18 +66,21 @@ class LoadedModel:
     created_ms: int
     triplets_seen: int | None
     pinned: bool = False
+    calibrating: bool = False  # Uni-Con still wanting candidates (`workers.baseline`)
 
     @classmethod
-    def of(cls, stored: StoredModel, pinned: bool = False) -> LoadedModel:
+    def of(cls, stored: StoredModel, width: int, pinned: bool = False) -> LoadedModel:
+        """`stored` rebuilt as a scorer of `width`-wide phi (WrongWidthError otherwise)."""
         seen = stored.meta.get("triplets_seen")
         return cls(
             name=stored.name,
             version=stored.version,
             kind=stored.kind,
-            scorer=scorer_for(stored),
+            scorer=scorer_for(stored, width),
             created_ms=stored.created_ms,
             triplets_seen=int(seen) if isinstance(seen, int | float) else None,
             pinned=pinned,
+            calibrating=stored.name == UNI_CON and calibrating(stored),
         )
 
 
@@ -119,14 +124,21 @@ EMPTY = Snapshot(models={}, latest={}, champion=UNI_CON, scores={})
 class ModelRegistry:
     """Builds snapshots from the store and keeps the newest one in `snapshot`."""
 
-    def __init__(self, store: ModelStore, poll_seconds: float = 1.0, cache_size: int = 32) -> None:
+    def __init__(
+        self,
+        store: ModelStore,
+        poll_seconds: float = 1.0,
+        cache_size: int = 32,
+        width: int = DEFAULT_PHI_DIM,
+    ) -> None:
         if not poll_seconds > 0:
             raise ValueError(f"poll_seconds must be > 0, got {poll_seconds}")
         self.store = store
         self.poll_seconds = poll_seconds
+        self.width = width  # the deployment's phi width: other widths are not served
         self.snapshot: Snapshot = EMPTY
         self.store_ok = False  # the last rebuild reached the store
-        self.versions = ScorerCache(store, cache_size)  # exact versions asked for
+        self.versions = ScorerCache(store, cache_size, width)  # exact versions asked for
         self._build_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,7 +194,7 @@ class ModelRegistry:
         if stored is None:  # trimmed between the two reads: keep what we had
             return current
         try:
-            return LoadedModel.of(stored, pinned=held is not None)
+            return LoadedModel.of(stored, self.width, pinned=held is not None)
         except ValueError as exc:  # an unusable state: keep serving the previous one
             log_event(log, "model not loaded", level=logging.WARNING, model=name,
                       version=stored.version, error=str(exc)[:200])  # fmt: skip

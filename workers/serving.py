@@ -14,13 +14,11 @@ and "online" (the online worker's checkpoints, `OnlineRanker.to_state`) are both
 w . phi through the stored Standardizer, so one factory serves both: it dispatches on
 the state's own `meta["kind"]`.
 
-The champion is the model with the best rolling NDCG@50 over recent judged queries
-(the evaluator's numbers). The evaluator publishes them as the model `evaluator`
-(kind "scores", meta {"rolling_ndcg": {model: value}, "window": W, "champion": name}),
-and `ServingModel` reads that record to know what to serve. Uni-Con serves until a
-learned model beats it: a challenger replaces the current champion only with a
-strictly higher rolling NDCG@50 (plus `margin`) over at least `min_queries` queries,
-so one lucky query never flips the engine back and forth.
+The champion is chosen by the evaluator (`workers.champion`: a paired sequential test
+of each challenger against the incumbent), which publishes it as the model `evaluator`
+(kind "scores", meta {"champion": name, "race": ..., "rolling_ndcg": ...}), and
+`ServingModel` reads that record to know what to serve. Uni-Con serves until a learned
+model beats it on evidence.
 """
 
 from __future__ import annotations
@@ -177,7 +175,7 @@ class ScorerCache:
         key = (stored.name, stored.version)
         scorer = self._entries.get(key)
         if scorer is None:
-            scorer = self._entries[key] = scorer_for(stored)
+            scorer = self._entries[key] = scorer_for(stored, self.width)
             self.kinds.setdefault(stored.name, stored.kind)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
@@ -193,33 +191,6 @@ class ScorerCache:
                     self.kinds[name] = stored.kind
                     if stored.kind in SCORERS:
                         self._entries[(name, stored.version)] = scorer_for(stored, self.width)
-
-
-# --- champion policy -----------------------------------------------------------------
-@dataclass(frozen=True)
-class ChampionPolicy:
-    """Who serves: the best rolling NDCG@50, with Uni-Con as the incumbent to beat."""
-
-    default: str = UNI_CON
-    margin: float = 0.005  # learned models often tie; a small bar stops the champion flapping
-    min_queries: int = 20
-
-    def choose(
-        self,
-        current: str | None,
-        rolling_ndcg: Mapping[str, float],
-        counts: Mapping[str, int],
-    ) -> str:
-        """Keep `current` unless a model with enough queries beats it by more than margin."""
-        incumbent = current if current in rolling_ndcg else self.default
-        eligible = {m: v for m, v in rolling_ndcg.items() if counts.get(m, 0) >= self.min_queries}
-        if not eligible:
-            return incumbent
-        best = max(sorted(eligible), key=lambda m: eligible[m])  # ties: first by name
-        bar = rolling_ndcg.get(incumbent)
-        if best == incumbent or (bar is not None and eligible[best] <= bar + self.margin):
-            return incumbent
-        return best
 
 
 @dataclass(frozen=True)

@@ -51,14 +51,15 @@ from rankstream.simulators.images import CandidateRetriever, ImageCollection, Se
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore
+from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
+from rankstream.workers import baseline
 from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE, check_batching
 from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving import CHAMPION, UNI_CON, Served, ServingModel
+from rankstream.workers.serving import CHAMPION, Served, ServingModel
 
 log = get_logger("rankstream.workers.simulator")
 
@@ -155,29 +156,15 @@ def load_collection(
 def publish_unicon(
     store: ModelStore, simulator: FeedbackSimulator, calibration_queries: int
 ) -> int:
-    """Publish Uni-Con unless the store has it; returns its version."""
-    from rankstream.ranking.baselines import UniCon
-    from rankstream.ranking.scaling import Standardizer
+    """Publish Uni-Con (`workers.baseline`) unless the store has a final one; its version.
 
-    existing = store.load(UNI_CON)
-    if existing is not None:
-        return existing.version
-    scaler = Standardizer().fit(simulator.calibration_phi(calibration_queries))
-    meta, arrays = UniCon(scaler=scaler).to_state()
-    meta.update(calibration_queries=calibration_queries, **{WIDTH_KEY: scaler.dim})
-    try:
-        version = store.save(
-            UNI_CON, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0
-        )
-    except FencingError:  # another simulator published it first: use theirs
-        return store.load(UNI_CON).version  # type: ignore[union-attr]
-    log_event(
-        log,
-        "published Uni-Con",
-        version=version,
-        calibration_rows=int(calibration_queries * simulator.n_candidates),
+    Scaled on the candidates of `calibration_queries` simulated queries: the simulator's
+    own sample, so its count is the calibration target.
+    """
+    phi = simulator.calibration_phi(calibration_queries)
+    return baseline.publish_unicon(
+        store, phi, phi.shape[1], phi.shape[0], f"{calibration_queries} simulated queries"
     )
-    return version
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""`rankstream model list`: every stored model, its version, kind, NDCG@50 and pin."""
+"""`rankstream model list`: every stored model, its version, kind, NDCG@50, pin and race.
+
+The race columns are each challenger's paired test against the champion
+(`workers.champion`); `--json` prints GET /v1/models' document.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._model_store import configured_store
+    from rankstream.stream.settings import Settings
     from rankstream.workers.serve_models import models_listing
     from rankstream.workers.serve_registry import ModelRegistry
 
-    with configured_store() as store:
-        listing = models_listing(ModelRegistry(store).refresh())
+    with configured_store() as store:  # served at the deployment's width, as serve does
+        registry = ModelRegistry(store, width=Settings.from_env().phi_dim)
+        listing = models_listing(registry.refresh())
     if args.json:
         print_json(listing)
         return 0
@@ -29,7 +35,13 @@ def run(args: argparse.Namespace) -> int:
                "rolling_ndcg_at_50", "scored_queries")  # fmt: skip
     for column in columns:
         table.add_column(column)
+    race_columns = ("paired_queries", "mean_difference", "ci_low", "ci_high", "decision")
+    for column in race_columns:
+        table.add_column(column)
     for entry in listing["models"]:
-        table.add_row(*("" if entry[c] is None else str(entry[c]) for c in columns))
+        race = entry["race"] or {}
+        cells = [entry[c] for c in columns] + [race.get(c) for c in race_columns]
+        table.add_row(*("" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+                        for v in cells))  # fmt: skip
     Console().print(table)
     return 0

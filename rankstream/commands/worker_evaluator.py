@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=200,
         metavar="W",
-        help="rolling means over each model's last W judged queries (default 200)",
+        help="rolling means (a trend; the champion is chosen by the paired test of "
+        "RANKSTREAM_CHAMPION_ALPHA/DELTA) over each model's last W judged queries (default 200)",
     )
     parser.add_argument(
         "--exit-when-idle",
@@ -21,19 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="publish and exit when no query arrived for this long",
-    )
-    parser.add_argument(
-        "--min-queries",
-        type=int,
-        default=20,
-        metavar="N",
-        help="queries a model needs in its window to become champion",
-    )
-    parser.add_argument(
-        "--margin",
-        type=float,
-        default=0.005,
-        help="NDCG@50 a challenger must gain over the champion (default 0.005)",
     )
     add_json_argument(parser, "at exit: the rolling scores and the champion")
 
@@ -44,14 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
     from rankstream.workers.logging import configure_logging, get_logger, log_event
     from rankstream.workers.metrics import start_metrics_server
-    from rankstream.workers.serving import ChampionPolicy
 
     configure_logging()
     with options_checked():
         options = EvaluatorOptions(
             window=args.window,
             exit_when_idle=args.exit_when_idle,
-            policy=ChampionPolicy(margin=args.margin, min_queries=args.min_queries),
         )
     settings = Settings.from_env()
     port = start_metrics_server(settings)

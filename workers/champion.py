@@ -1,0 +1,146 @@
+"""Who serves: the champion race, a paired sequential test per challenger.
+
+Uni-Con is the first incumbent. On every judged query the evaluator scored, each other
+model scored on the same query (each at the version it was stamped with) adds one
+paired difference d = NDCG@50(challenger) - NDCG@50(incumbent) to its race; a query the
+incumbent was not scored on adds nothing. Each race is the always-valid one-sided test
+of `ranking.sequential.PairedTest` (mSPRT, error rate `alpha`, mixture scale and refusal
+bar `delta`): a challenger replaces the incumbent only once its test says "switch" (with
+several at once, the one with the highest lower confidence bound). Every race starts
+over when the champion changes, since its pairs were against the old incumbent. A
+switch, and each race's first refusal, is logged with the statistics that decided it.
+
+A race needs only its running count, mean and sum of squared deviations
+(`ranking.sequential.RaceState`), so its memory is bounded whatever its length; the
+state travels in the evaluator's scores record and is restored on restart.
+
+The rolling means (`workers.evaluator.RollingScores`) no longer decide anything: they
+were means over different queries (Uni-Con's from the stream's start, a learned model's
+only from its first checkpoint), which is not evidence that one ranker beats another.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence, PairedTest, RaceState
+from rankstream.stream.settings import Settings
+from rankstream.workers import metrics
+from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.serving import UNI_CON
+
+DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0
+
+log = get_logger("rankstream.champion")
+
+
+@dataclass(frozen=True)
+class ChampionPolicy:
+    """The first incumbent and the test every challenger must pass."""
+
+    default: str = UNI_CON
+    test: PairedTest = field(default_factory=PairedTest)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChampionPolicy:
+        """The deployment's alpha and delta (`RANKSTREAM_CHAMPION_ALPHA`, `..._DELTA`)."""
+        return cls(test=PairedTest(alpha=settings.champion_alpha, delta=settings.champion_delta))
+
+
+class ChampionRace:
+    """The incumbent and one paired test per challenger (module docstring)."""
+
+    def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
+        self.policy = policy
+        self.incumbent = incumbent or policy.default
+        self.races: dict[str, RaceState] = {}
+        self.refused: set[str] = set()  # races whose refusal was logged
+
+    def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
+        """Add one query's paired differences; the new champion if one won, else None."""
+        if self.incumbent not in ndcg:
+            return None
+        base = ndcg[self.incumbent]
+        for model, value in sorted(ndcg.items()):
+            if model != self.incumbent:
+                self.races[model] = self.races.get(model, RaceState()).add(value - base)
+        evidence = self.evidence()
+        self._export(evidence)
+        for model, seen in evidence.items():
+            if seen.decision == REFUSE and model not in self.refused:
+                self.refused.add(model)
+                self._log("champion challenge refused", model, seen, query)
+        winners = [m for m in sorted(evidence) if evidence[m].decision == SWITCH]
+        if not winners:
+            return None
+        winner = max(winners, key=lambda m: evidence[m].ci_low)
+        self._log("champion switched", winner, evidence[winner], query)
+        metrics.CHAMPION_SWITCHES.inc()
+        self.incumbent = winner
+        self.races.clear()
+        self.refused.clear()
+        self._export({})
+        return winner
+
+    def evidence(self) -> dict[str, Evidence]:
+        return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
+
+    def summary(self) -> dict[str, Any]:
+        """The race for reports, the scores record and GET /v1/models."""
+        test = self.policy.test
+        return {
+            "incumbent": self.incumbent,
+            "test": "msprt",
+            "alpha": test.alpha,
+            "delta": test.delta,
+            "min_pairs": test.min_pairs,
+            "threshold": test.threshold,
+            "challengers": {m: e.as_dict() for m, e in self.evidence().items()},
+        }
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-able: the incumbent and each race's sufficient statistics."""
+        return {
+            "incumbent": self.incumbent,
+            "races": {m: [s.n, s.mean, s.m2] for m, s in sorted(self.races.items())},
+            "refused": sorted(self.refused),
+        }
+
+    @classmethod
+    def from_state(cls, policy: ChampionPolicy, state: Mapping[str, Any]) -> ChampionRace:
+        race = cls(policy, str(state.get("incumbent") or policy.default))
+        for model, (n, mean, m2) in state.get("races", {}).items():
+            race.races[model] = RaceState(int(n), float(mean), float(m2))
+        race.refused = set(state.get("refused", []))
+        race._export(race.evidence())
+        return race
+
+    def _export(self, evidence: Mapping[str, Evidence]) -> None:
+        for gauge in metrics.CHAMPION_RACE_GAUGES:
+            gauge.clear()
+        metrics.CHAMPION_RACE_THRESHOLD.set(self.policy.test.threshold)
+        for model, seen in evidence.items():
+            metrics.CHAMPION_RACE_PAIRS.labels(model=model).set(seen.pairs)
+            metrics.CHAMPION_RACE_MEAN.labels(model=model).set(seen.mean_difference)
+            metrics.CHAMPION_RACE_CI.labels(model=model, bound="low").set(seen.ci_low)
+            metrics.CHAMPION_RACE_CI.labels(model=model, bound="high").set(seen.ci_high)
+            metrics.CHAMPION_RACE_STATISTIC.labels(model=model).set(seen.log_statistic)
+            metrics.CHAMPION_RACE_DECISION.labels(model=model).set(
+                DECISION_VALUES.get(seen.decision, 0.0)
+            )
+
+    def _log(self, message: str, model: str, seen: Evidence, query: int) -> None:
+        log_event(
+            log,
+            message,
+            level=logging.INFO,
+            incumbent=self.incumbent,
+            challenger=model,
+            queries_evaluated=query,
+            alpha=self.policy.test.alpha,
+            delta=self.policy.test.delta,
+            **seen.as_dict(),
+        )
