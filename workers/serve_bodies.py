@@ -189,6 +189,8 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BadRequest(400, f"malformed Arrow IPC stream: {exc}") from None
+    metadata = {k.decode(errors="replace"): v.decode(errors="replace")
+                for k, v in (table.schema.metadata or {}).items()}  # fmt: skip
     deprecated: list[str] = []
     names = list(table.column_names)
     if "candidate_id" in names and "candidate_ids" not in names:
@@ -207,8 +209,6 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         raise BadRequest(422, "candidate_ids: must be a non-null integer column", "candidate_ids")
     ids = ids_column.to_numpy()
     phi = _arrow_matrix(table.column("phi"))
-    metadata = {k.decode(errors="replace"): v.decode(errors="replace")
-                for k, v in (table.schema.metadata or {}).items()}  # fmt: skip
     for key in metadata:
         if key not in ("model", "version"):
             raise BadRequest(422, f"unknown schema metadata {key!r}; known: model, version",
