@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,47 @@ def test_random_json_in_any_field_is_never_a_server_error(property_client, case,
     assert reply.status_code < 500, (reply.status_code, reply.text)
     if reply.status_code >= 400:
         assert set(reply.json()["error"]) == {"code", "message", "field"}
+
+
+# -- a real server: slow bodies and clients that hang up ----------------------------------
+def test_a_slow_body_gets_408_and_a_hang_up_is_one_info_line(embedded_settings, tmp_path):
+    import socket
+
+    from rankstream.harness.serve_process import ServeProcess
+
+    log = tmp_path / "serve.log"
+    server = ServeProcess(embedded_settings, log, RANKSTREAM_API_BODY_DEADLINE_SECONDS="1")
+    try:
+        server.wait_ready()
+        head = (b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\nX-Request-ID: slow-1\r\n\r\n")  # fmt: skip
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as slow:
+            slow.sendall(head + b'{"candidate_ids": [')  # ... and nothing more
+            started = time.monotonic()
+            answer = slow.recv(4096).decode()
+            waited = time.monotonic() - started
+        assert answer.startswith("HTTP/1.1 408") and '"code":"body_timeout"' in answer
+        assert waited < 5  # the 1 s body deadline, not the client's patience
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as gone:
+            gone.sendall(head.replace(b"slow-1", b"gone-1") + b'{"candidate_ids": [')
+        time.sleep(1.5)  # the server notices at its next read
+    finally:
+        server.stop()
+    text = log.read_text()
+    hung_up = [line for line in text.splitlines() if "client hung up" in line]
+    assert len(hung_up) == 1, text
+    assert json.loads(hung_up[0])["level"] == "info" and "gone-1" in hung_up[0]
+    assert "Traceback" not in text and '"level":"error"' not in text, text
+
+
+def test_the_docs_page_is_public_and_shows_every_route_and_answer() -> None:
+    reset_embedded()
+    app = create_app(Settings(topic_prefix="promises", api_token="t0ken"), store=_store())
+    with TestClient(app) as client:
+        page = client.get("/docs")
+        document = client.get("/openapi.json").json()
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for path, operations in document["paths"].items():
+        for method in operations:
+            assert f"<code>{method.upper()} {path}</code>" in page.text
+    assert "Idempotency-Key" in page.text and "<script" not in page.text

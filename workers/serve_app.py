@@ -86,7 +86,7 @@ from rankstream.workers.serve_bodies import (
 )
 from rankstream.workers.serve_feedback import FeedbackDesk, InProgress
 from rankstream.workers.serve_models import model_entry, models_listing
-from rankstream.workers.serve_openapi import openapi_document
+from rankstream.workers.serve_openapi import docs_page, openapi_document
 from rankstream.workers.serve_registry import LoadedModel, ModelRegistry, UnknownModelError
 from rankstream.workers.serving import UNI_CON
 
@@ -372,6 +372,11 @@ async def openapi(request: Request, state: ServeState) -> tuple[Response, str]:
     return json_response(openapi_document(state.settings.phi_dim)), "-"
 
 
+async def docs(request: Request, state: ServeState) -> tuple[Response, str]:
+    page = docs_page(openapi_document(state.settings.phi_dim))
+    return Response(page, media_type="text/html; charset=utf-8"), "-"
+
+
 ROUTES = {
     "/v1/rank": (rank, ["POST"], False),
     "/v1/feedback": (feedback, ["POST"], False),
@@ -380,6 +385,7 @@ ROUTES = {
     "/healthz": (healthz, ["GET"], True),
     "/readyz": (readyz, ["GET"], True),
     "/openapi.json": (openapi, ["GET"], True),
+    "/docs": (docs, ["GET"], True),
 }
 
 

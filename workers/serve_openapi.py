@@ -6,6 +6,7 @@ names exactly the app's routes and methods, so the two cannot drift apart.
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
@@ -63,6 +64,7 @@ def _phi(width: int) -> dict[str, Any]:
 
 _IDS = {
     "type": "array",
+    "description": "the candidates' ids, distinct (one phi row each, in this order)",
     "items": {"type": "integer", "format": "int64"},
     "minItems": 1,
     "maxItems": MAX_CANDIDATES,
@@ -194,7 +196,8 @@ def _posts(width: int) -> dict[str, Any]:
                  "deprecated": True,
                  "description": "Arrow bodies, previous release: use the schema metadata"},
                 {"name": "version", "in": "query", "schema": {"type": "integer"},
-                 "deprecated": True},
+                 "deprecated": True,
+                 "description": "Arrow bodies, previous release: use the schema metadata"},
             ],
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
@@ -246,8 +249,52 @@ def _gets() -> dict[str, Any]:
                                           "503": {"description": "not ready",
                                                   "headers": _HEADERS,
                                                   **_json(_READY)}}}},
+        "/docs": {"get": {"summary": "This document as a page", "security": [],
+                          "parameters": [_REQUEST_ID],
+                          "responses": _answers({"content": {"text/html": {}}}, public=True)}},
         "/openapi.json": {"get": {"summary": "This document", "security": [],
                                   "parameters": [_REQUEST_ID],
                                   "responses": _answers(_json({"type": "object"}),
                                                         public=True)}},
     }  # fmt: skip
+
+
+def docs_page(document: dict[str, Any]) -> str:
+    """GET /docs: the OpenAPI document as one self-contained HTML page (no scripts, no
+    assets from elsewhere): every route, its fields and every answer it can give."""
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>{escape(document['info']['title'])} API</title><style>",
+        "body{font:15px/1.5 system-ui,sans-serif;max-width:60em;margin:2em auto;color:#222}",
+        "h2{border-top:1px solid #ccc;padding-top:.8em}code{background:#f3f3f3;padding:0 .2em}",
+        "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2em .5em;"
+        "text-align:left;vertical-align:top}</style></head><body>",
+        f"<h1>{escape(document['info']['title'])} HTTP API</h1>",
+        f"<p>{escape(document['info']['description'])} Machine-readable: "
+        "<a href=/openapi.json><code>/openapi.json</code></a>.</p>",
+    ]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            parts.append(f"<h2><code>{method.upper()} {escape(path)}</code></h2>")
+            parts.append(f"<p>{escape(operation['summary'])}</p>")
+            parts.extend(_fields_table(operation))
+            parts.append("<table><tr><th>answer</th><th>when</th></tr>")
+            for status, answer in operation["responses"].items():
+                parts.append(f"<tr><td>{status}</td><td>{escape(answer['description'])}</td></tr>")
+            parts.append("</table>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _fields_table(operation: dict[str, Any]) -> list[str]:
+    rows = [(p["name"], p["in"], p.get("description", "")) for p in operation.get("parameters", [])]
+    body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+    for name, field in body.get("schema", {}).get("properties", {}).items():
+        rows.append((name, "JSON body", field.get("description", "")))
+    if not rows:
+        return []
+    cells = "".join(
+        f"<tr><td><code>{escape(n)}</code></td><td>{escape(w)}</td><td>{escape(d)}</td></tr>"
+        for n, w, d in rows
+    )
+    return [f"<table><tr><th>field</th><th>in</th><th>meaning</th></tr>{cells}</table><p></p>"]
