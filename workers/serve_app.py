@@ -218,6 +218,9 @@ def endpoint(route: str, handler: Handler, *, public: bool = False) -> Callable:
             response, model = await handler(request, state)
         except BadRequest as exc:
             response = error_response(exc, request_id)
+            if exc.status >= 500:
+                log_event(log, "service unavailable", level=logging.WARNING, route=route,
+                          request_id=request_id, error=exc.message[:MAX_ECHO])  # fmt: skip
         except FieldError as exc:
             response = error_response(BadRequest.of(exc), request_id)
         except UnknownModelError as exc:
@@ -228,9 +231,6 @@ def endpoint(route: str, handler: Handler, *, public: bool = False) -> Callable:
         except ClientDisconnect:
             log_event(log, "client hung up", route=route, request_id=request_id)
             response = Response(status_code=499)  # never sent: counted, not logged as error
-        if response.status_code >= 500:
-            log_event(log, "service unavailable", level=logging.WARNING, route=route,
-                      request_id=request_id, status=response.status_code)  # fmt: skip
         response.headers["X-Request-ID"] = request_id
         metrics.HTTP_REQUEST_SECONDS.labels(route=route, model=model).observe(
             time.perf_counter() - started

@@ -60,6 +60,7 @@ class InProgress(Exception):  # noqa: N818 (an HTTP answer: 409)
 
 @dataclass
 class _Unsettled:
+    producer: FeedbackProducer  # the one it was sent with
     key: str
     token: bytes
     answer: dict[str, Any] | None  # None: the send failed after queueing (no receipt)
@@ -85,6 +86,7 @@ class FeedbackDesk:
         self.settings = settings
         self.store = store
         self._producer: FeedbackProducer | None = None
+        self._retired: list[FeedbackProducer] = []  # replaced after a failure; closed soon
         self._open_lock = threading.Lock()
         self._unsettled: list[_Unsettled] = []
         self._unsettled_lock = threading.Lock()
@@ -123,14 +125,23 @@ class FeedbackDesk:
         except TRANSIENT:
             with self._unsettled_lock:  # maybe delivered later: the settler decides
                 self._unsettled.append(
-                    _Unsettled(key, token, answer, failures_before, time.monotonic())
+                    _Unsettled(producer, key, token, answer, failures_before, time.monotonic())
                 )
             raise
         self._store_answer(key, answer)
         return answer
 
     def _open(self) -> FeedbackProducer:
+        """The producer; a new one once a delivery failed. (kafka-python's idempotent
+        producer, once a batch expired in a long broker stall, was seen to hold every
+        later batch of that partition back well after the broker came back; a new
+        producer has a new producer id and none of that state.)"""
         with self._open_lock:
+            if self._producer is not None and _failures(self._producer):
+                log_event(log, "feedback producer replaced after a failed delivery",
+                          level=logging.WARNING)  # fmt: skip
+                self._retired.append(self._producer)
+                self._producer = None
             if self._producer is None:
                 self._producer = FeedbackProducer.open(self.settings)
             return self._producer
@@ -156,8 +167,16 @@ class FeedbackDesk:
         while not self._stop.wait(_SETTLE_EVERY_S):
             with self._unsettled_lock:
                 waiting = list(self._unsettled)
-            if waiting and self._producer is not None:
-                self._settle(self._producer, waiting)
+            for producer in {id(e.producer): e.producer for e in waiting}.values():
+                self._settle(producer, [e for e in waiting if e.producer is producer])
+            with self._open_lock:
+                retired = [p for p in self._retired if all(e.producer is not p for e in waiting)]
+                self._retired = [p for p in self._retired if p not in retired]
+            for producer in retired:  # nothing of it left to settle
+                try:
+                    producer.close(0.0)
+                except TRANSIENT as exc:
+                    log_event(log, "retired producer closed", error=repr(exc)[:200])
 
     def _settle(self, producer: FeedbackProducer, waiting: list[_Unsettled]) -> None:
         try:
@@ -186,12 +205,15 @@ class FeedbackDesk:
             self._unsettled = [e for e in self._unsettled if e not in done]
 
     def close(self, timeout: float) -> None:
-        """Stop the settler; flush and close the producer within `timeout` seconds."""
+        """Stop the settler; flush and close the producers within `timeout` seconds."""
+        until = time.monotonic() + timeout
         self._stop.set()
         self._settler.join(timeout=min(timeout, 1.0))
-        if self._producer is not None:
+        with self._open_lock:
+            producers = [*self._retired, *([self._producer] if self._producer else [])]
+        for producer in producers:
             try:
-                self._producer.close(timeout)
+                producer.close(max(until - time.monotonic(), 0.0))
             except TRANSIENT as exc:
                 log_event(log, "feedback producer closed unflushed", level=logging.WARNING,
                           error=repr(exc)[:200])  # fmt: skip
