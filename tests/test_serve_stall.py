@@ -200,6 +200,13 @@ def _stall(services, service_settings, tmp_path: Path, paused: str) -> None:
     counts = _triplets_per_query(service_settings, set(acknowledged))
     wrong = {q: (counts.get(q, 0), n) for q, n in acknowledged.items() if counts.get(q, 0) != n}
     assert not wrong, f"acknowledged query -> (triplets consumed, acknowledged): {wrong}"
+    print(
+        f"\n{paused} paused {PAUSE_S:g}s: {len(answers)} feedback posts, "
+        f"{Counter(a[3] for a in answers)}, slowest answer {slowest:.2f}s, readyz 503 "
+        f"{len(ready_during)}/{len(ready_during)} during, {len(client.ranks)} ranks all 200, "
+        f"feedback 200 again {back_within:.1f}s after the resume, {len(acknowledged)} "
+        "acknowledged queries' triplets consumed exactly once"
+    )
 
 
 def test_a_paused_broker_gets_503s_in_time_and_loses_nothing_acknowledged(
