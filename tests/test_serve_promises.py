@@ -334,3 +334,14 @@ def test_the_docs_page_is_public_and_shows_every_route_and_answer() -> None:
         for method in operations:
             assert f"<code>{method.upper()} {path}</code>" in page.text
     assert "Idempotency-Key" in page.text and "<script" not in page.text
+
+
+def test_the_openapi_document_lists_every_answer_a_bad_input_got() -> None:
+    from rankstream.workers.serve_openapi import openapi_document
+
+    paths = openapi_document(PHI_DIM)["paths"]
+    for what, route, _, status, code, _ in BAD_INPUTS:
+        answers = paths[route]["post"]["responses"]
+        assert str(status) in answers, what
+        codes = answers[str(status)]["content"]["application/json"]["schema"]
+        assert code in codes["properties"]["error"]["properties"]["code"]["enum"], what
