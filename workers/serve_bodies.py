@@ -137,24 +137,29 @@ def _model_choice(
     return model, version  # type: ignore[return-value]
 
 
-def _matrix(values: object, field: str, body: bytes) -> np.ndarray:
-    """JSON numbers only: a string, boolean or null anywhere is refused, not converted."""
+def _matrix(values: object, field: str, body: bytes, document: dict[str, Any]) -> np.ndarray:
+    """JSON numbers only: a string, boolean or null anywhere is refused, not converted.
+
+    numpy would turn "0.9" into 0.9 and true into 1.0, so every element's type is
+    checked, unless the body shows there is nothing but numbers to find: no "u" and no
+    "f" (true, null and false need one; numbers and the ranking request's field names
+    never hold one) and no quote beyond those of the top-level keys and string values.
+    """
     message = f"{field}: must be a list of equal-length rows of JSON numbers"
     if not isinstance(values, list):
         raise BadRequest(422, message, field)
+    strings = sum(isinstance(v, str) for v in document.values())
+    plain = (b"u" not in body and b"f" not in body
+             and body.count(b'"') == 2 * (len(document) + strings))  # fmt: skip
+    if not plain and not all(
+        isinstance(row, list) and all(type(v) is float or type(v) is int for v in row)
+        for row in values
+    ):
+        raise BadRequest(422, message, field)
     try:
-        matrix = np.asarray(values)
+        return np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         raise BadRequest(422, message, field) from None
-    if matrix.dtype.kind not in "if":  # strings, booleans alone, nulls, mixed rows
-        raise BadRequest(422, message, field)
-    # numpy turns booleans mixed with numbers into 0/1; only a body that holds a `true`
-    # or `false` somewhere pays for the exact look
-    if (b"true" in body or b"false" in body) and any(
-        type(v) is bool for row in values for v in (row if isinstance(row, list) else (row,))
-    ):
-        raise BadRequest(422, f"{field}: holds a boolean; numbers only", field)
-    return matrix.astype(np.float64, copy=False)
 
 
 def _ids(values: object) -> np.ndarray:
@@ -172,7 +177,7 @@ def rank_from_json(body: bytes, width: int) -> RankRequest:
     document = parse_json(body)
     _refuse_unknown(document, RANK_FIELDS)
     ids = _ids(_required(document, "candidate_ids"))
-    phi = _matrix(_required(document, "phi"), "phi", body)
+    phi = _matrix(_required(document, "phi"), "phi", body, document)
     model, version = _model_choice(document.get("model"), document.get("version"))
     try:
         ids, phi = check_candidates(ids, phi, width)
@@ -312,7 +317,7 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
     feedback = Feedback(
         query_id=query_id,
         candidate_ids=_ids(_required(document, "candidate_ids")),
-        phi=_matrix(_required(document, "phi"), "phi", body),
+        phi=_matrix(_required(document, "phi"), "phi", body, document),
         relevance=relevance,
         served_by=model,
         served_version=version,
