@@ -315,7 +315,7 @@ class FeedbackProducer:
             if owned:
                 producer, transport = owned
                 try:
-                    producer.close(timeout)  # type: ignore[call-arg]
+                    producer.close(timeout)
                 finally:
                     transport.close()
             else:
