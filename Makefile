@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast flake-check datasets compose-test lock lint bench chaos soak fuzz services-up services-down clean
+.PHONY: demo test test-fast flake-check datasets compose-test lock lint bench chaos soak fuzz stall-test services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,12 @@ soak: $(STAMP)
 fuzz: $(STAMP)
 	RANKSTREAM_FUZZ_EXAMPLES=10500 RANKSTREAM_FUZZ_REPORT=report/fuzz.json \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
+# The serving API with the real broker, then Redis, paused (SIGSTOP) for the issue's 75 s
+# while a client posts feedback every second; `make test` runs the same with 15 s pauses.
+stall-test: $(STAMP)
+	RANKSTREAM_STALL_SECONDS=75 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_serve_stall.py
 
 # Faults on the local services (started here if need be): 10 worker SIGKILLs over 3M
 # triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies.

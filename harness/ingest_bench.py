@@ -64,8 +64,8 @@ def feedback_template(rng: np.random.Generator) -> bytes:
         "candidate_ids": rng.permutation(10**6)[:SERVED_CANDIDATES].tolist(),
         "phi": rng.random((SERVED_CANDIDATES, PHI_DIM)).round(6).tolist(),
         "relevance": relevance,
-        "served_by": "uni_con",
-        "served_version": 1,
+        "model": "uni_con",
+        "version": 1,
     }
     return json.dumps(body).replace('"query_id": 0', '"query_id": __N__', 1).encode()
 

@@ -103,7 +103,7 @@ def _bodies(directory: Path, rng: np.random.Generator) -> dict[str, Path]:
     phi = rng.random((SERVED_CANDIDATES, PHI_DIM), dtype=np.float32)
     table = pa.table(
         {
-            "candidate_id": ids,
+            "candidate_ids": ids,
             "phi": pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), PHI_DIM),
         }
     )

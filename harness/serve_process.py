@@ -38,9 +38,11 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class ServeProcess:
-    """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it."""
+    """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it.
 
-    def __init__(self, settings: Settings, log: Path, *args: str) -> None:
+    `env` adds RANKSTREAM_* variables (deadlines, say) to what `settings` says."""
+
+    def __init__(self, settings: Settings, log: Path, *args: str, **env: str) -> None:
         self.port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -48,6 +50,7 @@ class ServeProcess:
             settings,
             RANKSTREAM_API_PORT=str(self.port),
             RANKSTREAM_METRICS_PORT=str(self.metrics_port),
+            **env,
         )
         self._log = log.open("w")
         self.process = subprocess.Popen(

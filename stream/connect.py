@@ -51,3 +51,12 @@ def open_store(settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -
 
     _notice_embedded("model store", "RANKSTREAM_REDIS_URL")
     return embedded_store(settings.topic_prefix, keep_versions=keep_versions)
+
+
+def probe_transport(settings: Settings, timeout_s: float) -> None:
+    """Return once the configured broker answers within `timeout_s`, else raise
+    TransportError (the embedded transport, in this process, always answers)."""
+    if settings.kafka_bootstrap:
+        from rankstream.stream.kafka_transport import probe_broker
+
+        probe_broker(settings, timeout_s)

@@ -194,7 +194,7 @@ class EmbeddedProducer:
     def flush(self, timeout: float | None = None) -> None:
         return None
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         self._closed = True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
@@ -82,6 +83,8 @@ class EmbeddedModelStore:
         self._latest: dict[str, int] = {}
         self._versions: dict[str, dict[int, EncodedModel]] = {}
         self._listeners: list[QueueAnnouncements] = []
+        self._keys: dict[str, tuple[bytes, float]] = {}  # idempotency key -> (value, expiry)
+        self._next_purge = 0.0
 
     def load(self, name: str) -> StoredModel | None:
         with self._lock:
@@ -163,6 +166,31 @@ class EmbeddedModelStore:
         with self._lock:
             self._listeners.append(listener)
         return listener
+
+    def claim_key(self, key: str, token: bytes, ttl_s: float) -> bytes | None:
+        now = time.monotonic()
+        with self._lock:
+            if now >= self._next_purge:  # expired keys go at most once a second
+                self._keys = {k: v for k, v in self._keys.items() if v[1] > now}
+                self._next_purge = now + 1.0
+            held = self._keys.get(key)
+            if held is not None and held[1] > now:
+                return held[0]
+            self._keys[key] = (token, now + ttl_s)
+            return None
+
+    def settle_key(self, key: str, answer: bytes, ttl_s: float) -> None:
+        with self._lock:
+            self._keys[key] = (answer, time.monotonic() + ttl_s)
+
+    def release_key(self, key: str, token: bytes) -> None:
+        with self._lock:
+            held = self._keys.get(key)
+            if held is not None and held[0] == token:
+                del self._keys[key]
+
+    def ping(self) -> None:
+        """In memory: always answers."""
 
     def close(self) -> None:
         """The shared store outlives any one user; `reset_embedded_stores` clears it."""

@@ -23,6 +23,9 @@ client's own retries and delivery timeout are spent.
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
+import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -116,6 +119,58 @@ def client_config(settings: Settings) -> dict[str, Any]:
     }
     config.update({k: v for k, v in optional.items() if v is not None})
     return config
+
+
+_PROBE_ID = 0x52534B  # the probe's correlation id
+# ApiVersions (key 18) v0: header (key, version, correlation id, client id), no body
+_API_VERSIONS = struct.pack(">hhih", 18, 0, _PROBE_ID, 10) + b"rankstream"
+
+
+def probe_broker(settings: Settings, timeout_s: float) -> None:
+    """Return once a bootstrap broker answers an ApiVersions request within `timeout_s`;
+    raise TransportError otherwise.
+
+    A paused broker still completes TCP handshakes (the kernel does), so only an answer
+    proves it serves. ApiVersions is what every client sends first, before SASL, so it
+    needs no credentials; TLS listeners get a TLS connection with the configured files.
+    """
+    deadline = time.monotonic() + timeout_s
+    failures = []
+    for server in settings.kafka_bootstrap.split(","):  # type: ignore[union-attr]
+        host, _, port = server.strip().rpartition(":")
+        try:
+            _ask_api_versions(host.strip("[]"), int(port), settings, deadline)
+            return
+        except (OSError, ValueError) as exc:
+            failures.append(f"{server}: {exc or type(exc).__name__}")
+    raise TransportError(f"no broker answered within {timeout_s:g}s ({'; '.join(failures)})")
+
+
+def _ask_api_versions(host: str, port: int, settings: Settings, deadline: float) -> None:
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("timed out")
+        return remaining
+
+    with socket.create_connection((host, port), timeout=left()) as raw:
+        sock: socket.socket = raw
+        if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+            if settings.kafka_ssl_certfile:
+                context.load_cert_chain(settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile)
+            sock = context.wrap_socket(raw, server_hostname=host)
+        sock.settimeout(left())
+        sock.sendall(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
+        answer = b""
+        while len(answer) < 8:  # size, then the correlation id
+            sock.settimeout(left())
+            chunk = sock.recv(8 - len(answer))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            answer += chunk
+        if struct.unpack(">i", answer[4:8])[0] != _PROBE_ID:
+            raise ValueError("not a Kafka ApiVersions answer")
 
 
 @_translated
@@ -226,6 +281,7 @@ class KafkaTransportProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._producer = KafkaProducer(**config, **PRODUCER_TUNING)
         self._failure: BaseException | None = None
+        self.failures = 0  # deliveries that failed after retries, ever (never reset)
 
     def send(
         self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
@@ -246,10 +302,13 @@ class KafkaTransportProducer:
             raise _transport_error("flush failed", exc) from exc
         self._raise_failure()
 
-    def close(self) -> None:
-        self._producer.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Flush for at most `timeout` seconds (None: until done), then close: what is
+        still unacknowledged by then is dropped (its senders were told it failed)."""
+        self._producer.close(timeout=timeout)
 
     def _record_failure(self, exc: BaseException) -> None:
+        self.failures += 1
         if self._failure is None:
             self._failure = exc
 

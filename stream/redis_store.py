@@ -8,6 +8,8 @@ Layout under `p = settings.topic_prefix` (default "rankstream"):
   `{p}:model:{name}:versions`   sorted set indexing those snapshots (so trimming is exact)
   `{p}:models`                  set of model names
   `{p}:model-updated`           pub/sub channel, JSON {"name", "version"} per save
+  `{p}:idem:{key}`              an idempotency key (`claim_key`): a claim token or the
+                                first answer, with a TTL (SET NX PX), so memory is bounded
 
 `save` is one Lua script (EVALSHA): check the stored version and write id against
 `expected_version` / `expected_write_id` (`stream.store.check_fence`), write latest and
@@ -98,6 +100,15 @@ redis.call('DEL', index)
 redis.call('SREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])
 """
+# SET NX and, when it is held, what holds it, in one step (atomic for two claimants)
+_CLAIM_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+return redis.call('GET', KEYS[1])
+"""
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _SAVE_ATTEMPTS = 5
 # redis-py's refusals subclass its ConnectionError, so they are told apart first
 _REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
@@ -130,18 +141,23 @@ class _FailFastOnCredentials(Retry):
         return super().call_with_retry(attempt, fail, *args, **kwargs)
 
 
-def redis_client(url: str, password: str | None = None) -> redis.Redis:
+def redis_client(
+    url: str, password: str | None = None, deadline_s: float | None = None
+) -> redis.Redis:
     """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs).
 
     `password` (settings.redis_password) overrides the URL's, so secrets can stay out
     of the URL (redis-py lets URL parts win over keywords, hence the pool edit).
+    With `deadline_s` a call never waits longer than that (socket timeouts of that
+    length, no retries): for callers that answer someone, such as an HTTP request.
     """
+    retries = 6 if deadline_s is None else 0
     pool = redis.ConnectionPool.from_url(
         url,
-        retry=_FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
+        retry=_FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        socket_timeout=10,
-        socket_connect_timeout=5,
+        socket_timeout=10 if deadline_s is None else deadline_s,
+        socket_connect_timeout=5 if deadline_s is None else deadline_s,
         health_check_interval=30,
     )
     if password is not None:
@@ -161,6 +177,12 @@ class RedisModelStore:
         self.keep_versions = keep_versions
         self._prefix = settings.topic_prefix
         self._client = redis_client(settings.redis_url, settings.redis_password)
+        # idempotency keys and ping answer an HTTP request: bounded by its deadline
+        self._prompt = redis_client(
+            settings.redis_url, settings.redis_password, deadline_s=settings.api_deadline_s
+        )
+        self._claim_script = self._prompt.register_script(_CLAIM_SCRIPT)
+        self._release_script = self._prompt.register_script(_RELEASE_SCRIPT)
         self._save_script = self._client.register_script(_SAVE_SCRIPT)
         self._delete_script = self._client.register_script(_DELETE_SCRIPT)
         self.channel = f"{self._prefix}:model-updated"
@@ -244,8 +266,25 @@ class RedisModelStore:
         """Subscribes before returning: every save after this call is delivered."""
         return PubSubAnnouncements(self._client, self.channel)
 
+    def claim_key(self, key: str, token: bytes, ttl_s: float) -> bytes | None:
+        held = self._claim_script(keys=[self._idem(key)], args=[token, _ms(ttl_s)])
+        return None if held is None else bytes(held)
+
+    def settle_key(self, key: str, answer: bytes, ttl_s: float) -> None:
+        self._prompt.set(self._idem(key), answer, px=_ms(ttl_s))
+
+    def release_key(self, key: str, token: bytes) -> None:
+        self._release_script(keys=[self._idem(key)], args=[token])
+
+    def ping(self) -> None:
+        self._prompt.ping()
+
     def close(self) -> None:
         self._client.close()
+        self._prompt.close()
+
+    def _idem(self, key: str) -> str:
+        return f"{self._prefix}:idem:{key}"
 
     def _load_hash(self, name: str, key: str) -> StoredModel | None:
         fields = self._client.hgetall(key)
@@ -258,6 +297,10 @@ class RedisModelStore:
             write_id=fields.get(b"write_id", b"").decode(),
         )
         return decode_model(name, int(fields[b"version"]), encoded)
+
+
+def _ms(seconds: float) -> int:
+    return max(int(seconds * 1000), 1)
 
 
 @_translated

@@ -96,6 +96,13 @@ def _number(value: str) -> float | None:
         return None
 
 
+def _positive_seconds(name: str, value: str) -> float:
+    number = _number(value)
+    if number is None or not 0 < number < 10**7:  # NaN, inf and negatives fail too
+        raise SettingsError(ENV_PREFIX + name, value, "a number of seconds > 0")
+    return number
+
+
 def _integer(value: str) -> int | None:
     try:
         return int(value)
@@ -179,6 +186,14 @@ class Settings:
     api_port: int = 8000
     api_token: str | None = None  # set: every route but /healthz and /readyz requires it
     api_max_body_bytes: int = 8 * 1024 * 1024
+    # The longest a request waits on Kafka or the store before answering 503 (Retry-After),
+    # and the longest the API waits for a request body before answering 408.
+    api_deadline_s: float = 5.0
+    api_body_deadline_s: float = 10.0
+    # SIGTERM: the longest `rankstream serve` takes to stop, however stalled its services.
+    api_grace_s: float = 10.0
+    # How long a POST /v1/feedback Idempotency-Key is remembered (its first answer replayed).
+    idempotency_retention_s: float = 24 * 3600.0
     # The width d of phi(query, image) this deployment learns from: every message,
     # recording and stored model must have it (others are refused, never misread).
     phi_dim: int = DEFAULT_PHI_DIM
@@ -242,6 +257,10 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "api_port": ("API_PORT", _port),
     "api_token": ("API_TOKEN", _text),
     "api_max_body_bytes": ("API_MAX_BODY_BYTES", _positive_int),
+    "api_deadline_s": ("API_DEADLINE_SECONDS", _positive_seconds),
+    "api_body_deadline_s": ("API_BODY_DEADLINE_SECONDS", _positive_seconds),
+    "api_grace_s": ("API_GRACE_SECONDS", _positive_seconds),
+    "idempotency_retention_s": ("IDEMPOTENCY_RETENTION_SECONDS", _positive_seconds),
     "phi_dim": ("PHI_DIM", _positive_int),
     "champion_alpha": ("CHAMPION_ALPHA", _fraction),
     "champion_delta": ("CHAMPION_DELTA", _ndcg_difference),

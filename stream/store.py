@@ -158,6 +158,25 @@ class ModelStore(Protocol):
 
     def close(self) -> None: ...
 
+    # --- idempotency keys (POST /v1/feedback's `Idempotency-Key`) -------------------------
+    def claim_key(self, key: str, token: bytes, ttl_s: float) -> bytes | None:
+        """Set `key` to `token` for `ttl_s` seconds unless it is held: None when this call
+        claimed it, else what it holds (another claim's token, or a settled answer).
+        Atomic: of two callers, exactly one gets None."""
+        ...
+
+    def settle_key(self, key: str, answer: bytes, ttl_s: float) -> None:
+        """Replace the claim on `key` by its answer, kept `ttl_s` seconds."""
+        ...
+
+    def release_key(self, key: str, token: bytes) -> None:
+        """Drop the claim on `key` if it is still `token` (a failed attempt)."""
+        ...
+
+    def ping(self) -> None:
+        """Return promptly if the store answers; raise StoreUnavailableError otherwise."""
+        ...
+
 
 class Announcements(Protocol):
     """A blocking iterator of (name, version); `get(timeout)` for a bounded wait."""

@@ -36,7 +36,9 @@ class Producer(Protocol):
 
     def flush(self, timeout: float | None = None) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (at most `timeout` seconds; None: until done) and release the producer."""
+        ...
 
 
 class Consumer(Protocol):

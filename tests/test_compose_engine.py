@@ -542,8 +542,8 @@ def _check_serving_api(stack: Stack) -> None:
         relevance[ids.tolist().index(candidate)] = rank % 3
     receipt = _http(
         SERVE_URL + "/v1/feedback",
-        {**body, "query_id": 10**12, "relevance": relevance, "served_by": ranking["model"],
-         "served_version": ranking["version"], "model_versions": ranking["model_versions"]},
+        {**body, "query_id": 10**12, "relevance": relevance, "model": ranking["model"],
+         "version": ranking["version"], "model_versions": ranking["model_versions"]},
     )  # fmt: skip
     assert receipt["judged"] == 10 and receipt["triplets"] > 0
 

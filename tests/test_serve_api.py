@@ -68,11 +68,11 @@ def _body(**extra) -> dict:
     return {"candidate_ids": IDS.tolist(), "phi": PHI.tolist(), **extra}
 
 
-def _arrow(ids=IDS, phi=PHI) -> bytes:
+def _arrow(ids=IDS, phi=PHI, ids_column="candidate_ids", **metadata) -> bytes:
     table = pa.table(
-        {"candidate_id": pa.array(ids),
+        {ids_column: pa.array(ids),
          "phi": pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), phi.shape[1])}
-    )  # fmt: skip
+    ).replace_schema_metadata(metadata or None)  # fmt: skip
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -104,16 +104,19 @@ def test_arrow_bodies_and_answers_carry_the_same_ranking(store) -> None:
     with _client(store) as client:
         as_json = client.post("/v1/rank", json=_body()).json()
         reply = client.post(
-            "/v1/rank?model=uni_con", content=_arrow(),
+            "/v1/rank", content=_arrow(model="uni_con", version="1"),
             headers={"content-type": ARROW, "accept": ARROW},
         )  # fmt: skip
         as_json_from_arrow = client.post(
             "/v1/rank", content=_arrow(), headers={"content-type": ARROW}
         ).json()
     table = pa.ipc.open_stream(reply.content).read_all()
-    assert table.column("candidate_id").to_pylist() == as_json["candidate_ids"]
-    assert table.schema.metadata[b"rankstream.model"] == b"uni_con"
+    assert table.column_names == ["candidate_ids", "scores"]
+    assert table.column("candidate_ids").to_pylist() == as_json["candidate_ids"]
+    assert table.column("scores").to_pylist() == as_json["scores"]
+    assert table.schema.metadata == {b"model": b"uni_con", b"version": b"1"}
     assert as_json_from_arrow["candidate_ids"] == as_json["candidate_ids"]
+    assert "deprecation" not in reply.headers
 
 
 def test_the_model_is_chosen_per_request_by_name_and_version(store) -> None:
@@ -128,8 +131,8 @@ def test_the_model_is_chosen_per_request_by_name_and_version(store) -> None:
         unknown = client.post("/v1/rank", json=_body(model="nope"))
     assert (newest["model"], newest["version"], old["version"]) == ("opar1", 2, 1)
     assert old["candidate_ids"] == newest["candidate_ids"][::-1]
-    assert (missing.status_code, missing.json()["field"]) == (404, "version")
-    assert (unknown.status_code, unknown.json()["field"]) == (404, "model")
+    assert (missing.status_code, missing.json()["error"]["field"]) == (404, "version")
+    assert (unknown.status_code, unknown.json()["error"]["field"]) == (404, "model")
 
 
 BAD_RANKS = [
@@ -144,7 +147,7 @@ BAD_RANKS = [
 def test_malformed_bodies_are_refused(store, body, kind, status, field) -> None:
     with _client(store) as client:
         reply = client.post("/v1/rank", content=body, headers={"content-type": kind})
-    assert reply.status_code == status and reply.json()["field"] == field
+    assert reply.status_code == status and reply.json()["error"]["field"] == field
 
 
 @pytest.mark.parametrize(
@@ -164,7 +167,7 @@ def test_malformed_bodies_are_refused(store, body, kind, status, field) -> None:
 def test_bad_rank_requests_name_the_field(store, change, field) -> None:
     with _client(store) as client:
         reply = client.post("/v1/rank", json=_body(**change))
-    assert reply.status_code == 422 and reply.json()["field"] == field, reply.json()
+    assert reply.status_code == 422 and reply.json()["error"]["field"] == field, reply.json()
 
 
 def test_nan_in_arrow_phi_names_the_field(store) -> None:
@@ -172,8 +175,8 @@ def test_nan_in_arrow_phi_names_the_field(store) -> None:
     phi[7, 3] = np.nan
     with _client(store) as client:
         reply = client.post("/v1/rank", content=_arrow(phi=phi), headers={"content-type": ARROW})
-    assert reply.status_code == 422 and reply.json()["field"] == "phi"
-    assert "row 7" in reply.json()["error"]
+    assert reply.status_code == 422 and reply.json()["error"]["field"] == "phi"
+    assert "row 7" in reply.json()["error"]["message"]
 
 
 def _feedback(**extra) -> dict:
@@ -181,7 +184,7 @@ def _feedback(**extra) -> dict:
     for i, grade in ((0, 2), (4, 0), (9, 1), (30, 2)):
         relevance[i] = grade
     body = {"query_id": 77, "candidate_ids": IDS.tolist(), "phi": PHI.tolist(),
-            "relevance": relevance, "served_by": "uni_con", "served_version": 1}  # fmt: skip
+            "relevance": relevance, "model": "uni_con", "version": 1}  # fmt: skip
     return {**body, **extra}
 
 
@@ -197,7 +200,8 @@ def test_feedback_is_produced_as_triplets_and_a_judged_query(store) -> None:
         reply = client.post("/v1/feedback", json=_feedback())
     assert reply.status_code == 200
     assert reply.json() == {"query_id": 77, "seq": 0, "triplets": 5, "judged": 4,
-                            "distinct_grades": 3}  # fmt: skip
+                            "distinct_grades": 3, "duplicate": False}  # fmt: skip
+    assert "deprecation" not in reply.headers
     [triplets] = _topic("api.triplets")
     [query] = _topic("api.queries")
     assert triplets.key == query.key == b"77"
@@ -217,13 +221,13 @@ def test_feedback_is_produced_as_triplets_and_a_judged_query(store) -> None:
         ({"candidate_ids": [5] * 300}, "candidate_ids"),
         ({"phi": np.ones((300, 8)).tolist()}, "phi"),
         ({"model_versions": {"opr": -1}}, "model_versions"),
-        ({"served_by": "a b"}, "served_by"),
+        ({"model": "a b"}, "model"),
     ],
 )
 def test_bad_feedback_names_the_field_and_reaches_no_topic(store, change, field) -> None:
     with _client(store) as client:
         reply = client.post("/v1/feedback", json=_feedback(**change))
-    assert reply.status_code == 422 and reply.json()["field"] == field, reply.json()
+    assert reply.status_code == 422 and reply.json()["error"]["field"] == field, reply.json()
     transport = embedded_transport()
     assert transport.partitions_for("api.queries") in ([], [0])
     assert _topic("api.queries") == [] and _topic("api.triplets") == []

@@ -56,6 +56,8 @@ GOOD = {
     "RANKSTREAM_TOPIC_PREFIX": ("team-a.rank_v2", "topic_prefix", None),
     "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": ("SSL", "kafka_security_protocol", None),
     "RANKSTREAM_API_MAX_BODY_BYTES": ("1024", "api_max_body_bytes", 1024),
+    "RANKSTREAM_API_DEADLINE_SECONDS": ("2.5", "api_deadline_s", 2.5),
+    "RANKSTREAM_IDEMPOTENCY_RETENTION_SECONDS": ("3600", "idempotency_retention_s", 3600.0),
 }
 
 
@@ -78,6 +80,8 @@ BAD = {
     "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": ("TLS", "one of PLAINTEXT, SSL"),
     "RANKSTREAM_KAFKA_SASL_MECHANISM": ("scram", "one of PLAIN, SCRAM-SHA-256"),
     "RANKSTREAM_API_TOKEN": ("   ", "non-blank text"),
+    "RANKSTREAM_API_DEADLINE_SECONDS": ("nan", "a number of seconds > 0"),
+    "RANKSTREAM_API_GRACE_SECONDS": ("-1", "a number of seconds > 0"),
 }
 
 

@@ -227,3 +227,21 @@ def test_delete_removes_every_version_and_the_name(store):
     assert _save(store, "gone", 0) == 1  # the name starts over
     with pytest.raises(ValueError, match="model name"):
         store.delete("bad name")
+
+
+def test_an_idempotency_key_is_claimed_once_settled_released_and_expires(store):
+    """`claim_key` is SET NX: one claimant wins; others see its token, then its answer."""
+    import time
+
+    assert store.claim_key("k1", b"pending:a", 30) is None
+    assert store.claim_key("k1", b"pending:b", 30) == b"pending:a"
+    store.release_key("k1", b"pending:b")  # not its claim: kept
+    assert store.claim_key("k1", b"pending:c", 30) == b"pending:a"
+    store.settle_key("k1", b'{"answer": 1}', 30)
+    assert store.claim_key("k1", b"pending:d", 30) == b'{"answer": 1}'
+    assert store.claim_key("k2", b"pending:e", 30) is None
+    store.release_key("k2", b"pending:e")
+    assert store.claim_key("k2", b"pending:f", 0.2) is None  # free again
+    time.sleep(0.4)
+    assert store.claim_key("k2", b"pending:g", 30) is None  # expired
+    store.ping()

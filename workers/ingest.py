@@ -304,13 +304,22 @@ class FeedbackProducer:
         self.flush(timeout)
         return receipt
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Flush (pending queries included), and close the producer and transport if
-        `open` made them."""
-        self.flush()
-        for owned in self._owned:
-            owned.close()
-        self._owned = []
+        `open` made them; with `timeout`, give up waiting for acknowledgements after that
+        many seconds (`rankstream serve`'s shutdown grace) and close anyway."""
+        try:
+            self.send_pending()
+        finally:
+            owned, self._owned = self._owned, []
+            if owned:
+                producer, transport = owned
+                try:
+                    producer.close(timeout)
+                finally:
+                    transport.close()
+            else:
+                self.producer.flush(timeout)
 
     def __enter__(self) -> FeedbackProducer:
         return self

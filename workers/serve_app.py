@@ -7,9 +7,10 @@ Routes (the OpenAPI document at GET /openapi.json, `workers.serve_openapi`):
     GET  /v1/models          every stored model: version, kind, triplets, rolling NDCG@50
     GET  /v1/models/{name}   one of them, with its kept versions
     GET  /healthz            live (always 200 while the process answers)
-    GET  /readyz             200 while the store answers and the champion is loaded (or the
-                             store is empty: ranking requests publish Uni-Con, its feature
-                             scaling refitted on their candidates until it has seen
+    GET  /readyz             200 while the broker and the store answer (a bounded probe,
+                             cached a second) and the champion is loaded (or the store is
+                             empty: ranking requests publish Uni-Con, its feature scaling
+                             refitted on their candidates until it has seen
                              RANKSTREAM_UNICON_CALIBRATION of them, `workers.baseline`)
 
 Starlette rather than FastAPI, by measurement (README "Serving API"): the same
@@ -17,44 +18,61 @@ Starlette rather than FastAPI, by measurement (README "Serving API"): the same
 pydantic body model than as a plain Starlette endpoint, and the checks that matter
 here (width, NaN/Inf, duplicate ids, grades) are numpy checks on whole arrays anyway.
 
-Ranking runs on the event loop (a linear model scores 300 candidates in microseconds);
-what may block — producing feedback until the broker acknowledges it, loading an exact
-older version from the store, publishing a first Uni-Con — runs in the thread pool.
+Ranking runs on the event loop from the registry's in-memory snapshot (a linear model
+scores 300 candidates in microseconds), so a stalled store never holds it up; what may
+block — producing feedback until the broker acknowledges it, loading an exact older
+version, the idempotency keys — runs on worker threads, and a request waits for them
+at most `Settings.api_deadline_s` (then 503 with Retry-After; Envoy-style deadlines).
+Bodies are read within `Settings.api_body_deadline_s` (408) and up to
+`Settings.api_max_body_bytes` (413). SIGTERM stops serve within `Settings.api_grace_s`
+however stalled its services: requests drain, the producer gets what is left of the
+grace to flush, and a watchdog ends the process if a thread is still stuck.
+
+Every answer carries `X-Request-ID` (the client's, or a new one), and every log line
+about a request names it. Every refusal, 404 and 405 included, is one JSON shape:
+`{"error": {"code", "message", "field"}}`, values cut to 200 characters (`ERROR_CODES`).
 Security: bind 127.0.0.1 unless told (`Settings.api_host`); with `Settings.api_token`
-every route but the two health checks needs `Authorization: Bearer <token>` (compared
-in constant time); bodies above `Settings.api_max_body_bytes` get 413 before they are
-read; a refused request gets a 4xx JSON `{"error", "field"}` and nothing is produced.
+every route but the health checks and the OpenAPI document needs `Authorization:
+Bearer <token>` (compared in constant time); a refused request produces nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
+import logging
+import os
+import re
 import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import numpy as np
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rankstream.stream.connect import open_store
+from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.workers import metrics
 from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.candidates import FieldError
-from rankstream.workers.ingest import Feedback, FeedbackProducer, Receipt
+from rankstream.workers.ingest import check_feedback
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.serve_bodies import (
     ARROW,
@@ -68,8 +86,9 @@ from rankstream.workers.serve_bodies import (
     ranking_arrow,
     ranking_json,
 )
+from rankstream.workers.serve_feedback import FeedbackDesk, InProgress
 from rankstream.workers.serve_models import model_entry, models_listing
-from rankstream.workers.serve_openapi import openapi_document
+from rankstream.workers.serve_openapi import docs_page, openapi_document
 from rankstream.workers.serve_registry import (
     LoadedModel,
     ModelRegistry,
@@ -80,18 +99,22 @@ from rankstream.workers.serving import UNI_CON
 
 log = get_logger("rankstream.serve")
 Handler = Callable[[Request, "ServeState"], Awaitable[tuple[Response, str]]]
+MAX_ECHO = 200  # characters of any value an error answer or a log line repeats
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,200}")  # a client's X-Request-ID / Idempotency-Key
+_READY_CACHE_S = 1.0  # /readyz probes the services at most this often
 
 
 class ServeState:
-    """What the routes share: settings, the model registry and the feedback producer."""
+    """What the routes share: settings, the model registry and the feedback desk."""
 
     def __init__(self, settings: Settings, store: ModelStore, poll_seconds: float = 1.0) -> None:
         self.settings = settings
         self.store = store
         self.registry = ModelRegistry(store, poll_seconds=poll_seconds, width=settings.phi_dim)
-        self._producer: FeedbackProducer | None = None
-        self._producer_lock = threading.Lock()
+        self.feedback = FeedbackDesk(settings, store)
         self._token = settings.api_token.encode() if settings.api_token else None
+        self._probed: tuple[float, list[str]] = (-1e9, [])
+        self._probe_lock = asyncio.Lock()
 
     def authorize(self, request: Request) -> None:
         if self._token is None:
@@ -100,13 +123,41 @@ class ServeState:
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self._token):
             raise BadRequest(401, "missing or wrong bearer token (Authorization: Bearer ...)")
 
-    def deliver(self, feedback: Feedback) -> Receipt:
-        """Produce the feedback and wait for the broker's acknowledgement (thread pool)."""
-        with self._producer_lock:
-            if self._producer is None:
-                self._producer = FeedbackProducer.open(self.settings)
-            producer = self._producer
-        return producer.deliver(feedback)
+    async def bounded(self, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)` on a worker thread, waited for at most the API's deadline: a 503
+        with Retry-After when it does not answer in time or its service is unavailable.
+        The thread is abandoned, not killed: every call made this way has its own
+        timeout at the client (Redis socket timeouts, producer flush timeouts)."""
+        deadline = self.settings.api_deadline_s
+        try:
+            with anyio.fail_after(deadline):
+                return await anyio.to_thread.run_sync(lambda: call(*args), abandon_on_cancel=True)
+        except TimeoutError:
+            message = f"no answer from the broker or the store within {deadline:g}s"
+            raise unavailable(message) from None
+        except TRANSIENT as exc:
+            raise unavailable(f"a backing service is unavailable: {exc}") from None
+
+    async def problems(self) -> list[str]:
+        """Why the services are not usable now (empty: they are), probed at most once a
+        second, each probe bounded."""
+        async with self._probe_lock:
+            checked, problems = self._probed
+            if time.monotonic() - checked < _READY_CACHE_S:
+                return problems
+            timeout = min(self.settings.api_deadline_s, 2.0)
+            problems = []
+            for what, probe in (("broker", lambda: probe_transport(self.settings, timeout)),
+                                ("store", self.store.ping)):  # fmt: skip
+                try:
+                    with anyio.fail_after(timeout + 0.5):
+                        await anyio.to_thread.run_sync(probe, abandon_on_cancel=True)
+                except TimeoutError:
+                    problems.append(f"the {what} did not answer within {timeout:g}s")
+                except TRANSIENT as exc:
+                    problems.append(f"the {what} is unavailable: {str(exc)[:MAX_ECHO]}")
+            self._probed = (time.monotonic(), problems)
+            return problems
 
     def publish_baseline(self, phi: np.ndarray) -> None:
         """Add these candidates to the empty store's Uni-Con (`workers.baseline`: stamped
@@ -122,15 +173,31 @@ class ServeState:
         loaded = snapshot.models.get(UNI_CON)
         return not snapshot.models or (loaded is not None and loaded.calibrating)
 
-    def close(self) -> None:
-        self.registry.stop()
-        if self._producer is not None:
-            self._producer.close()
+    def close(self, timeout: float) -> None:
+        """Stop reloading and flush feedback, within `timeout` seconds."""
+        started = time.monotonic()
+        self.registry.stop(timeout=min(1.0, timeout))
+        self.feedback.close(max(timeout - (time.monotonic() - started), 0.0))
 
 
-def error_response(exc: BadRequest) -> Response:
-    body = {"error": exc.message, "field": exc.field}
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+RETRY_AFTER_S = 2  # what a 503 or 409 tells the client to wait before retrying
+
+
+def unavailable(message: str) -> BadRequest:
+    return BadRequest(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def _cut(value: str | None) -> str | None:
+    return None if value is None else value[:MAX_ECHO]
+
+
+def error_response(exc: BadRequest, request_id: str = "") -> Response:
+    body = {"error": {"code": exc.code, "message": _cut(exc.message), "field": _cut(exc.field)}}
+    headers = dict(exc.headers)
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if request_id:
+        headers["X-Request-ID"] = request_id
     return Response(orjson.dumps(body), exc.status, headers=headers, media_type=JSON)
 
 
@@ -138,26 +205,40 @@ def json_response(document: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(document), status, media_type=JSON)
 
 
+def request_id_of(request: Request) -> str:
+    """The client's X-Request-ID when it is 1-200 visible ASCII characters, else a new one."""
+    given = request.headers.get("x-request-id", "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
 def endpoint(route: str, handler: Handler, *, public: bool = False) -> Callable:
-    """Wrap a handler: token check, error answers, latency and status metrics."""
+    """Wrap a handler: request id, token check, error answers, latency and status metrics."""
 
     async def run(request: Request) -> Response:
         started = time.perf_counter()
         state: ServeState = request.app.state.serve
+        request_id = request_id_of(request)
         model = "-"
         try:
             if not public:
                 state.authorize(request)
             response, model = await handler(request, state)
         except BadRequest as exc:
-            response = error_response(exc)
+            response = error_response(exc, request_id)
+            if exc.status >= 500:
+                log_event(log, "service unavailable", level=logging.WARNING, route=route,
+                          request_id=request_id, error=exc.message[:MAX_ECHO])  # fmt: skip
         except FieldError as exc:
-            response = error_response(BadRequest.of(exc))
+            response = error_response(BadRequest.of(exc), request_id)
         except UnknownModelError as exc:
-            response = error_response(BadRequest(404, str(exc), exc.field))
-        except TRANSIENT as exc:
-            log_event(log, "service unavailable", route=route, error=repr(exc))
-            response = error_response(BadRequest(503, f"a backing service is unavailable: {exc}"))
+            response = error_response(BadRequest(404, str(exc), exc.field), request_id)
+        except InProgress as exc:
+            retry = {"Retry-After": str(RETRY_AFTER_S)}
+            response = error_response(BadRequest(409, str(exc), headers=retry), request_id)
+        except ClientDisconnect:
+            log_event(log, "client hung up", route=route, request_id=request_id)
+            response = Response(status_code=499)  # never sent: counted, not logged as error
+        response.headers["X-Request-ID"] = request_id
         metrics.HTTP_REQUEST_SECONDS.labels(route=route, model=model).observe(
             time.perf_counter() - started
         )
@@ -167,31 +248,46 @@ def endpoint(route: str, handler: Handler, *, public: bool = False) -> Callable:
     return run
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, or 413 as soon as it is known to exceed `limit` bytes."""
+async def read_body(request: Request, settings: Settings) -> bytes:
+    """The body within the body deadline (else 408), or 413 as soon as it is known to
+    exceed the size limit."""
+    limit = settings.api_max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"body of {declared} bytes exceeds the {limit}-byte limit")
+        raise BadRequest(413, f"body of {declared[:30]} bytes exceeds the {limit}-byte limit")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(settings.api_body_deadline_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BadRequest(413, f"body exceeds the {limit}-byte limit")
+                chunks.append(chunk)
+    except TimeoutError:
+        message = f"body not received within {settings.api_body_deadline_s:g}s"
+        raise BadRequest(408, message, headers={"Connection": "close"}) from None
     return b"".join(chunks)
+
+
+def _deprecated(response: Response, names: tuple[str, ...]) -> Response:
+    """Mark an answer to a request that used names of the previous release (README)."""
+    if names:
+        response.headers["Deprecation"] = "true"
+        response.headers["X-Deprecated-Names"] = ", ".join(names)
+    return response
 
 
 # --- routes ---------------------------------------------------------------------------------
 async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
-    body = await read_body(request, state.settings.api_max_body_bytes)
+    body = await read_body(request, state.settings)
     kind = media_type(request.headers.get("content-type"))
     if kind == JSON:
+        if request.query_params:
+            raise BadRequest(422, "model/version go in the JSON body, not the query",
+                             next(iter(request.query_params)))  # fmt: skip
         query = rank_from_json(body, state.settings.phi_dim)
     elif kind == ARROW:
-        params = request.query_params
-        query = rank_from_arrow(
-            body, params.get("model"), params.get("version"), state.settings.phi_dim
-        )
+        query = rank_from_arrow(body, request.query_params, state.settings.phi_dim)
     else:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
     loaded = await _serving_model(state, query)
@@ -200,14 +296,14 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     ids, ranked = query.candidate_ids[order], scores[order]
     if ARROW in request.headers.get("accept", ""):
         content = ranking_arrow(ids, ranked, loaded.name, loaded.version)
-        return Response(content, media_type=ARROW), loaded.name
+        return _deprecated(Response(content, media_type=ARROW), query.deprecated), loaded.name
     extra = {
         "requested": query.model or "champion",
         "pinned": loaded.pinned,
         "model_versions": dict(state.registry.snapshot.latest),
     }
     content = ranking_json(ids, ranked, loaded.name, loaded.version, extra)
-    return Response(content, media_type=JSON), loaded.name
+    return _deprecated(Response(content, media_type=JSON), query.deprecated), loaded.name
 
 
 async def _serving_model(state: ServeState, query: RankRequest) -> LoadedModel:
@@ -217,30 +313,40 @@ async def _serving_model(state: ServeState, query: RankRequest) -> LoadedModel:
         loaded = snapshot.models.get(name)
         if loaded is not None and loaded.version == query.version:
             return loaded
-        return await run_in_threadpool(state.registry.version, snapshot, name, query.version)
+        return await state.bounded(state.registry.version, snapshot, name, query.version)
     if query.model in (None, "champion") and state.calibrating(snapshot):
-        await run_in_threadpool(state.publish_baseline, query.phi)
+        await state.bounded(state.publish_baseline, query.phi)
         snapshot = state.registry.snapshot
     return snapshot.resolve(query.model)
 
 
 async def feedback(request: Request, state: ServeState) -> tuple[Response, str]:
-    body = await read_body(request, state.settings.api_max_body_bytes)
+    body = await read_body(request, state.settings)
     kind = media_type(request.headers.get("content-type"))
     if kind != JSON:
         raise BadRequest(415, f"content type {kind!r}: feedback is {JSON}")
-    judged = feedback_from_json(body)
+    snapshot = state.registry.snapshot
+    judged, deprecated = feedback_from_json(body, snapshot.latest)
     if not judged.model_versions:  # no model has learned from this feedback yet
-        judged = replace(judged, model_versions=dict(state.registry.snapshot.latest))
-    receipt = await run_in_threadpool(state.deliver, judged)
-    document = {
-        "query_id": receipt.query_id,
-        "seq": receipt.seq,
-        "triplets": receipt.triplets,
-        "judged": receipt.judged,
-        "distinct_grades": receipt.distinct_grades,
-    }
-    return json_response(document), "-"
+        judged = replace(judged, model_versions=dict(snapshot.latest))
+    check_feedback(judged, state.settings.phi_dim)  # refused before any key is claimed
+    key = idempotency_key(request, judged.query_id)
+    answer = await state.bounded(state.feedback.accept, key, judged)
+    log_event(log, "feedback", request_id=request_id_of(request), query_id=judged.query_id,
+              key=key[:MAX_ECHO], duplicate=answer["duplicate"],
+              triplets=answer["triplets"])  # fmt: skip
+    return _deprecated(json_response(answer), deprecated), "-"
+
+
+def idempotency_key(request: Request, query_id: int) -> str:
+    """The store key of this feedback: its `Idempotency-Key` header, else its query id."""
+    given = request.headers.get("idempotency-key")
+    if given is None:
+        return f"query_id:{query_id}"
+    if not _REQUEST_ID.fullmatch(given):
+        raise BadRequest(422, "Idempotency-Key: must be 1-200 visible ASCII characters",
+                         "Idempotency-Key")  # fmt: skip
+    return f"key:{given}"
 
 
 async def models(request: Request, state: ServeState) -> tuple[Response, str]:
@@ -252,7 +358,7 @@ async def model(request: Request, state: ServeState) -> tuple[Response, str]:
     snapshot = state.registry.snapshot
     if name not in snapshot.stored:
         raise UnknownModelError("name", f"no stored model {name!r}")
-    kept = await run_in_threadpool(state.store.versions, name)
+    kept = await state.bounded(state.store.versions, name)
     return json_response({**model_entry(snapshot, name), "kept_versions": kept}), "-"
 
 
@@ -262,17 +368,20 @@ async def healthz(request: Request, state: ServeState) -> tuple[Response, str]:
 
 async def readyz(request: Request, state: ServeState) -> tuple[Response, str]:
     snapshot = state.registry.snapshot
-    problems = []
-    if not state.registry.store_ok:
-        problems.append("the model store did not answer")
+    problems = await state.problems()
     if not snapshot.ready and snapshot.stored:  # an empty store: the first request calibrates
-        problems.append(f"champion {snapshot.champion!r} is not loaded")
+        problems = [*problems, f"champion {snapshot.champion!r} is not loaded"]
     document = {"ready": not problems, "champion": snapshot.champion, "problems": problems}
     return json_response(document, 503 if problems else 200), "-"
 
 
 async def openapi(request: Request, state: ServeState) -> tuple[Response, str]:
     return json_response(openapi_document(state.settings.phi_dim)), "-"
+
+
+async def docs(request: Request, state: ServeState) -> tuple[Response, str]:
+    page = docs_page(openapi_document(state.settings.phi_dim))
+    return Response(page, media_type="text/html; charset=utf-8"), "-"
 
 
 ROUTES = {
@@ -282,8 +391,24 @@ ROUTES = {
     "/v1/models/{name}": (model, ["GET"], False),
     "/healthz": (healthz, ["GET"], True),
     "/readyz": (readyz, ["GET"], True),
-    "/openapi.json": (openapi, ["GET"], False),
+    "/openapi.json": (openapi, ["GET"], True),
+    "/docs": (docs, ["GET"], True),
 }
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (404 no such route, 405 wrong method) in our error shape."""
+    assert isinstance(exc, HTTPException)
+    error = BadRequest(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}",
+                       headers=dict(exc.headers or {}))  # fmt: skip
+    return error_response(error, request_id_of(request))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    request_id = request_id_of(request)
+    log_event(log, "internal error", level=logging.ERROR, request_id=request_id,
+              path=request.url.path[:MAX_ECHO], error=repr(exc)[:MAX_ECHO])  # fmt: skip
+    return error_response(BadRequest(500, "internal error (logged)"), request_id)
 
 
 def create_app(
@@ -293,7 +418,8 @@ def create_app(
     workers: bool = False,
 ) -> Starlette:
     """The ASGI app; its lifespan starts the model registry (and, with `workers`, the
-    embedded online worker and evaluator: `workers.serve_workers`) and closes them."""
+    embedded online worker and evaluator: `workers.serve_workers`) and closes them, within
+    `app.state.stop_by` (a `time.monotonic()` the SIGTERM handler sets) or the grace."""
     owned = store is None
     state = ServeState(settings, store if store is not None else open_store(settings), poll_seconds)
 
@@ -316,9 +442,14 @@ def create_app(
         try:
             yield
         finally:
+            stop_by = getattr(app.state, "stop_by", None) or time.monotonic() + settings.api_grace_s
+
+            def left() -> float:
+                return max(stop_by - time.monotonic() - 1.0, 0.0)  # a second to exit
+
             if learning is not None:
-                await run_in_threadpool(learning.stop)
-            state.close()
+                await run_in_threadpool(learning.stop, left())
+            await run_in_threadpool(state.close, left())
             if owned:
                 state.store.close()
 
@@ -326,7 +457,8 @@ def create_app(
         Route(path, endpoint(path, handler, public=public), methods=methods)
         for path, (handler, methods, public) in ROUTES.items()
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    handlers = {HTTPException: _http_error, Exception: _server_error}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.state.serve = state
     return app
 
@@ -337,12 +469,18 @@ def serve(
     workers: bool = False,
     on_listening: Callable[[str, int], None] | None = None,
 ) -> int:
-    """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT.
+    """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT,
+    then stop within `settings.api_grace_s`: half of it to drain requests, the rest to
+    close (flush feedback), and a watchdog that ends the process at the grace if a thread
+    is still waiting on a stalled service.
 
     `on_listening(host, port)` is called once the socket is bound and the app started
     (the port is the real one when settings.api_port is 0).
     """
     import uvicorn
+
+    app = create_app(settings, poll_seconds=poll_seconds, workers=workers)
+    grace = settings.api_grace_s
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -351,16 +489,34 @@ def serve(
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 on_listening(str(host), int(port))
 
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if getattr(app.state, "stop_by", None) is None:
+                app.state.stop_by = time.monotonic() + grace
+                watchdog = threading.Timer(grace, _exit_now, args=(grace,))
+                watchdog.daemon = True
+                watchdog.start()
+            super().handle_exit(sig, frame)
+
     config = uvicorn.Config(
-        create_app(settings, poll_seconds=poll_seconds, workers=workers),
+        app,
         host=settings.api_host,
         port=settings.api_port,
         lifespan="on",
         access_log=False,  # every request is in the Prometheus counters instead
         log_level="warning",
         server_header=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=max(grace / 2, 0.1),
     )
     server = Server(config)
     server.run()
     return 0 if server.started else 1
+
+
+def _exit_now(grace: float) -> None:
+    """The grace is over and something still waits on a stalled service: exit anyway.
+    (Feedback that was acknowledged is on the broker; what was not, its senders were
+    answered 503, so nothing acknowledged is lost.)"""
+    log_event(log, "grace period over; exiting", level=logging.WARNING, grace_s=grace,
+              threads=[t.name for t in threading.enumerate() if t.is_alive()][:20])  # fmt: skip
+    logging.shutdown()
+    os._exit(0)

@@ -1,18 +1,28 @@
 """The HTTP API's bodies: JSON or Arrow IPC in, checked arrays out; rankings back out.
 
-Ranking requests come as JSON (`application/json`) or, for high-volume callers, as one
-Arrow IPC stream (`application/vnd.apache.arrow.stream`): one row per candidate, columns
-`candidate_id` (int64) and `phi` (fixed_size_list<float32>[36]; any list of floats is
-accepted), the model chosen with the `model` / `version` query parameters. The ranking
-comes back as JSON, or as an Arrow stream (columns `candidate_id`, `score`, in ranked
-order; schema metadata `rankstream.model`, `rankstream.version`) when the request's
-`Accept` asks for one. Feedback is JSON. Every check names the field it refused
-(`BadRequest.field`), via `workers.candidates`.
+One vocabulary in both encodings (README "Serving API"):
+
+* a ranking request: `candidate_ids`, `phi` and, optionally, `model` and `version` (the
+  champion when absent). JSON carries them as fields; an Arrow IPC stream
+  (`application/vnd.apache.arrow.stream`) as columns `candidate_ids` (integers) and `phi`
+  (a (fixed-size) list of numbers) and schema metadata `model` / `version`;
+* a ranking: `model`, `version`, `candidate_ids`, `scores` (best first): JSON fields, or
+  an Arrow stream with those two columns and that metadata when `Accept` asks for one;
+* feedback (JSON): `query_id`, `candidate_ids`, `phi`, `relevance`, and `model` /
+  `version` echoing the ranking that was judged.
+
+Strict, like the APIs people trust: an unknown key is a 422 naming it; phi holds JSON
+numbers only (not strings, booleans or nulls); a grade is an integer 0..127 or null.
+The names of the previous release (`served_by`, `served_version`; Arrow's `candidate_id`
+column and `?model=&version=` query parameters) are still accepted and listed in
+`deprecated`, which the app answers with a `Deprecation` header. Every refusal is a
+`BadRequest` naming the field at fault.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,19 +31,46 @@ import orjson
 import pyarrow as pa
 
 from rankstream.ranking.judgments import UNJUDGED
-from rankstream.workers.candidates import FieldError, check_candidates
+from rankstream.workers.candidates import MAX_GRADE, FieldError, check_candidates
 from rankstream.workers.ingest import Feedback
 
 JSON = "application/json"
 ARROW = "application/vnd.apache.arrow.stream"
 
 
-class BadRequest(Exception):  # noqa: N818 (an HTTP answer, not a program error)
-    """A request the API refuses: HTTP `status`, a message, and the field when one is at fault."""
+# status -> the error code when the raise names none (the OpenAPI document lists them)
+ERROR_CODES = {
+    400: "malformed_body",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "body_timeout",
+    409: "in_progress",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_field",
+    500: "internal_error",
+    503: "unavailable",
+}
+UNKNOWN_FIELD = "unknown_field"
 
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+
+class BadRequest(Exception):  # noqa: N818 (an HTTP answer, not a program error)
+    """A request the API refuses: HTTP `status`, a message, the field when one is at fault,
+    a machine-readable `code` (`ERROR_CODES` by default) and extra answer headers."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.field = status, message, field
+        self.code = code or ERROR_CODES.get(status, "error")
+        self.headers = headers or {}
 
     @classmethod
     def of(cls, exc: FieldError) -> BadRequest:
@@ -46,6 +83,15 @@ class RankRequest:
     phi: np.ndarray  # float32 (k, 36), finite
     model: str | None  # None: the champion
     version: int | None
+    deprecated: tuple[str, ...] = ()  # old names this request used
+
+
+RANK_FIELDS = ("candidate_ids", "phi", "model", "version")
+FEEDBACK_FIELDS = (
+    "query_id", "candidate_ids", "phi", "relevance", "model", "version", "model_versions",
+)  # fmt: skip
+# old name -> its name now (accepted on input for this release, with a Deprecation header)
+FEEDBACK_RENAMED = {"served_by": "model", "served_version": "version"}
 
 
 def media_type(content_type: str | None) -> str:
@@ -62,17 +108,27 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return document
 
 
+def _refuse_unknown(document: dict[str, Any], known: tuple[str, ...]) -> None:
+    for key in document:
+        if key not in known:
+            raise BadRequest(422, f"unknown field {key!r}; known: {', '.join(known)}", key,
+                             code=UNKNOWN_FIELD)  # fmt: skip
+
+
 def _required(document: dict[str, Any], field: str) -> Any:
     if field not in document or document[field] is None:
         raise BadRequest(422, f"{field}: required", field)
     return document[field]
 
 
-def _model_choice(model: object, version: object) -> tuple[str | None, int | None]:
+def _model_choice(
+    model: object, version: object, text: bool = False
+) -> tuple[str | None, int | None]:
+    """(model, version) from JSON values, or from text (`text`: Arrow metadata, queries)."""
     if model is not None and (not isinstance(model, str) or not model):
         raise BadRequest(422, "model: must be a model name or 'champion'", "model")
     if version is not None:
-        if isinstance(version, str) and version.isdigit():
+        if text and isinstance(version, str) and version.isascii() and version.isdigit():
             version = int(version)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise BadRequest(422, "version: must be an integer >= 1", "version")
@@ -81,11 +137,28 @@ def _model_choice(model: object, version: object) -> tuple[str | None, int | Non
     return model, version  # type: ignore[return-value]
 
 
-def _matrix(values: object, field: str) -> np.ndarray:
+def _matrix(values: object, field: str, body: bytes, document: dict[str, Any]) -> np.ndarray:
+    """JSON numbers only: a string, boolean or null anywhere is refused, not converted.
+
+    numpy would turn "0.9" into 0.9 and true into 1.0, so every element's type is
+    checked, unless the body shows there is nothing but numbers to find: no "u" and no
+    "f" (true, null and false need one; numbers and the ranking request's field names
+    never hold one) and no quote beyond those of the top-level keys and string values.
+    """
+    message = f"{field}: must be a list of equal-length rows of JSON numbers"
+    if not isinstance(values, list):
+        raise BadRequest(422, message, field)
+    strings = sum(isinstance(v, str) for v in document.values())
+    plain = (b"u" not in body and b"f" not in body
+             and body.count(b'"') == 2 * (len(document) + strings))  # fmt: skip
+    if not plain and not all(
+        isinstance(row, list) and all(type(v) is float or type(v) is int for v in row)
+        for row in values
+    ):
+        raise BadRequest(422, message, field)
     try:
         return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        message = f"{field}: must be a list of equal-length rows of numbers"
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest(422, message, field) from None
 
 
@@ -102,8 +175,9 @@ def _ids(values: object) -> np.ndarray:
 
 def rank_from_json(body: bytes, width: int) -> RankRequest:
     document = parse_json(body)
+    _refuse_unknown(document, RANK_FIELDS)
     ids = _ids(_required(document, "candidate_ids"))
-    phi = _matrix(_required(document, "phi"), "phi")
+    phi = _matrix(_required(document, "phi"), "phi", body, document)
     model, version = _model_choice(document.get("model"), document.get("version"))
     try:
         ids, phi = check_candidates(ids, phi, width)
@@ -112,26 +186,54 @@ def rank_from_json(body: bytes, width: int) -> RankRequest:
     return RankRequest(ids, phi, model, version)
 
 
-def rank_from_arrow(body: bytes, model: str | None, version: str | None, width: int) -> RankRequest:
+def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRequest:
+    """An Arrow ranking request; `query` holds the URL's query parameters (the model was
+    chosen there before this release: still accepted, deprecated)."""
     try:
         table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
         table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BadRequest(400, f"malformed Arrow IPC stream: {exc}") from None
-    for field in ("candidate_id", "phi"):
-        if field not in table.column_names:
+    metadata = {k.decode(errors="replace"): v.decode(errors="replace")
+                for k, v in (table.schema.metadata or {}).items()}  # fmt: skip
+    deprecated: list[str] = []
+    names = list(table.column_names)
+    if "candidate_id" in names and "candidate_ids" not in names:
+        names[names.index("candidate_id")] = "candidate_ids"
+        deprecated.append("candidate_id")
+    for name in names:
+        if name not in ("candidate_ids", "phi"):
+            raise BadRequest(422, f"unknown column {name!r}; known: candidate_ids, phi", name,
+                             code=UNKNOWN_FIELD)  # fmt: skip
+    for field in ("candidate_ids", "phi"):
+        if field not in names:
             raise BadRequest(422, f"{field}: required column", field)
-    ids_column = table.column("candidate_id")
+    table = table.rename_columns(names)
+    ids_column = table.column("candidate_ids")
     if not pa.types.is_integer(ids_column.type) or ids_column.null_count:
-        raise BadRequest(422, "candidate_id: must be a non-null integer column", "candidate_id")
+        raise BadRequest(422, "candidate_ids: must be a non-null integer column", "candidate_ids")
     ids = ids_column.to_numpy()
     phi = _arrow_matrix(table.column("phi"))
-    choice = _model_choice(model, version)
+    for key in metadata:
+        if key not in ("model", "version"):
+            raise BadRequest(422, f"unknown schema metadata {key!r}; known: model, version",
+                             key, code=UNKNOWN_FIELD)  # fmt: skip
+    model, version = metadata.get("model"), metadata.get("version")
+    for key in query:
+        if key not in ("model", "version"):
+            raise BadRequest(422, f"unknown query parameter {key!r}", key, code=UNKNOWN_FIELD)
+    if query and metadata:
+        raise BadRequest(422, "model: give it in the schema metadata, not also the query",
+                         "model")  # fmt: skip
+    if query:
+        model, version = query.get("model"), query.get("version")
+        deprecated.append("query parameters model/version")
+    choice = _model_choice(model, version, text=True)
     try:
         ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
-    return RankRequest(ids, phi, *choice)
+    return RankRequest(ids, phi, *choice, deprecated=tuple(deprecated))
 
 
 def _arrow_matrix(column: pa.ChunkedArray) -> np.ndarray:
@@ -174,8 +276,8 @@ def ranking_json(
 @functools.lru_cache(maxsize=256)
 def _ranking_schema(model: str, version: int) -> pa.Schema:
     return pa.schema(
-        [("candidate_id", pa.int64()), ("score", pa.float64())],
-        metadata={"rankstream.model": model, "rankstream.version": str(version)},
+        [("candidate_ids", pa.int64()), ("scores", pa.float64())],
+        metadata={"model": model, "version": str(version)},
     )
 
 
@@ -188,33 +290,67 @@ def ranking_arrow(ids: np.ndarray, scores: np.ndarray, model: str, version: int)
     return sink.getvalue().to_pybytes()
 
 
-def feedback_from_json(body: bytes) -> Feedback:
-    """A feedback body: relevance holds a grade or null (unjudged) per candidate."""
+def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, tuple[str, ...]]:
+    """A feedback body and the old names it used; relevance holds a grade 0..127 or null
+    (unjudged) per candidate; `model` and the keys of `model_versions` must be among
+    `stored`, the stored models' names."""
     document = parse_json(body)
+    deprecated = tuple(old for old in FEEDBACK_RENAMED if old in document)
+    for old in deprecated:
+        new = FEEDBACK_RENAMED[old]
+        if new in document:
+            raise BadRequest(422, f"{old}: the old name of {new}; send only {new}", old)
+        document[new] = document.pop(old)
+    _refuse_unknown(document, FEEDBACK_FIELDS)
     query_id = _required(document, "query_id")
     if isinstance(query_id, bool) or not isinstance(query_id, int):
         raise BadRequest(422, "query_id: must be an integer", "query_id")
-    grades = _required(document, "relevance")
-    if not isinstance(grades, list) or not all(
-        g is None or (isinstance(g, int) and not isinstance(g, bool)) for g in grades
-    ):
-        raise BadRequest(422, "relevance: must be a list of integer grades or nulls", "relevance")
-    versions = document.get("model_versions") or {}
-    if not isinstance(versions, dict):
-        raise BadRequest(
-            422, "model_versions: must be an object {model: version}", "model_versions"
-        )
-    served_version = document.get("served_version", 0)
-    try:
-        relevance = np.asarray([UNJUDGED if g is None else g for g in grades], dtype=np.int64)
-    except OverflowError:
-        raise BadRequest(422, "relevance: a grade is far out of range", "relevance") from None
-    return Feedback(
+    relevance = _grades(_required(document, "relevance"))
+    model = document.get("model", "unknown")  # absent: an engine ranking on its own
+    if "model" in document and (not isinstance(model, str) or model not in stored):
+        raise BadRequest(422, f"model: {model!r} is not a stored model; stored: "
+                         f"{', '.join(sorted(stored))}", "model")  # fmt: skip
+    version = document.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise BadRequest(422, f"version: must be an integer >= 0, got {version!r}", "version")
+    versions = _model_versions(document.get("model_versions", {}), stored)
+    feedback = Feedback(
         query_id=query_id,
         candidate_ids=_ids(_required(document, "candidate_ids")),
-        phi=_matrix(_required(document, "phi"), "phi"),
+        phi=_matrix(_required(document, "phi"), "phi", body, document),
         relevance=relevance,
-        served_by=str(document.get("served_by", "unknown")),
-        served_version=served_version,
+        served_by=model,
+        served_version=version,
         model_versions=versions,
     )
+    return feedback, deprecated
+
+
+def _grades(grades: object) -> np.ndarray:
+    """Grades 0..MAX_GRADE or null (-> UNJUDGED); -1 is refused, not read as unjudged."""
+    if not isinstance(grades, list):
+        raise BadRequest(422, "relevance: must be a list of integer grades or nulls", "relevance")
+    for at, grade in enumerate(grades):
+        if grade is None:
+            continue
+        if isinstance(grade, bool) or not isinstance(grade, int):
+            raise BadRequest(422, f"relevance: grade {grade!r} at {at} is not an integer "
+                             f"0..{MAX_GRADE} or null", "relevance")  # fmt: skip
+        if not 0 <= grade <= MAX_GRADE:
+            raise BadRequest(422, f"relevance: grade {grade} at {at} outside 0..{MAX_GRADE} "
+                             "(null = not judged)", "relevance")  # fmt: skip
+    return np.asarray([UNJUDGED if g is None else g for g in grades], dtype=np.int64)
+
+
+def _model_versions(versions: object, stored: Collection[str]) -> dict[str, int]:
+    if not isinstance(versions, dict):
+        raise BadRequest(422, "model_versions: must be an object {model: version}",
+                         "model_versions")  # fmt: skip
+    for name, version in versions.items():
+        if name not in stored:
+            raise BadRequest(422, f"model_versions: {name!r} is not a stored model",
+                             "model_versions")  # fmt: skip
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise BadRequest(422, f"model_versions: {name!r}: {version!r} is not a stored "
+                             "version (an integer >= 1)", "model_versions")  # fmt: skip
+    return versions

@@ -6,17 +6,51 @@ names exactly the app's routes and methods, so the two cannot drift apart.
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
+from rankstream.workers.serve_bodies import ERROR_CODES, UNKNOWN_FIELD
 
 _ERROR = {
     "type": "object",
+    "required": ["error"],
     "properties": {
-        "error": {"type": "string"},
-        "field": {"type": ["string", "null"], "description": "the request field at fault"},
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "field"],
+            "properties": {
+                "code": {"type": "string", "enum": sorted({*ERROR_CODES.values(), UNKNOWN_FIELD})},
+                "message": {"type": "string", "maxLength": 200},
+                "field": {"type": ["string", "null"], "maxLength": 200,
+                          "description": "the request field at fault"},
+            },
+        }
     },
+}  # fmt: skip
+_WHY = {
+    400: "malformed JSON or Arrow",
+    401: "missing or wrong bearer token",
+    404: "no such route, model or version",
+    405: "wrong method for this route",
+    408: "the body did not arrive within the body deadline",
+    409: "feedback with this Idempotency-Key is still being delivered (Retry-After)",
+    413: "the body exceeds the size limit",
+    415: "unsupported Content-Type",
+    422: "a field is missing, unknown or invalid (`field` names it)",
+    500: "an internal error (logged with the request id)",
+    503: "the broker or the store did not answer within the deadline (Retry-After)",
 }
+_REQUEST_ID = {
+    "name": "X-Request-ID", "in": "header", "required": False, "schema": {"type": "string"},
+    "description": "echoed on the answer (1-200 visible ASCII characters; else a new one)",
+}  # fmt: skip
+_HEADERS = {
+    "X-Request-ID": {"schema": {"type": "string"}, "description": "this request's id"},
+    "Deprecation": {"schema": {"type": "string"},
+                    "description": "`true` when the request used a name of the previous "
+                                   "release (still accepted)"},
+}  # fmt: skip
 
 
 def _phi(width: int) -> dict[str, Any]:
@@ -30,6 +64,7 @@ def _phi(width: int) -> dict[str, Any]:
 
 _IDS = {
     "type": "array",
+    "description": "the candidates' ids, distinct (one phi row each, in this order)",
     "items": {"type": "integer", "format": "int64"},
     "minItems": 1,
     "maxItems": MAX_CANDIDATES,
@@ -37,12 +72,13 @@ _IDS = {
 }
 _VERSIONS = {
     "type": "object",
-    "additionalProperties": {"type": "integer"},
+    "additionalProperties": {"type": "integer", "minimum": 1},
     "description": "model name -> version current when the query was ranked",
 }
 _RANK_REQUEST: dict[str, Any] = {
     "type": "object",
     "required": ["candidate_ids", "phi"],
+    "additionalProperties": False,
     "properties": {
         "candidate_ids": _IDS,
         "model": {"type": "string", "default": "champion",
@@ -54,6 +90,7 @@ _RANK_REQUEST: dict[str, Any] = {
 }  # fmt: skip
 _RANKING = {
     "type": "object",
+    "required": ["model", "version", "candidate_ids", "scores"],
     "properties": {
         "model": {"type": "string"},
         "version": {"type": "integer"},
@@ -68,6 +105,7 @@ _RANKING = {
 _FEEDBACK: dict[str, Any] = {
     "type": "object",
     "required": ["query_id", "candidate_ids", "phi", "relevance"],
+    "additionalProperties": False,
     "properties": {
         "query_id": {"type": "integer", "format": "int64",
                      "description": "the message key of its triplets and judged query"},
@@ -77,10 +115,14 @@ _FEEDBACK: dict[str, Any] = {
                       "description": "the user's grade per candidate; null = not judged. "
                                      "Every pair of judged candidates with different grades "
                                      "becomes a triplet"},
-        "served_by": {"type": "string", "description": "the model that ranked the query"},
-        "served_version": {"type": "integer"},
+        "model": {"type": "string", "description": "echo /v1/rank's: the stored model that "
+                                                   "ranked the query (default: unknown)"},
+        "version": {"type": "integer", "minimum": 0, "description": "echo /v1/rank's"},
         "model_versions": {**_VERSIONS,
                            "description": "echo /v1/rank's; default: the versions current now"},
+        "served_by": {"type": "string", "deprecated": True, "description": "old name of model"},
+        "served_version": {"type": "integer", "deprecated": True,
+                           "description": "old name of version"},
     },
 }  # fmt: skip
 _RECEIPT = {
@@ -91,6 +133,19 @@ _RECEIPT = {
         "triplets": {"type": "integer", "description": "0 with fewer than two distinct grades"},
         "judged": {"type": "integer"},
         "distinct_grades": {"type": "integer"},
+        "duplicate": {"type": "boolean",
+                      "description": "true: this Idempotency-Key was seen; this is the first "
+                                     "answer, and nothing was published again"},
+    },
+}  # fmt: skip
+
+
+_READY = {
+    "type": "object",
+    "properties": {
+        "ready": {"type": "boolean"},
+        "champion": {"type": "string"},
+        "problems": {"type": "array", "items": {"type": "string"}},
     },
 }
 
@@ -99,10 +154,13 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _answers(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
-    answers = {"200": {"description": "OK", **ok}}
-    for status in (401, *errors):
-        answers[str(status)] = {"description": "refused", **_json(_ERROR)}
+def _answers(ok: dict[str, Any], *errors: int, public: bool = False) -> dict[str, Any]:
+    """200 and every error the route can answer (each route: 404 and 405 from routing,
+    500; 401 unless public)."""
+    answers = {"200": {"description": "OK", "headers": _HEADERS, **ok}}
+    for status in sorted({*errors, 404, 405, 500, *(() if public else (401,))}):
+        answers[str(status)] = {"description": _WHY[status], "headers": _HEADERS,
+                                **_json(_ERROR)}  # fmt: skip
     return answers
 
 
@@ -113,7 +171,6 @@ def _with_phi(schema: dict[str, Any], width: int) -> dict[str, Any]:
 
 def openapi_document(width: int) -> dict[str, Any]:
     """The document for a deployment whose phi has `width` columns (`Settings.phi_dim`)."""
-    arrow = "application/vnd.apache.arrow.stream"
     return {
         "openapi": "3.1.0",
         "info": {"title": "rankstream", "version": "1",
@@ -121,45 +178,123 @@ def openapi_document(width: int) -> dict[str, Any]:
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
         "paths": {
-            "/v1/rank": {"post": {
-                "summary": "Rank a query's candidates with the champion or a chosen model",
-                "parameters": [
-                    {"name": "model", "in": "query", "schema": {"type": "string"},
-                     "description": "Arrow bodies: the model (JSON bodies carry it inline)"},
-                    {"name": "version", "in": "query", "schema": {"type": "integer"}},
-                ],
-                "requestBody": {"required": True, "content": {
-                    "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
-                    arrow: {"schema": {"description": "columns candidate_id int64, phi "
-                                       f"fixed_size_list<float32>[{width}]"}},
-                }},
-                "responses": _answers(
-                    {"content": {"application/json": {"schema": _RANKING},
-                                 arrow: {"schema": {"description": "columns candidate_id, "
-                                                    "score (best first) when Accept asks"}}}},
-                    400, 404, 413, 415, 422),
-            }},
-            "/v1/feedback": {"post": {
-                "summary": "A judged query: produced as triplets + judged query once "
-                           "the broker acknowledged",
-                "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
-                "responses": _answers(_json(_RECEIPT), 400, 413, 415, 422, 503),
-            }},
-            "/v1/models": {"get": {"summary": "Every stored model",
-                                   "responses": _answers(_json({"type": "object"}))}},
-            "/v1/models/{name}": {"get": {
-                "summary": "One stored model and its kept versions",
-                "parameters": [{"name": "name", "in": "path", "required": True,
-                                "schema": {"type": "string"}}],
-                "responses": _answers(_json({"type": "object"}), 404),
-            }},
-            "/healthz": {"get": {"summary": "Live", "security": [],
-                                 "responses": {"200": {"description": "live"}}}},
-            "/readyz": {"get": {"summary": "A champion is loaded and the store answers",
-                                "security": [],
-                                "responses": {"200": {"description": "ready"},
-                                              "503": {"description": "not ready"}}}},
-            "/openapi.json": {"get": {"summary": "This document",
-                                      "responses": _answers(_json({"type": "object"}))}},
+            **_posts(width),
+            **_gets(),
         },
     }  # fmt: skip
+
+
+def _posts(width: int) -> dict[str, Any]:
+    """/v1/rank and /v1/feedback, their bodies at the deployment's width."""
+    arrow = "application/vnd.apache.arrow.stream"
+    return {
+        "/v1/rank": {"post": {
+            "summary": "Rank a query's candidates with the champion or a chosen model",
+            "parameters": [
+                _REQUEST_ID,
+                {"name": "model", "in": "query", "schema": {"type": "string"},
+                 "deprecated": True,
+                 "description": "Arrow bodies, previous release: use the schema metadata"},
+                {"name": "version", "in": "query", "schema": {"type": "integer"},
+                 "deprecated": True,
+                 "description": "Arrow bodies, previous release: use the schema metadata"},
+            ],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
+                arrow: {"schema": {"description": "columns candidate_ids int64, phi "
+                                   f"fixed_size_list<float32>[{width}]; schema metadata "
+                                   "model, version (optional, as in JSON)"}},
+            }},
+            "responses": _answers(
+                {"content": {"application/json": {"schema": _RANKING},
+                             arrow: {"schema": {"description": "columns candidate_ids, "
+                                                "scores (best first); schema metadata "
+                                                "model, version; when Accept asks"}}}},
+                400, 408, 413, 415, 422, 503),
+        }},
+        "/v1/feedback": {"post": {
+            "summary": "A judged query: produced as triplets + judged query once "
+                       "the broker acknowledged; once per Idempotency-Key",
+            "parameters": [
+                _REQUEST_ID,
+                {"name": "Idempotency-Key", "in": "header", "required": False,
+                 "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                 "description": "a repeat within the retention window (default 24 h) "
+                                "gets the first answer with duplicate: true and "
+                                "publishes nothing (default key: the query_id)"},
+            ],
+            "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
+            "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
+        }},
+    }  # fmt: skip
+
+
+def _gets() -> dict[str, Any]:
+    return {
+        "/v1/models": {"get": {"summary": "Every stored model", "parameters": [_REQUEST_ID],
+                               "responses": _answers(_json({"type": "object"}))}},
+        "/v1/models/{name}": {"get": {
+            "summary": "One stored model and its kept versions",
+            "parameters": [_REQUEST_ID,
+                           {"name": "name", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "responses": _answers(_json({"type": "object"}), 503),
+        }},
+        "/healthz": {"get": {"summary": "Live", "security": [], "parameters": [_REQUEST_ID],
+                             "responses": _answers({}, public=True)}},
+        "/readyz": {"get": {"summary": "The broker and the store answer, and a champion "
+                                       "is loaded (503 otherwise, with the problems)",
+                            "security": [], "parameters": [_REQUEST_ID],
+                            "responses": {**_answers(_json(_READY), public=True),
+                                          "503": {"description": "not ready",
+                                                  "headers": _HEADERS,
+                                                  **_json(_READY)}}}},
+        "/docs": {"get": {"summary": "This document as a page", "security": [],
+                          "parameters": [_REQUEST_ID],
+                          "responses": _answers({"content": {"text/html": {}}}, public=True)}},
+        "/openapi.json": {"get": {"summary": "This document", "security": [],
+                                  "parameters": [_REQUEST_ID],
+                                  "responses": _answers(_json({"type": "object"}),
+                                                        public=True)}},
+    }  # fmt: skip
+
+
+def docs_page(document: dict[str, Any]) -> str:
+    """GET /docs: the OpenAPI document as one self-contained HTML page (no scripts, no
+    assets from elsewhere): every route, its fields and every answer it can give."""
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>{escape(document['info']['title'])} API</title><style>",
+        "body{font:15px/1.5 system-ui,sans-serif;max-width:60em;margin:2em auto;color:#222}",
+        "h2{border-top:1px solid #ccc;padding-top:.8em}code{background:#f3f3f3;padding:0 .2em}",
+        "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2em .5em;"
+        "text-align:left;vertical-align:top}</style></head><body>",
+        f"<h1>{escape(document['info']['title'])} HTTP API</h1>",
+        f"<p>{escape(document['info']['description'])} Machine-readable: "
+        "<a href=/openapi.json><code>/openapi.json</code></a>.</p>",
+    ]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            parts.append(f"<h2><code>{method.upper()} {escape(path)}</code></h2>")
+            parts.append(f"<p>{escape(operation['summary'])}</p>")
+            parts.extend(_fields_table(operation))
+            parts.append("<table><tr><th>answer</th><th>when</th></tr>")
+            for status, answer in operation["responses"].items():
+                parts.append(f"<tr><td>{status}</td><td>{escape(answer['description'])}</td></tr>")
+            parts.append("</table>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _fields_table(operation: dict[str, Any]) -> list[str]:
+    rows = [(p["name"], p["in"], p.get("description", "")) for p in operation.get("parameters", [])]
+    body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+    for name, field in body.get("schema", {}).get("properties", {}).items():
+        rows.append((name, "JSON body", field.get("description", "")))
+    if not rows:
+        return []
+    cells = "".join(
+        f"<tr><td><code>{escape(n)}</code></td><td>{escape(w)}</td><td>{escape(d)}</td></tr>"
+        for n, w, d in rows
+    )
+    return [f"<table><tr><th>field</th><th>in</th><th>meaning</th></tr>{cells}</table><p></p>"]

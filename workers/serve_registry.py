@@ -140,6 +140,8 @@ class ModelRegistry:
         self.store_ok = False  # the last rebuild reached the store
         self.versions = ScorerCache(store, cache_size, width)  # exact versions asked for
         self._build_lock = threading.Lock()
+        self._versions_lock = threading.Lock()  # not the build lock: a stalled rebuild
+        # must never hold up a request for an exact version
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -243,7 +245,7 @@ class ModelRegistry:
             raise UnknownModelError(
                 "model", f"unknown model {name!r}; servable: {sorted(snapshot.models)}"
             )
-        with self._build_lock:
+        with self._versions_lock:
             scorer = self.versions.get(name, version)
         if scorer is None:
             raise UnknownModelError("version", f"model {name!r} has no stored version {version}")
@@ -275,7 +277,9 @@ class ModelRegistry:
         if announcements is not None:
             announcements.close()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop following; wait at most `timeout` seconds (the thread is a daemon: a
+        rebuild stuck on a stalled store does not keep the process alive)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=timeout)

@@ -11,6 +11,7 @@ runs them) and `rankstream serve` starts none (`--workers auto`).
 from __future__ import annotations
 
 import threading
+import time
 
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
@@ -42,9 +43,11 @@ class EmbeddedWorkers:
             self.threads.append(thread)
         log_event(log, "embedded workers started", workers=[r.handler.name for r in self.runtimes])
 
-    def stop(self) -> None:
-        """Ask each runtime to stop (final checkpoint) and wait for it."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask each runtime to stop (final checkpoint) and wait for it, at most `timeout`
+        seconds in all (daemon threads: the process may exit without them)."""
         for runtime in self.runtimes:
             runtime.stop()
+        until = time.monotonic() + timeout
         for thread in self.threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(until - time.monotonic(), 0.0))
