@@ -40,6 +40,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from rankstream.stream.errors import (
     StoreUnavailableError,
@@ -47,6 +48,7 @@ from rankstream.stream.errors import (
     translate_public_methods,
     translating,
 )
+from rankstream.stream.settings import SENTINEL_SCHEME, SentinelTarget, parse_sentinel_url
 from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
@@ -130,23 +132,47 @@ class _FailFastOnCredentials(Retry):
         return super().call_with_retry(attempt, fail, *args, **kwargs)
 
 
+def _connection_options() -> dict:
+    return {
+        "retry": _FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "socket_timeout": 10,
+        "socket_connect_timeout": 5,
+        "health_check_interval": 30,
+    }
+
+
 def redis_client(url: str, password: str | None = None) -> redis.Redis:
     """A client from the URL (redis:// or rediss:// for TLS; user:password for ACLs).
 
     `password` (settings.redis_password) overrides the URL's, so secrets can stay out
     of the URL (redis-py lets URL parts win over keywords, hence the pool edit).
+
+    A redis+sentinel:// URL (`stream.settings.parse_sentinel_url`) gives a client of
+    the primary the Sentinels name: after a failover its connections to the old
+    primary fail (or are refused as read-only), and the retry asks the Sentinels again.
     """
-    pool = redis.ConnectionPool.from_url(
-        url,
-        retry=_FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        socket_timeout=10,
-        socket_connect_timeout=5,
-        health_check_interval=30,
-    )
+    if url.startswith(f"{SENTINEL_SCHEME}:"):
+        return _sentinel_client(parse_sentinel_url(url), password)
+    pool = redis.ConnectionPool.from_url(url, **_connection_options())
     if password is not None:
         pool.connection_kwargs["password"] = password
     return redis.Redis(connection_pool=pool)
+
+
+def _sentinel_client(target: SentinelTarget, password: str | None) -> redis.Redis:
+    sentinel = Sentinel(
+        list(target.sentinels),
+        sentinel_kwargs={"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+    )
+    credentials = {"username": target.username, "password": password or target.password}
+    return sentinel.master_for(
+        target.master,
+        redis_class=redis.Redis,
+        db=target.db,
+        **{k: v for k, v in credentials.items() if v is not None},
+        **_connection_options(),
+    )
 
 
 @_translated
