@@ -17,6 +17,14 @@ injects faults:
 * ``zombie``          SIGSTOP the worker, start a second one, let it checkpoint every
   model, SIGCONT the first: its next save must be refused (fencing).
 
+On the replicated services (`rankstream services up --cluster`), the cluster faults of
+`harness.cluster_faults` (``kill-leader``, ``pause-broker``, ``kill-redis-primary``,
+each timed until recovered, figures in `recovery`) and ``kill-serve``: two serve
+processes run through the whole run with an engine retrying once on the other
+(`harness.serve_failover`), one is SIGKILLed and started again; the engine's figures
+are in `serving`. The producer is not paused for these: acks=all and the idempotent
+producer must carry every record through a leader change.
+
 The harness is the worker's supervisor: whatever way the worker ends (killed, fenced
 exit 3, idle exit while a service was away) it is started again, until it exits 0 with
 every model's stored offsets at the end of the topic. The producer is paced so the
@@ -53,8 +61,15 @@ from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
 from rankstream.stream.settings import Settings
 from rankstream.workers.batching import QUERIES_PER_MESSAGE
 
-EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
-SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
+CLUSTER_EVENTS = ("kill-leader", "pause-broker", "kill-redis-primary", "kill-serve")
+EVENT_KINDS = (
+    "kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie",
+    *CLUSTER_EVENTS,
+)  # fmt: skip
+SERVICE_EVENTS = frozenset(
+    {"restart-kafka", "restart-redis", "crash-redis", "kill-leader", "pause-broker",
+     "kill-redis-primary"}
+)  # fmt: skip
 EXIT_FENCED = 3  # workers.online.EXIT_FENCED (not imported here: that pulls in numba)
 _POLL_S = 0.2
 _EVENT_JITTER_S = 1.0  # a fault lands up to this long after the checkpoint that armed it
@@ -192,6 +207,9 @@ class ChaosResult:
     zombies_fenced: int  # zombies whose late save was refused
     redis_crash_versions_lost: int  # checkpoint versions a SIGKILLed Redis came back without
     models: dict[str, dict[str, Any]]
+    # cluster faults: per kind, each occurrence's recovery times (harness.cluster_faults)
+    recovery: dict[str, list[dict[str, float]]]
+    serving: dict[str, Any] | None  # the engine's figures (harness.serve_failover)
     seconds: float
     log_dir: str
 
@@ -200,7 +218,10 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        return self.identical and self.lost == 0 and self.duplicated == 0
+        served_right = self.serving is None or (
+            self.serving["versions_with_two_weights"] == 0 and self.serving["requests"] > 0
+        )
+        return self.identical and self.lost == 0 and self.duplicated == 0 and served_right
 
 
 def worker_argv(options: Any) -> list[str]:
@@ -281,6 +302,9 @@ class _Supervisor:
         self.injected: Counter[str] = Counter()
         self.zombies_fenced = 0
         self.versions_lost = 0
+        self.cluster: Any | None = None  # ClusterFaults, set by run_chaos when needed
+        self.serve: Any | None = None  # ServePair, likewise
+        self.recovery: dict[str, list[dict[str, float]]] = {}
 
     # --- the worker ---------------------------------------------------------------------
     def start_worker(self) -> subprocess.Popen[bytes]:
@@ -359,6 +383,16 @@ class _Supervisor:
             forget_latest_checkpoints(self.settings, list(self.options.algos))
         elif event.kind == "zombie":
             self.zombie()
+        elif event.kind == "kill-serve":
+            self.recovery.setdefault(event.kind, []).append(self.serve.kill_one())
+        elif event.kind in CLUSTER_EVENTS:
+            from rankstream.harness.cluster_faults import RecoveryTimeoutError
+
+            fault = getattr(self.cluster, event.kind.replace("-", "_"))
+            try:
+                self.recovery.setdefault(event.kind, []).append(fault())
+            except RecoveryTimeoutError as exc:
+                raise ChaosError(f"{event.kind}: {exc}") from exc
         self.injected[event.kind] += 1
 
     def crash_redis(self) -> None:
@@ -549,6 +583,35 @@ class _Producer(threading.Thread):
         return not self.is_alive()
 
 
+def _start_cluster_faults(supervisor: _Supervisor, say: Callable[[str], None]) -> None:
+    """The fault injector and the serve pair, when the plan has cluster faults."""
+    counts = supervisor.plan.counts
+    if any(counts.get(kind) for kind in CLUSTER_EVENTS if kind != "kill-serve"):
+        from rankstream.harness.cluster_faults import ClusterFaults
+
+        if supervisor.manager is None:
+            raise ChaosError("cluster faults need the ServiceManager that runs the services")
+        try:
+            supervisor.cluster = ClusterFaults(
+                supervisor.manager, supervisor.settings, supervisor.settings.triplets_topic
+            )
+        except ValueError as exc:
+            raise ChaosError(str(exc)) from exc
+    if any(counts.get(kind) for kind in CLUSTER_EVENTS):
+        from rankstream.harness.serve_failover import ServePair
+
+        say("starting two serve processes and the engine in front of them")
+        model = supervisor.options.algos[0]
+        supervisor.serve = ServePair(supervisor.settings, supervisor.log_dir, model)
+
+
+def _stop_cluster_faults(supervisor: _Supervisor) -> dict[str, Any] | None:
+    """Close the injector; stop the serve pair and return its engine's figures."""
+    if supervisor.cluster is not None:
+        supervisor.cluster.close()
+    return supervisor.serve.close() if supervisor.serve is not None else None
+
+
 def run_chaos(
     settings: Settings,
     plan: ChaosPlan,
@@ -570,16 +633,19 @@ def run_chaos(
     log_dir = Path(settings.data_dir) / "chaos" / run_settings.topic_prefix
     log_dir.mkdir(parents=True, exist_ok=True)
     supervisor = _Supervisor(run_settings, plan, manager, log_dir, say)
+    serving = None
     try:
         supervisor.transport.ensure_topics(
             {run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1}
         )
+        _start_cluster_faults(supervisor, say)
         producer = _Producer(run_settings, plan)
         producer.start()
         try:
             missed = supervisor.run(producer)
         finally:
             supervisor.stop_all()
+            serving = _stop_cluster_faults(supervisor)
         say("reference run (uninterrupted, same topic)")
         reference, lost, duplicated = _reference(run_settings, supervisor.options, plan.triplets)
         stored_models = supervisor.stored() or []
@@ -613,6 +679,8 @@ def run_chaos(
         zombies_fenced=supervisor.zombies_fenced,
         redis_crash_versions_lost=supervisor.versions_lost,
         models=models,
+        recovery=supervisor.recovery,
+        serving=serving,
         seconds=round(time.perf_counter() - started, 1),
         log_dir=str(log_dir),
     )

@@ -40,8 +40,9 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 class ServeProcess:
     """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it."""
 
-    def __init__(self, settings: Settings, log: Path, *args: str) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
+    def __init__(self, settings: Settings, log: Path, *args: str, port: int | None = None) -> None:
+        """On `port` (a restarted replica keeps its address), else a free one."""
+        self.port, self.metrics_port = port or free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         env = settings_env(

@@ -19,6 +19,14 @@ and reports success instead of a false `FencingError`.
 
 `delete` (clean-up) drops all of a model's keys and its name in one script as well.
 
+Through Sentinels (a redis+sentinel:// URL) Redis replicates asynchronously, so a save
+is acknowledged only once a replica holds it too (`WAIT 1`): the Sentinels promote the
+replica furthest ahead, so a failover of the primary alone loses no acknowledged
+checkpoint. A save that no replica confirms within `REPLICA_ACK_S` raises
+`StoreUnavailableError` (it may have landed: the writer's retry adopts it, as above);
+a primary with no replica at all refuses writes (`min-replicas-to-write`, NOREPLICAS),
+which is the same error. See docs/RELIABILITY.md for what is still not guaranteed.
+
 Pub/sub is fire-and-forget: announcements published while a listener is disconnected
 are lost, so long-running listeners should also check `latest_versions()` now and then.
 """
@@ -101,6 +109,7 @@ redis.call('SREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])
 """
 _SAVE_ATTEMPTS = 5
+REPLICA_ACK_S = 5.0  # how long a replicated save waits for one replica to hold it
 # redis-py's refusals subclass its ConnectionError, so they are told apart first
 _REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
 # Every public call: client failures become StoreUnavailableError, refusals CredentialsError.
@@ -187,6 +196,7 @@ class RedisModelStore:
         self.keep_versions = keep_versions
         self._prefix = settings.topic_prefix
         self._client = redis_client(settings.redis_url, settings.redis_password)
+        self._replicated = settings.redis_url.startswith(f"{SENTINEL_SCHEME}:")
         self._save_script = self._client.register_script(_SAVE_SCRIPT)
         self._delete_script = self._client.register_script(_DELETE_SCRIPT)
         self.channel = f"{self._prefix}:model-updated"
@@ -239,8 +249,10 @@ class RedisModelStore:
         delay = 0.05
         for attempt in range(_SAVE_ATTEMPTS):
             try:
-                return int(self._save_script(keys=[key, f"{self._prefix}:models"], args=args))
+                return self._save_once(name, [key, f"{self._prefix}:models"], args)
             except ResponseError as exc:
+                if str(exc).startswith("NOREPLICAS"):
+                    raise StoreUnavailableError(f"redis save of {name!r}: {exc}") from exc
                 if not str(exc).startswith("FENCED"):
                     raise
                 _, actual, *stored_id = str(exc).split()
@@ -252,7 +264,9 @@ class RedisModelStore:
                     stored_write_id=stored_id[0] if stored_id else None,
                     write_id=encoded.write_id,
                 )
-                return int(actual)  # an earlier attempt landed before its reply was lost
+                # An earlier attempt landed before its reply was lost. (Its WAIT was lost
+                # with the reply; the writer's next save waits for everything before it.)
+                return int(actual)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if attempt == _SAVE_ATTEMPTS - 1:
                     raise
@@ -260,6 +274,22 @@ class RedisModelStore:
                 time.sleep(delay)
                 delay = min(delay * 4, 2.0)
         raise AssertionError("unreachable")
+
+    def _save_once(self, name: str, keys: list[str], args: list) -> int:
+        """One save; replicated, it and its WAIT go on one connection (WAIT counts the
+        replicas holding that connection's writes), so a replica holds it on return."""
+        if not self._replicated:
+            return int(self._save_script(keys=keys, args=args))
+        pipe = self._client.pipeline(transaction=False)
+        self._save_script(keys=keys, args=args, client=pipe)
+        pipe.wait(1, int(REPLICA_ACK_S * 1000))
+        version, acks = pipe.execute()
+        if int(acks) < 1:
+            raise StoreUnavailableError(
+                f"redis save of {name!r} v{version}: no replica confirmed it within "
+                f"{REPLICA_ACK_S:.0f} s (a failover could lose it; the save is retried)"
+            )
+        return int(version)
 
     def delete(self, name: str) -> bool:
         """Remove latest, every snapshot, the index and the name, in one script (atomic)."""
