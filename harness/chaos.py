@@ -383,15 +383,15 @@ class _Supervisor:
             forget_latest_checkpoints(self.settings, list(self.options.algos))
         elif event.kind == "zombie":
             self.zombie()
-        elif event.kind == "kill-serve":
-            self.recovery.setdefault(event.kind, []).append(self.serve.kill_one())
         elif event.kind in CLUSTER_EVENTS:
-            from rankstream.harness.cluster_faults import RecoveryTimeoutError
-
-            fault = getattr(self.cluster, event.kind.replace("-", "_"))
+            fault = (
+                self.serve.kill_one
+                if event.kind == "kill-serve"
+                else getattr(self.cluster, event.kind.replace("-", "_"))
+            )
             try:
                 self.recovery.setdefault(event.kind, []).append(fault())
-            except RecoveryTimeoutError as exc:
+            except RuntimeError as exc:  # a recovery or a serve start past its deadline
                 raise ChaosError(f"{event.kind}: {exc}") from exc
         self.injected[event.kind] += 1
 
@@ -483,12 +483,22 @@ class _Supervisor:
                 time.sleep(pending[0].delay)
                 if self.proc.poll() is None:
                     self.inject(pending.pop(0))
+                    if not pending:
+                        producer.release.set()
                     continue
             time.sleep(_POLL_S)
 
     def _armed(self, event: Event, models: list[Any], progress: int) -> bool:
-        """Due, and the current worker is consuming (it has checkpointed every model)."""
-        return progress >= event.at and self.checkpointed_by(models, self.proc)
+        """Due, and the current worker is consuming (it has checkpointed every model).
+
+        A cluster fault hits the services, not the worker: due is enough; so is it while
+        the producer holds the stream's tail (a worker with nothing new never checkpoints).
+        """
+        return progress >= event.at and (
+            event.kind in CLUSTER_EVENTS
+            or (self.producer is not None and self.producer.holding.is_set())
+            or self.checkpointed_by(models, self.proc)
+        )
 
 
 def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict, int, int]:
@@ -534,6 +544,9 @@ class _Producer(threading.Thread):
     Paced, so that faults land while the stream flows rather than after it ended.
     `gate` is held around every send: holding it pauses the stream (a broker restart
     is done with the producer flushed and paused, so only the consumer side is tested).
+    Faults take their time (a leader election, a JVM start), so the stream's tail waits
+    for `release` (set once every fault is injected): the last fault never finds the
+    stream already over, however slow the machine.
     """
 
     def __init__(self, settings: Settings, plan: ChaosPlan) -> None:
@@ -544,6 +557,13 @@ class _Producer(threading.Thread):
         self.transport = open_transport(settings)
         self.producer = self.transport.producer()
         self.gate = threading.Lock()
+        self.release = threading.Event()
+        self.holding = threading.Event()  # set while the tail waits for `release`
+        events = plan.events()
+        # two messages past the last fault's point: enough stream to arm it
+        self.hold_at = events[-1].at + 2 * plan.message_triplets if events else 0
+        if not events:
+            self.release.set()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -557,6 +577,11 @@ class _Producer(threading.Thread):
             )
             started, sent = time.monotonic(), 0
             for block in blocks:
+                if sent >= self.hold_at and not self.release.is_set():
+                    self.holding.set()
+                    self.release.wait()
+                    self.holding.clear()
+                    started = time.monotonic() - sent / self.plan.rate  # no burst after it
                 time.sleep(max(0.0, started + sent / self.plan.rate - time.monotonic()))
                 with self.gate:
                     self.producer.send(
@@ -644,6 +669,7 @@ def run_chaos(
         try:
             missed = supervisor.run(producer)
         finally:
+            producer.release.set()  # never left waiting when the run ends early
             supervisor.stop_all()
             serving = _stop_cluster_faults(supervisor)
         say("reference run (uninterrupted, same topic)")

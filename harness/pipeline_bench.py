@@ -338,6 +338,62 @@ def compare(
     return runs
 
 
+def compare_kafka(
+    settings: Settings,
+    other_bootstrap: str,
+    triplets: int,
+    *,
+    repeats: int = 3,
+    queries_per_message: int = QUERIES_PER_MESSAGE,
+    checkpoint_records: int = 100_000,
+    producers: int = 2,
+    on_run: Callable[[int, str, PipelineRun], None] | None = None,
+) -> dict[str, list[PipelineRun]]:
+    """Wire v2 on the configured Kafka and on `other_bootstrap` (e.g. a 3-node cluster
+    against one node), alternating, run r with seed r on both; the same Redis, so only
+    the brokers differ. {"configured" | "other": its runs}."""
+    targets = {
+        "configured": settings,
+        "other": dataclasses.replace(settings, kafka_bootstrap=other_bootstrap),
+    }
+    runs: dict[str, list[PipelineRun]] = {name: [] for name in targets}
+    for repeat in range(repeats):
+        order = list(targets) if repeat % 2 == 0 else list(targets)[::-1]
+        for name in order:
+            spec = StreamSpec(triplets, queries_per_message, VERSIONS[-1], seed=repeat)
+            run = run_once(
+                targets[name], spec, checkpoint_records=checkpoint_records, producers=producers
+            )
+            runs[name].append(run)
+            if on_run is not None:
+                on_run(repeat, name, run)
+    return runs
+
+
+def kafka_comparison_summary(
+    runs: dict[str, list[PipelineRun]], bootstraps: dict[str, str]
+) -> dict:
+    """Medians on each Kafka and the other's throughput as a ratio of the configured's."""
+    per_kafka = {}
+    for name, name_runs in runs.items():
+        summary = summarize_runs(name_runs)
+        summary["kafka_bootstrap"] = bootstraps[name]
+        summary["brokers"] = len(bootstraps[name].split(","))
+        summary["runs_triplets_per_s"] = [round(r.triplets_per_s, 1) for r in name_runs]
+        per_kafka[name] = summary
+    configured, other = per_kafka["configured"], per_kafka["other"]
+    return {
+        "wire_version": VERSIONS[-1],
+        "repeats": len(runs["configured"]),
+        **per_kafka,
+        "ratio_other_to_configured": round(
+            other["triplets_per_s"] / configured["triplets_per_s"], 3
+        ),
+        "lost": configured["lost"] + other["lost"],
+        "duplicated": configured["duplicated"] + other["duplicated"],
+    }
+
+
 def comparison_summary(runs: dict[int, list[PipelineRun]], queries_per_message: int) -> dict:
     """Medians per version, bytes per triplet, and v2's ratios to v1 (same invocation)."""
     per_version = {}

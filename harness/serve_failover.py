@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,17 @@ from rankstream.harness.serve_process import ServeProcess
 from rankstream.stream.settings import Settings
 
 TIMEOUT_S = 2.0
+START_DEADLINE_S = 120.0  # guards against a hang only
 INTERVAL_S = 0.05  # ~20 requests a second: a steady caller, not a load test
 CANDIDATES = 50
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 class Engine(threading.Thread):
@@ -102,9 +112,9 @@ class ServePair:
         self.settings, self.log_dir = settings, log_dir
         self.restarts = 0
         self.replicas = [self._start(i) for i in range(2)]
-        for replica in self.replicas:
-            replica.wait_ready()
         self.engine = Engine([r.url for r in self.replicas], model, settings.phi_dim)
+        for replica in self.replicas:
+            self._wait(replica, lambda url: _answers(url + "/healthz"))
         self.engine.start()
 
     def _start(self, index: int, port: int | None = None) -> ServeProcess:
@@ -121,8 +131,20 @@ class ServePair:
         self.restarts += 1
         started = time.monotonic()
         self.replicas[index] = self._start(index, victim.port)
-        self.replicas[index].wait_ready()
+        # ready = it ranks with the model again (its /readyz wants a champion this run's
+        # store does not have: only the online models are in it)
+        self._wait(self.replicas[index], lambda url: self.engine._ask(url) is not None)
         return {"restart_s": round(time.monotonic() - started, 2)}
+
+    @staticmethod
+    def _wait(replica: ServeProcess, ready: Callable[[str], bool]) -> None:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while not ready(replica.url):
+            if replica.process.poll() is not None:
+                raise RuntimeError(f"rankstream serve exited with {replica.process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"rankstream serve at {replica.url} not answering")
+            time.sleep(0.1)
 
     def close(self) -> dict[str, Any]:
         """Stop the engine and both replicas; the engine's figures."""
