@@ -200,6 +200,11 @@ class KafkaTransport:
                 pass  # deleted concurrently: that is the goal
             except KafkaError as exc:
                 raise TransportError(f"could not delete topics {existing}: {exc}") from exc
+            # The metadata client's cache still lists them (it asks the cluster again
+            # only for a topic it does not know): start it afresh.
+            if self._meta is not None:
+                meta, self._meta = self._meta, None
+                meta.close()
 
     def beginning_offsets(self, topic: str) -> dict[int, int]:
         return self._offsets(topic, "beginning_offsets")
