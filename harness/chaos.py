@@ -66,6 +66,8 @@ EVENT_KINDS = (
     "kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie",
     *CLUSTER_EVENTS,
 )  # fmt: skip
+# faults that can wait for a held stream's tail (module doc of _Producer)
+HELD_STREAM_EVENTS = frozenset({*CLUSTER_EVENTS, "kill"})
 SERVICE_EVENTS = frozenset(
     {"restart-kafka", "restart-redis", "crash-redis", "kill-leader", "pause-broker",
      "kill-redis-primary"}
@@ -479,6 +481,8 @@ class _Supervisor:
                     f"no progress for {self.plan.stall_seconds:.0f} s; worker "
                     f"logs in {self.log_dir}"
                 )
+            if pending and pending[0].kind not in HELD_STREAM_EVENTS:
+                producer.release.set()  # this fault needs the stream flowing (see _Producer)
             if pending and self._armed(pending[0], models, progress):
                 time.sleep(pending[0].delay)
                 if self.proc.poll() is None:
@@ -491,12 +495,14 @@ class _Supervisor:
     def _armed(self, event: Event, models: list[Any], progress: int) -> bool:
         """Due, and the current worker is consuming (it has checkpointed every model).
 
-        A cluster fault hits the services, not the worker: due is enough; so is it while
-        the producer holds the stream's tail (a worker with nothing new never checkpoints).
+        A cluster fault hits the services, not the worker: due is enough. So is a worker
+        kill while the producer holds the stream's tail (a worker with nothing new never
+        checkpoints, and killing an idle worker is still a fault to recover from).
         """
+        held = self.producer is not None and self.producer.holding.is_set()
         return progress >= event.at and (
             event.kind in CLUSTER_EVENTS
-            or (self.producer is not None and self.producer.holding.is_set())
+            or (held and event.kind == "kill")
             or self.checkpointed_by(models, self.proc)
         )
 
@@ -544,9 +550,12 @@ class _Producer(threading.Thread):
     Paced, so that faults land while the stream flows rather than after it ended.
     `gate` is held around every send: holding it pauses the stream (a broker restart
     is done with the producer flushed and paused, so only the consumer side is tested).
-    Faults take their time (a leader election, a JVM start), so the stream's tail waits
-    for `release` (set once every fault is injected): the last fault never finds the
-    stream already over, however slow the machine.
+    Cluster faults take their time (a leader election, a JVM start), so in a plan with
+    any, the stream's tail waits for `release` (set once every fault is injected): the
+    last fault never finds the stream already over, however slow the machine. A pending
+    fault that needs the stream flowing (a zombie, a lost checkpoint, a service restart:
+    not in HELD_STREAM_EVENTS) releases it at once; plans without cluster faults never
+    hold it.
     """
 
     def __init__(self, settings: Settings, plan: ChaosPlan) -> None:
@@ -562,7 +571,7 @@ class _Producer(threading.Thread):
         events = plan.events()
         # two messages past the last fault's point: enough stream to arm it
         self.hold_at = events[-1].at + 2 * plan.message_triplets if events else 0
-        if not events:
+        if not any(event.kind in CLUSTER_EVENTS for event in events):
             self.release.set()
         self.error: BaseException | None = None
 
