@@ -93,12 +93,18 @@ stall-test: $(STAMP)
 		tests/test_serve_stall.py
 
 # Faults on the local services (started here if need be): 10 worker SIGKILLs over 3M
-# triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies.
+# triplets, then broker/Redis restarts, Redis crashes, lost checkpoints and zombies;
+# then the replicated set (3 KRaft nodes, Redis under 3 Sentinels, its own root, stopped
+# after): 5 leader SIGKILLs, a paused broker, 3 Redis failovers, a serve killed, 2M triplets.
+CLUSTER_ROOT := $(CURDIR)/report/chaos-cluster/services
 chaos: $(STAMP)
 	eval "$$($(BIN)/rankstream services up --env)" && \
 	$(BIN)/rankstream chaos --kills 10 --triplets 3000000 --json && \
 	$(BIN)/rankstream chaos --kills 2 --restart-kafka 2 --restart-redis 2 --crash-redis 2 \
 		--lose-checkpoints 2 --zombies 2 --triplets 1000000 --seed 1 --json
+	eval "$$($(BIN)/rankstream services up --cluster --root $(CLUSTER_ROOT) --env)" && \
+	$(BIN)/rankstream chaos --cluster --triplets 2000000 --services-root $(CLUSTER_ROOT) \
+		--json; status=$$?; $(BIN)/rankstream services down --root $(CLUSTER_ROOT); exit $$status
 
 services-up: $(STAMP)
 	$(BIN)/rankstream services up

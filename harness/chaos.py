@@ -17,6 +17,14 @@ injects faults:
 * ``zombie``          SIGSTOP the worker, start a second one, let it checkpoint every
   model, SIGCONT the first: its next save must be refused (fencing).
 
+On the replicated services (`rankstream services up --cluster`), the cluster faults of
+`harness.cluster_faults` (``kill-leader``, ``pause-broker``, ``kill-redis-primary``,
+each timed until recovered, figures in `recovery`) and ``kill-serve``: two serve
+processes run through the whole run with an engine retrying once on the other
+(`harness.serve_failover`), one is SIGKILLed and started again; the engine's figures
+are in `serving`. The producer is not paused for these: acks=all and the idempotent
+producer must carry every record through a leader change.
+
 The harness is the worker's supervisor: whatever way the worker ends (killed, fenced
 exit 3, idle exit while a service was away) it is started again, until it exits 0 with
 every model's stored offsets at the end of the topic. The producer is paced so the
@@ -54,8 +62,17 @@ from rankstream.stream.settings import Settings
 from rankstream.workers.batching import QUERIES_PER_MESSAGE
 from rankstream.workers.runtime import EXIT_FENCED
 
-EVENT_KINDS = ("kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie")
-SERVICE_EVENTS = frozenset({"restart-kafka", "restart-redis", "crash-redis"})
+CLUSTER_EVENTS = ("kill-leader", "pause-broker", "kill-redis-primary", "kill-serve")
+EVENT_KINDS = (
+    "kill", "restart-kafka", "restart-redis", "crash-redis", "lose-checkpoint", "zombie",
+    *CLUSTER_EVENTS,
+)  # fmt: skip
+# faults that can wait for a held stream's tail (module doc of _Producer)
+HELD_STREAM_EVENTS = frozenset({*CLUSTER_EVENTS, "kill"})
+SERVICE_EVENTS = frozenset(
+    {"restart-kafka", "restart-redis", "crash-redis", "kill-leader", "pause-broker",
+     "kill-redis-primary"}
+)  # fmt: skip
 _POLL_S = 0.2
 _EVENT_JITTER_S = 1.0  # a fault lands up to this long after the checkpoint that armed it
 _ROLLBACK_SCRIPT = """
@@ -192,6 +209,9 @@ class ChaosResult:
     zombies_fenced: int  # zombies whose late save was refused
     redis_crash_versions_lost: int  # checkpoint versions a SIGKILLed Redis came back without
     models: dict[str, dict[str, Any]]
+    # cluster faults: per kind, each occurrence's recovery times (harness.cluster_faults)
+    recovery: dict[str, list[dict[str, float]]]
+    serving: dict[str, Any] | None  # the engine's figures (harness.serve_failover)
     seconds: float
     log_dir: str
 
@@ -200,7 +220,10 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        return self.identical and self.lost == 0 and self.duplicated == 0
+        served_right = self.serving is None or (
+            self.serving["versions_with_two_weights"] == 0 and self.serving["requests"] > 0
+        )
+        return self.identical and self.lost == 0 and self.duplicated == 0 and served_right
 
 
 def worker_argv(options: Any) -> list[str]:
@@ -281,6 +304,9 @@ class _Supervisor:
         self.injected: Counter[str] = Counter()
         self.zombies_fenced = 0
         self.versions_lost = 0
+        self.cluster: Any | None = None  # ClusterFaults, set by run_chaos when needed
+        self.serve: Any | None = None  # ServePair, likewise
+        self.recovery: dict[str, list[dict[str, float]]] = {}
 
     # --- the worker ---------------------------------------------------------------------
     def start_worker(self) -> subprocess.Popen[bytes]:
@@ -359,6 +385,16 @@ class _Supervisor:
             forget_latest_checkpoints(self.settings, list(self.options.algos))
         elif event.kind == "zombie":
             self.zombie()
+        elif event.kind in CLUSTER_EVENTS:
+            fault = (
+                self.serve.kill_one
+                if event.kind == "kill-serve"
+                else getattr(self.cluster, event.kind.replace("-", "_"))
+            )
+            try:
+                self.recovery.setdefault(event.kind, []).append(fault())
+            except RuntimeError as exc:  # a recovery or a serve start past its deadline
+                raise ChaosError(f"{event.kind}: {exc}") from exc
         self.injected[event.kind] += 1
 
     def crash_redis(self) -> None:
@@ -445,16 +481,30 @@ class _Supervisor:
                     f"no progress for {self.plan.stall_seconds:.0f} s; worker "
                     f"logs in {self.log_dir}"
                 )
+            if pending and pending[0].kind not in HELD_STREAM_EVENTS:
+                producer.release.set()  # this fault needs the stream flowing (see _Producer)
             if pending and self._armed(pending[0], models, progress):
                 time.sleep(pending[0].delay)
                 if self.proc.poll() is None:
                     self.inject(pending.pop(0))
+                    if not pending:
+                        producer.release.set()
                     continue
             time.sleep(_POLL_S)
 
     def _armed(self, event: Event, models: list[Any], progress: int) -> bool:
-        """Due, and the current worker is consuming (it has checkpointed every model)."""
-        return progress >= event.at and self.checkpointed_by(models, self.proc)
+        """Due, and the current worker is consuming (it has checkpointed every model).
+
+        A cluster fault hits the services, not the worker: due is enough. So is a worker
+        kill while the producer holds the stream's tail (a worker with nothing new never
+        checkpoints, and killing an idle worker is still a fault to recover from).
+        """
+        held = self.producer is not None and self.producer.holding.is_set()
+        return progress >= event.at and (
+            event.kind in CLUSTER_EVENTS
+            or (held and event.kind == "kill")
+            or self.checkpointed_by(models, self.proc)
+        )
 
 
 def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict, int, int]:
@@ -500,6 +550,12 @@ class _Producer(threading.Thread):
     Paced, so that faults land while the stream flows rather than after it ended.
     `gate` is held around every send: holding it pauses the stream (a broker restart
     is done with the producer flushed and paused, so only the consumer side is tested).
+    Cluster faults take their time (a leader election, a JVM start), so in a plan with
+    any, the stream's tail waits for `release` (set once every fault is injected): the
+    last fault never finds the stream already over, however slow the machine. A pending
+    fault that needs the stream flowing (a zombie, a lost checkpoint, a service restart:
+    not in HELD_STREAM_EVENTS) releases it at once; plans without cluster faults never
+    hold it.
     """
 
     def __init__(self, settings: Settings, plan: ChaosPlan) -> None:
@@ -510,6 +566,13 @@ class _Producer(threading.Thread):
         self.transport = open_transport(settings)
         self.producer = self.transport.producer()
         self.gate = threading.Lock()
+        self.release = threading.Event()
+        self.holding = threading.Event()  # set while the tail waits for `release`
+        events = plan.events()
+        # two messages past the last fault's point: enough stream to arm it
+        self.hold_at = events[-1].at + 2 * plan.message_triplets if events else 0
+        if not any(event.kind in CLUSTER_EVENTS for event in events):
+            self.release.set()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -523,6 +586,11 @@ class _Producer(threading.Thread):
             )
             started, sent = time.monotonic(), 0
             for block in blocks:
+                if sent >= self.hold_at and not self.release.is_set():
+                    self.holding.set()
+                    self.release.wait()
+                    self.holding.clear()
+                    started = time.monotonic() - sent / self.plan.rate  # no burst after it
                 time.sleep(max(0.0, started + sent / self.plan.rate - time.monotonic()))
                 with self.gate:
                     self.producer.send(
@@ -549,6 +617,35 @@ class _Producer(threading.Thread):
         return not self.is_alive()
 
 
+def _start_cluster_faults(supervisor: _Supervisor, say: Callable[[str], None]) -> None:
+    """The fault injector and the serve pair, when the plan has cluster faults."""
+    counts = supervisor.plan.counts
+    if any(counts.get(kind) for kind in CLUSTER_EVENTS if kind != "kill-serve"):
+        from rankstream.harness.cluster_faults import ClusterFaults
+
+        if supervisor.manager is None:
+            raise ChaosError("cluster faults need the ServiceManager that runs the services")
+        try:
+            supervisor.cluster = ClusterFaults(
+                supervisor.manager, supervisor.settings, supervisor.settings.triplets_topic
+            )
+        except ValueError as exc:
+            raise ChaosError(str(exc)) from exc
+    if any(counts.get(kind) for kind in CLUSTER_EVENTS):
+        from rankstream.harness.serve_failover import ServePair
+
+        say("starting two serve processes and the engine in front of them")
+        model = supervisor.options.algos[0]
+        supervisor.serve = ServePair(supervisor.settings, supervisor.log_dir, model)
+
+
+def _stop_cluster_faults(supervisor: _Supervisor) -> dict[str, Any] | None:
+    """Close the injector; stop the serve pair and return its engine's figures."""
+    if supervisor.cluster is not None:
+        supervisor.cluster.close()
+    return supervisor.serve.close() if supervisor.serve is not None else None
+
+
 def run_chaos(
     settings: Settings,
     plan: ChaosPlan,
@@ -570,16 +667,20 @@ def run_chaos(
     log_dir = Path(settings.data_dir) / "chaos" / run_settings.topic_prefix
     log_dir.mkdir(parents=True, exist_ok=True)
     supervisor = _Supervisor(run_settings, plan, manager, log_dir, say)
+    serving = None
     try:
         supervisor.transport.ensure_topics(
             {run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1}
         )
+        _start_cluster_faults(supervisor, say)
         producer = _Producer(run_settings, plan)
         producer.start()
         try:
             missed = supervisor.run(producer)
         finally:
+            producer.release.set()  # never left waiting when the run ends early
             supervisor.stop_all()
+            serving = _stop_cluster_faults(supervisor)
         say("reference run (uninterrupted, same topic)")
         reference, lost, duplicated = _reference(run_settings, supervisor.options, plan.triplets)
         stored_models = supervisor.stored() or []
@@ -613,6 +714,8 @@ def run_chaos(
         zombies_fenced=supervisor.zombies_fenced,
         redis_crash_versions_lost=supervisor.versions_lost,
         models=models,
+        recovery=supervisor.recovery,
+        serving=serving,
         seconds=round(time.perf_counter() - started, 1),
         log_dir=str(log_dir),
     )

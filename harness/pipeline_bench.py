@@ -304,6 +304,23 @@ def _timed_run(
     )
 
 
+def alternating(
+    arms: dict[Any, Callable[[int], PipelineRun]],
+    repeats: int,
+    on_run: Callable[[int, Any, PipelineRun], None] | None = None,
+) -> dict[Any, list[PipelineRun]]:
+    """`repeats` runs of every arm (arm(repeat) runs with seed `repeat`), the order
+    reversed every other repeat (a, b, b, a, ...) so that no arm always runs first."""
+    runs: dict[Any, list[PipelineRun]] = {key: [] for key in arms}
+    for repeat in range(repeats):
+        for key in list(arms) if repeat % 2 == 0 else list(arms)[::-1]:
+            run = arms[key](repeat)
+            runs[key].append(run)
+            if on_run is not None:
+                on_run(repeat, key, run)
+    return runs
+
+
 def compare(
     settings: Settings,
     triplets: int,
@@ -315,27 +332,75 @@ def compare(
     on_run: Callable[[int, PipelineRun], None] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[int, list[PipelineRun]]:
-    """`repeats` runs of each wire version, alternating (1, 2, 2, 1, 1, 2, ...) so that
-    neither version always runs first; {version: its runs}. Run r uses seed r, the same
-    stream for both versions."""
-    runs: dict[int, list[PipelineRun]] = {v: [] for v in VERSIONS}
-    for repeat in range(repeats):
-        order = VERSIONS if repeat % 2 == 0 else VERSIONS[::-1]
-        for version in order:
-            spec = StreamSpec(triplets, queries_per_message, version, seed=repeat)
-            run = run_once(
+    """`repeats` runs of each wire version, alternating (1, 2, 2, 1, 1, 2, ...);
+    {version: its runs}. Run r uses seed r, the same stream for both versions."""
+
+    def arm(version: int) -> Callable[[int], PipelineRun]:
+        def run(repeat: int) -> PipelineRun:
+            return run_once(
                 settings,
-                spec,
+                StreamSpec(triplets, queries_per_message, version, seed=repeat),
                 checkpoint_records=checkpoint_records,
                 producers=producers,
-                progress=None
-                if progress is None
-                else (lambda n, r=repeat, v=version: progress(r, v, n)),
+                progress=None if progress is None else (lambda n: progress(repeat, version, n)),
             )
-            runs[version].append(run)
-            if on_run is not None:
-                on_run(repeat, run)
-    return runs
+
+        return run
+
+    report = None if on_run is None else (lambda repeat, _, run: on_run(repeat, run))
+    return alternating({v: arm(v) for v in VERSIONS}, repeats, report)
+
+
+def compare_kafka(
+    settings: Settings,
+    other_bootstrap: str,
+    triplets: int,
+    *,
+    repeats: int = 3,
+    queries_per_message: int = QUERIES_PER_MESSAGE,
+    checkpoint_records: int = 100_000,
+    producers: int = 2,
+    on_run: Callable[[int, str, PipelineRun], None] | None = None,
+) -> dict[str, list[PipelineRun]]:
+    """Wire v2 on the configured Kafka and on `other_bootstrap` (e.g. a 3-node cluster
+    against one node), alternating, run r with seed r on both; the same Redis, so only
+    the brokers differ. {"configured" | "other": its runs}."""
+
+    def arm(target: Settings) -> Callable[[int], PipelineRun]:
+        def run(repeat: int) -> PipelineRun:
+            spec = StreamSpec(triplets, queries_per_message, VERSIONS[-1], seed=repeat)
+            return run_once(
+                target, spec, checkpoint_records=checkpoint_records, producers=producers
+            )
+
+        return run
+
+    other = dataclasses.replace(settings, kafka_bootstrap=other_bootstrap)
+    return alternating({"configured": arm(settings), "other": arm(other)}, repeats, on_run)
+
+
+def kafka_comparison_summary(
+    runs: dict[str, list[PipelineRun]], bootstraps: dict[str, str]
+) -> dict:
+    """Medians on each Kafka and the other's throughput as a ratio of the configured's."""
+    per_kafka = {}
+    for name, name_runs in runs.items():
+        summary = summarize_runs(name_runs)
+        summary["kafka_bootstrap"] = bootstraps[name]
+        summary["brokers"] = len(bootstraps[name].split(","))
+        summary["runs_triplets_per_s"] = [round(r.triplets_per_s, 1) for r in name_runs]
+        per_kafka[name] = summary
+    configured, other = per_kafka["configured"], per_kafka["other"]
+    return {
+        "wire_version": VERSIONS[-1],
+        "repeats": len(runs["configured"]),
+        **per_kafka,
+        "ratio_other_to_configured": round(
+            other["triplets_per_s"] / configured["triplets_per_s"], 3
+        ),
+        "lost": configured["lost"] + other["lost"],
+        "duplicated": configured["duplicated"] + other["duplicated"],
+    }
 
 
 def comparison_summary(runs: dict[int, list[PipelineRun]], queries_per_message: int) -> dict:

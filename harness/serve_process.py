@@ -40,10 +40,13 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 class ServeProcess:
     """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it.
 
-    `env` adds RANKSTREAM_* variables (deadlines, say) to what `settings` says."""
+    `env` adds RANKSTREAM_* variables (deadlines, say) to what `settings` says; `port`
+    keeps a restarted replica's address (else a free one)."""
 
-    def __init__(self, settings: Settings, log: Path, *args: str, **env: str) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
+    def __init__(
+        self, settings: Settings, log: Path, *args: str, port: int | None = None, **env: str
+    ) -> None:
+        self.port, self.metrics_port = port or free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         env = settings_env(

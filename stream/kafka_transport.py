@@ -84,6 +84,7 @@ CONSUMER_TUNING: dict[str, Any] = {
     "metadata_max_age_ms": 10_000,
 }
 _POLL_BACKOFF_MAX_S = 5.0
+_TOPIC_VISIBLE_S = 30.0  # a created topic's partitions reach every broker's metadata
 # SASL/ACL refusals: raised at once as CredentialsError, never backed off
 _REFUSED = (
     kafka.errors.SaslAuthenticationFailedError,
@@ -212,6 +213,24 @@ class KafkaTransport:
                 pass  # created concurrently by another process: that is the goal
             except KafkaError as exc:
                 raise TransportError(f"could not create topics {sorted(missing)}: {exc}") from exc
+            self._await_partitions(sorted(missing))
+
+    def _await_partitions(self, topics: list[str]) -> None:
+        """Return once the metadata client sees every topic's partitions.
+
+        On a cluster the admin's broker knows a new topic before the others: a worker
+        that asked another one at once got no partitions, assigned nothing and consumed
+        nothing. (`partitions_for_topic` asks the cluster again while a topic is unknown.)
+        """
+        deadline = time.monotonic() + _TOPIC_VISIBLE_S
+        for topic in topics:
+            while not self._partitions(topic):
+                if time.monotonic() > deadline:
+                    raise TransportError(
+                        f"topic {topic!r} created but its partitions not visible "
+                        f"after {_TOPIC_VISIBLE_S:.0f} s"
+                    )
+                time.sleep(0.1)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions; [] when the broker does not know the topic.
@@ -236,6 +255,11 @@ class KafkaTransport:
                 pass  # deleted concurrently: that is the goal
             except KafkaError as exc:
                 raise TransportError(f"could not delete topics {existing}: {exc}") from exc
+            # The metadata client's cache still lists them (it asks the cluster again
+            # only for a topic it does not know): start it afresh.
+            if self._meta is not None:
+                meta, self._meta = self._meta, None
+                meta.close()
 
     def beginning_offsets(self, topic: str) -> dict[int, int]:
         return self._offsets(topic, "beginning_offsets")

@@ -21,6 +21,14 @@ and reports success instead of a false `FencingError`.
 
 `delete` (clean-up) drops all of a model's keys and its name in one script as well.
 
+Through Sentinels (a redis+sentinel:// URL) Redis replicates asynchronously, so a save
+is acknowledged only once a replica holds it too (`WAIT 1`): the Sentinels promote the
+replica furthest ahead, so a failover of the primary alone loses no acknowledged
+checkpoint. A save that no replica confirms within `REPLICA_ACK_S` raises
+`StoreUnavailableError` (it may have landed: the writer's retry adopts it, as above);
+a primary with no replica at all refuses writes (`min-replicas-to-write`, NOREPLICAS),
+which is the same error. See docs/RELIABILITY.md for what is still not guaranteed.
+
 Pub/sub is fire-and-forget: announcements published while a listener is disconnected
 are lost, so long-running listeners should also check `latest_versions()` now and then.
 """
@@ -42,6 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from rankstream.stream.errors import (
     StoreUnavailableError,
@@ -49,6 +58,7 @@ from rankstream.stream.errors import (
     translate_public_methods,
     translating,
 )
+from rankstream.stream.settings import SENTINEL_SCHEME, SentinelTarget, parse_sentinel_url
 from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
     EncodedModel,
@@ -110,6 +120,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 _SAVE_ATTEMPTS = 5
+REPLICA_ACK_S = 5.0  # how long a replicated save waits for one replica to hold it
 # redis-py's refusals subclass its ConnectionError, so they are told apart first
 _REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
 # Every public call: client failures become StoreUnavailableError, refusals CredentialsError.
@@ -141,6 +152,20 @@ class _FailFastOnCredentials(Retry):
         return super().call_with_retry(attempt, fail, *args, **kwargs)
 
 
+def _connection_options(deadline_s: float | None = None) -> dict:
+    """Retries and timeouts; with `deadline_s`, no call waits longer than that (socket
+    timeouts of that length, no retries): for callers that answer someone, such as an
+    HTTP request."""
+    retries = 6 if deadline_s is None else 0
+    return {
+        "retry": _FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=retries),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "socket_timeout": 10 if deadline_s is None else deadline_s,
+        "socket_connect_timeout": 5 if deadline_s is None else deadline_s,
+        "health_check_interval": 30,
+    }
+
+
 def redis_client(
     url: str, password: str | None = None, deadline_s: float | None = None
 ) -> redis.Redis:
@@ -148,21 +173,35 @@ def redis_client(
 
     `password` (settings.redis_password) overrides the URL's, so secrets can stay out
     of the URL (redis-py lets URL parts win over keywords, hence the pool edit).
-    With `deadline_s` a call never waits longer than that (socket timeouts of that
-    length, no retries): for callers that answer someone, such as an HTTP request.
+    With `deadline_s` a call never waits longer than that (`_connection_options`).
+
+    A redis+sentinel:// URL (`stream.settings.parse_sentinel_url`) gives a client of
+    the primary the Sentinels name: after a failover its connections to the old
+    primary fail (or are refused as read-only), and the retry asks the Sentinels again.
     """
-    retries = 6 if deadline_s is None else 0
-    pool = redis.ConnectionPool.from_url(
-        url,
-        retry=_FailFastOnCredentials(ExponentialBackoff(cap=2.0, base=0.05), retries=retries),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        socket_timeout=10 if deadline_s is None else deadline_s,
-        socket_connect_timeout=5 if deadline_s is None else deadline_s,
-        health_check_interval=30,
-    )
+    if url.startswith(f"{SENTINEL_SCHEME}:"):
+        return _sentinel_client(parse_sentinel_url(url), password, deadline_s)
+    pool = redis.ConnectionPool.from_url(url, **_connection_options(deadline_s))
     if password is not None:
         pool.connection_kwargs["password"] = password
     return redis.Redis(connection_pool=pool)
+
+
+def _sentinel_client(
+    target: SentinelTarget, password: str | None, deadline_s: float | None = None
+) -> redis.Redis:
+    sentinel = Sentinel(
+        list(target.sentinels),
+        sentinel_kwargs={"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+    )
+    credentials = {"username": target.username, "password": password or target.password}
+    return sentinel.master_for(
+        target.master,
+        redis_class=redis.Redis,
+        db=target.db,
+        **{k: v for k, v in credentials.items() if v is not None},
+        **_connection_options(deadline_s),
+    )
 
 
 @_translated
@@ -183,6 +222,7 @@ class RedisModelStore:
         )
         self._claim_script = self._prompt.register_script(_CLAIM_SCRIPT)
         self._release_script = self._prompt.register_script(_RELEASE_SCRIPT)
+        self._replicated = settings.redis_url.startswith(f"{SENTINEL_SCHEME}:")
         self._save_script = self._client.register_script(_SAVE_SCRIPT)
         self._delete_script = self._client.register_script(_DELETE_SCRIPT)
         self.channel = f"{self._prefix}:model-updated"
@@ -235,8 +275,10 @@ class RedisModelStore:
         delay = 0.05
         for attempt in range(_SAVE_ATTEMPTS):
             try:
-                return int(self._save_script(keys=[key, f"{self._prefix}:models"], args=args))
+                return self._save_once(name, [key, f"{self._prefix}:models"], args)
             except ResponseError as exc:
+                if str(exc).startswith("NOREPLICAS"):
+                    raise StoreUnavailableError(f"redis save of {name!r}: {exc}") from exc
                 if not str(exc).startswith("FENCED"):
                     raise
                 _, actual, *stored_id = str(exc).split()
@@ -248,7 +290,9 @@ class RedisModelStore:
                     stored_write_id=stored_id[0] if stored_id else None,
                     write_id=encoded.write_id,
                 )
-                return int(actual)  # an earlier attempt landed before its reply was lost
+                # An earlier attempt landed before its reply was lost. (Its WAIT was lost
+                # with the reply; the writer's next save waits for everything before it.)
+                return int(actual)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if attempt == _SAVE_ATTEMPTS - 1:
                     raise
@@ -256,6 +300,22 @@ class RedisModelStore:
                 time.sleep(delay)
                 delay = min(delay * 4, 2.0)
         raise AssertionError("unreachable")
+
+    def _save_once(self, name: str, keys: list[str], args: list) -> int:
+        """One save; replicated, it and its WAIT go on one connection (WAIT counts the
+        replicas holding that connection's writes), so a replica holds it on return."""
+        if not self._replicated:
+            return int(self._save_script(keys=keys, args=args))
+        pipe = self._client.pipeline(transaction=False)
+        self._save_script(keys=keys, args=args, client=pipe)
+        pipe.wait(1, int(REPLICA_ACK_S * 1000))
+        version, acks = pipe.execute()
+        if int(acks) < 1:
+            raise StoreUnavailableError(
+                f"redis save of {name!r} v{version}: no replica confirmed it within "
+                f"{REPLICA_ACK_S:.0f} s (a failover could lose it; the save is retried)"
+            )
+        return int(version)
 
     def delete(self, name: str) -> bool:
         """Remove latest, every snapshot, the index and the name, in one script (atomic)."""

@@ -25,6 +25,7 @@ KAFKA_SASL_MECHANISMS = (
     "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER", "AWS_MSK_IAM",
 )  # fmt: skip
 REDIS_URL_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url understands
+SENTINEL_SCHEME = "redis+sentinel"  # the primary of a Sentinel-watched set (below)
 # Kafka's topic characters, and room for the longest suffix (".dead-letter") within 249
 _TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -139,6 +140,60 @@ def _url(schemes: tuple[str, ...], needs_host: bool = True):  # type: ignore[no-
     return parse
 
 
+@dataclass(frozen=True)
+class SentinelTarget:
+    """`redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]`.
+
+    The Sentinels to ask and the master name they watch; the password is the data
+    nodes' (primary and replicas), the Sentinels themselves are reached without one.
+    Redis has no URL form for this; it follows the one Celery and Sidekiq use.
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_sentinel_url(value: str) -> SentinelTarget:
+    """The parts of a redis+sentinel:// URL; ValueError saying what is wrong."""
+    scheme, sep, rest = value.partition("://")
+    if scheme != SENTINEL_SCHEME or not sep:
+        raise ValueError(f"not a {SENTINEL_SCHEME}:// URL")
+    credentials, at, rest = rest.rpartition("@")
+    hosts, _, path = rest.partition("/")
+    sentinels = []
+    for server in hosts.split(","):
+        host, colon, port = server.strip().rpartition(":")
+        number = _integer(port) if colon and host else None
+        if number is None or not 1 <= number <= 65535:
+            raise ValueError("sentinels must be comma-separated host:port pairs (ports 1-65535)")
+        sentinels.append((host.strip("[]"), number))
+    master, _, db = path.partition("/")
+    if not master or (db and _integer(db) is None) or "/" in db:
+        raise ValueError("the path must be /<master name>[/<db number>]")
+    username, _, password = credentials.partition(":") if at else ("", "", "")
+    return SentinelTarget(
+        tuple(sentinels), master, int(db or 0), username or None, password or None
+    )
+
+
+def _redis_url(name: str, value: str) -> str:
+    """A redis://, rediss:// or unix:// URL, or a redis+sentinel:// one."""
+    if not value.startswith(f"{SENTINEL_SCHEME}:"):
+        return _url(REDIS_URL_SCHEMES)(name, value)
+    try:
+        parse_sentinel_url(value)
+    except ValueError as exc:
+        raise SettingsError(
+            ENV_PREFIX + name,
+            value,
+            f"{SENTINEL_SCHEME}://host:port[,host:port...]/master[/db] ({exc})",
+        ) from None
+    return value
+
+
 def _one_of(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
     def parse(name: str, value: str) -> str:
         if value not in choices:
@@ -166,7 +221,9 @@ class Settings:
     """What a process needs to find its transport, store and metrics endpoint."""
 
     kafka_bootstrap: str | None = None  # host:port[,host:port]; None = embedded transport
-    redis_url: str | None = None  # redis://[user:pass@]host:port/db; None = embedded store
+    # redis://[user:pass@]host:port/db, or redis+sentinel://h:p,h:p,h:p/master/db (the
+    # primary the Sentinels name, followed through failovers); None = embedded store
+    redis_url: str | None = None
     redis_password: str | None = None  # overrides the URL's password (secrets from env files)
     prometheus_url: str | None = None  # http://host:port of the Prometheus that scrapes workers
     metrics_port: int | None = None  # Prometheus /metrics port; None = no HTTP exporter
@@ -239,7 +296,7 @@ class Settings:
 # environment can set. Free text (passwords, file names, a token) is only refused blank.
 VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "kafka_bootstrap": ("KAFKA_BOOTSTRAP", _bootstrap),
-    "redis_url": ("REDIS_URL", _url(REDIS_URL_SCHEMES)),
+    "redis_url": ("REDIS_URL", _redis_url),
     "redis_password": ("REDIS_PASSWORD", _text),
     "prometheus_url": ("PROMETHEUS_URL", _url(("http", "https"))),
     "metrics_port": ("METRICS_PORT", _port),

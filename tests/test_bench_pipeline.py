@@ -159,3 +159,22 @@ def test_bench_pipeline_json_on_real_services(service_settings: Settings) -> Non
     assert result["speedup_v2_over_v1"] == pytest.approx(
         result["v2"]["triplets_per_s"] / result["v1"]["triplets_per_s"], rel=1e-2
     )
+
+
+def test_the_kafka_comparison_alternates_the_two_on_the_same_stream(
+    service_settings: Settings,
+) -> None:
+    """Both sides on the session's one Kafka: paired runs, wire v2, named and summed."""
+    from rankstream.harness.pipeline_bench import compare_kafka, kafka_comparison_summary
+
+    seen: list[tuple[int, str]] = []
+    bootstrap = service_settings.kafka_bootstrap or ""
+    runs = compare_kafka(
+        service_settings, bootstrap, 6000, repeats=2, checkpoint_records=2500, producers=1,
+        on_run=lambda repeat, name, run: seen.append((repeat, name)),
+    )  # fmt: skip
+    assert seen == [(0, "configured"), (0, "other"), (1, "other"), (1, "configured")]
+    summary = kafka_comparison_summary(runs, {"configured": bootstrap, "other": bootstrap})
+    assert (summary["wire_version"], summary["lost"], summary["duplicated"]) == (2, 0, 0)
+    assert summary["configured"]["brokers"] == summary["other"]["brokers"] == 1
+    assert summary["ratio_other_to_configured"] > 0

@@ -82,3 +82,30 @@ def test_a_pid_counts_only_in_its_own_directory_and_terminate_is_idempotent(tmp_
 def test_unknown_service_name_is_a_value_error(tmp_path):
     with pytest.raises(ValueError, match="unknown service"):
         ServiceManager(tmp_path).stop("zookeeper")
+
+
+def test_a_cluster_topology_names_every_node_and_shares_one_quorum(tmp_path):
+    """Three Kafka nodes list the same three voters; a replicated Redis adds 3 Sentinels."""
+    from rankstream.harness.services.manager import Topology
+
+    manager = ServiceManager(tmp_path, tmp_path / "cache", topology=Topology(3, 2))
+    assert manager.kafka_nodes() == ["kafka-1", "kafka-2", "kafka-3"]
+    assert list(manager.services) == [
+        "kafka-1", "kafka-2", "kafka-3", "redis", "redis-replica-1", "redis-replica-2",
+        "sentinel-1", "sentinel-2", "sentinel-3", "prometheus",
+    ]  # fmt: skip
+    peers = {f"kafka-{i}": {"port": 9000 + i, "controller_port": 9100 + i} for i in (1, 2, 3)}
+    voters = set()
+    for name in manager.kafka_nodes():
+        node = manager.services[name]
+        node.peers = peers
+        voters.add(node.quorum_voters(peers[name]))  # type: ignore[attr-defined]
+    assert voters == {"1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103"}
+
+
+@pytest.mark.parametrize("brokers", [0, 2])
+def test_a_quorum_that_survives_no_failure_is_refused(brokers):
+    from rankstream.harness.services.manager import Topology
+
+    with pytest.raises(ValueError, match="kafka_brokers must be 1 or >= 3"):
+        Topology(kafka_brokers=brokers)

@@ -98,3 +98,30 @@ def test_a_bad_value_is_a_settings_error_naming_variable_value_and_expectation(
     assert (error.value.variable, error.value.value) == (variable, text)
     assert str(error.value).startswith(f"{variable} must be ")
     assert expected in str(error.value) and repr(text) in str(error.value)
+
+
+def test_a_sentinel_url_names_the_sentinels_the_master_and_the_db(monkeypatch):
+    from rankstream.stream.settings import parse_sentinel_url
+
+    url = "redis+sentinel://:s3cret@10.0.0.1:26379,sentinel-b:26380/rankstream/2"
+    monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
+    assert Settings.from_env().redis_url == url
+    target = parse_sentinel_url(url)
+    assert target.sentinels == (("10.0.0.1", 26379), ("sentinel-b", 26380))
+    assert (target.master, target.db, target.password) == ("rankstream", 2, "s3cret")
+    assert parse_sentinel_url("redis+sentinel://h:1/m").db == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://h:1",  # no master name
+        "redis+sentinel://h/m",  # no port
+        "redis+sentinel://h:1,h:99999/m",  # port out of range
+        "redis+sentinel://h:1/m/zero",  # db not a number
+    ],
+)
+def test_a_bad_sentinel_url_is_refused_naming_the_variable(monkeypatch, url):
+    monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
+    with pytest.raises(ValueError, match="RANKSTREAM_REDIS_URL must be redis\\+sentinel://"):
+        Settings.from_env()

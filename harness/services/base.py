@@ -25,6 +25,10 @@ class Service(ABC):
     def __init__(self, root: Path, cache_dir: Path) -> None:
         self.dir = root / self.name
         self.cache_dir = cache_dir  # shared across roots (jars are not per test run)
+        # Every service's ports under the root, by name, set by the manager before
+        # `command`: the nodes of a Kafka quorum, a Redis replica and the sentinels
+        # find each other there.
+        self.peers: Mapping[str, Mapping[str, int]] = {}
 
     @property
     def log_path(self) -> Path:

@@ -89,14 +89,24 @@ def wait_until(
     workdir: Path,
     log_path: Path,
 ) -> None:
-    """Poll ready() until true; fail early (with the log tail) if the process dies."""
+    """Poll ready() until true; fail early (with the log tail) if the process dies.
+
+    Dead means not running on two checks in a row: a JVM that had just been started
+    was once seen as not running for a moment (its /proc entry unreadable) while it
+    went on to start normally.
+    """
     deadline = time.monotonic() + timeout
+    seen_dead = False
     while time.monotonic() < deadline:
         if ready():
             return
         if not is_running(pid, workdir):
-            _reap(pid)
-            raise ServiceError(f"{what} exited during start-up:\n{log_tail(log_path)}")
+            if seen_dead:
+                _reap(pid)
+                raise ServiceError(f"{what} exited during start-up:\n{log_tail(log_path)}")
+            seen_dead = True
+        else:
+            seen_dead = False
         time.sleep(0.25)
     raise ServiceError(f"{what} not ready after {timeout:.0f} s:\n{log_tail(log_path)}")
 

@@ -1,6 +1,8 @@
-"""`<root>/state.json`: each service's pid and ports, and a lock around changing it.
+"""`<root>/state.json`: the topology, each service's pid and ports, and a lock.
 
-Ports stay in the file after a stop, so a restart listens where clients expect.
+Ports stay in the file after a stop, so a restart listens where clients expect; the
+topology (how many Kafka nodes, Redis replicas) stays so that `down`, `status` and a
+restart find every service without being told the layout again.
 """
 
 from __future__ import annotations
@@ -20,21 +22,34 @@ class ServiceState:
     ports: dict[str, int] = field(default_factory=dict)
 
 
-def load(root: Path) -> dict[str, ServiceState]:
+def _raw(root: Path) -> dict:
     path = root / "state.json"
-    if not path.exists():
-        return {}
-    raw = json.loads(path.read_text())
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def load(root: Path) -> dict[str, ServiceState]:
     return {
         name: ServiceState(pid=entry.get("pid"), ports=dict(entry.get("ports", {})))
-        for name, entry in raw.get("services", {}).items()
+        for name, entry in _raw(root).get("services", {}).items()
     }
 
 
-def save(root: Path, states: dict[str, ServiceState]) -> None:
+def load_topology(root: Path) -> dict[str, int] | None:
+    """The topology recorded by the last `up`, None before any."""
+    topology = _raw(root).get("topology")
+    return dict(topology) if topology is not None else None
+
+
+def save(
+    root: Path, states: dict[str, ServiceState], topology: dict[str, int] | None = None
+) -> None:
+    """Write the states; the recorded topology is kept unless a new one is given."""
     root.mkdir(parents=True, exist_ok=True)
+    topology = topology if topology is not None else load_topology(root)
     tmp = root / "state.json.tmp"
-    payload = {"services": {name: asdict(state) for name, state in states.items()}}
+    payload: dict = {"services": {name: asdict(state) for name, state in states.items()}}
+    if topology is not None:
+        payload["topology"] = topology
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
     os.replace(tmp, root / "state.json")
 

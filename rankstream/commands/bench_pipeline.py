@@ -4,9 +4,16 @@ wire versions 1 and 2 alternating in the same invocation."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.workers.batching import QUERIES_PER_MESSAGE
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rankstream.harness.pipeline_bench import PipelineRun
+    from rankstream.stream.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="producer processes sharing the messages (default 2)",
     )
+    parser.add_argument(
+        "--compare-kafka",
+        default=None,
+        metavar="BOOTSTRAP",
+        help="instead of wire v1 vs v2: v2 on the configured Kafka vs on this one (host:port "
+        "list; e.g. `services up --kafka-brokers 3` under another --root), alternating, "
+        "same seeds and Redis",
+    )
     add_json_argument(parser)
 
 
@@ -55,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankstream.commands._real_services import real_services_settings
     from rankstream.commands._usage import UsageError
-    from rankstream.harness.pipeline_bench import PipelineRun, compare, comparison_summary
+    from rankstream.harness.pipeline_bench import compare, comparison_summary
 
     err = Console(stderr=True)
     settings = real_services_settings("bench pipeline", err)
@@ -75,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
             f"producing took {result.producer_seconds:.2f} s)"
         )
 
+    if args.compare_kafka:
+        return _compare_kafka(args, settings, err)
     with err.status("generating") as status:
 
         def progress(repeat: int, version: int, records: int) -> None:
@@ -100,4 +117,38 @@ def run(args: argparse.Namespace) -> int:
             f"v2/v1: {summary['speedup_v2_over_v1']}x triplets/s, "
             f"{summary['bytes_ratio_v2_to_v1']}x bytes per triplet"
         )
+    return 0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1
+
+
+def _compare_kafka(args: argparse.Namespace, settings: Settings, err: Console) -> int:
+    from rankstream.harness.pipeline_bench import compare_kafka, kafka_comparison_summary
+    from rankstream.stream.settings import VARIABLES
+
+    check = VARIABLES["kafka_bootstrap"][1]
+    other = check("KAFKA_BOOTSTRAP", args.compare_kafka)  # the same check as the variable's
+
+    def report(repeat: int, name: str, result: PipelineRun) -> None:
+        err.print(
+            f"run {repeat + 1} {name}: {result.triplets_per_s:,.0f} triplets/s "
+            f"(lost {result.lost}, duplicated {result.duplicated})"
+        )
+
+    runs = compare_kafka(
+        settings,
+        other,
+        args.triplets,
+        repeats=args.repeats,
+        queries_per_message=args.queries_per_message,
+        checkpoint_records=args.checkpoint_records,
+        producers=args.producers,
+        on_run=report,
+    )
+    bootstraps = {"configured": settings.kafka_bootstrap or "", "other": other}
+    summary = kafka_comparison_summary(runs, bootstraps)
+    if args.json:
+        print_json(summary)
+    else:
+        for name in ("configured", "other"):
+            print(name, "  ".join(f"{k}={v}" for k, v in summary[name].items()))
+        print(f"other/configured: {summary['ratio_other_to_configured']}x triplets/s")
     return 0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1

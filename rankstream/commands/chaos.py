@@ -2,8 +2,11 @@
 
 Worker kills need only the configured Kafka and Redis. Broker and Redis restarts need
 the `ServiceManager` that runs them (`rankstream services up --root DIR`), which must
-be the one the configuration points at. Exit status 0 only when the final weights are
-bit-identical to an uninterrupted run and nothing was lost or applied twice.
+be the one the configuration points at. `--cluster` runs the faults of a replicated
+deployment (`rankstream services up --cluster`): Kafka leader kills, a paused broker,
+Redis primary kills (Sentinel failover) and a serve process killed under an engine.
+Exit status 0 only when the final weights are bit-identical to an uninterrupted run,
+nothing was lost or applied twice, and no version was served with two weights.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ _FAULTS = {
     "crash-redis": "SIGKILLs of redis-server, restarted from its AOF",
     "lose-checkpoint": "roll every model back one version in Redis (lost AOF tail)",
     "zombie": "freeze the worker, let a successor take over, wake it",
+    "kill-leader": "SIGKILLs of the Kafka node leading the stream's partition (cluster)",
+    "pause-broker": "SIGSTOPs of that node past the broker session timeout (cluster)",
+    "kill-redis-primary": "SIGKILLs of the Redis primary: Sentinel failover (cluster)",
+    "kill-serve": "SIGKILLs of one of two serve processes under a retrying engine",
 }
+# --cluster: the issue's fault run (each count unless given explicitly)
+CLUSTER_COUNTS = {"kill-leader": 5, "pause-broker": 1, "kill-redis-primary": 3, "kill-serve": 1}
+CLUSTER_SECONDS_PER_FAULT = 30.0  # a cluster fault takes 5-30 s to recover from
 _FAULT_FLAGS = {"lose-checkpoint": "--lose-checkpoints", "zombie": "--zombies"}
 
 
@@ -34,7 +44,25 @@ def _fault_dest(kind: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kills", type=int, default=10, metavar="K", help="SIGKILLs of the worker at seeded points"
+        "--kills",
+        type=int,
+        default=None,
+        metavar="K",
+        help="SIGKILLs of the worker at seeded points (default 10; 0 with --cluster)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the replicated deployment's faults: "
+        + ", ".join(f"{_fault_flag(k)} {n}" for k, n in CLUSTER_COUNTS.items())
+        + " (needs `rankstream services up --cluster`)",
+    )
+    parser.add_argument(
+        "--seconds-per-fault",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"stream time per fault (default 4; {CLUSTER_SECONDS_PER_FAULT:g} with --cluster)",
     )
     parser.add_argument(
         "--triplets", type=int, default=3_000_000, metavar="N", help="triplets produced"
@@ -42,7 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
     for kind, what in _FAULTS.items():
         parser.add_argument(
-            _fault_flag(kind), dest=_fault_dest(kind), type=int, default=0, metavar="R", help=what
+            _fault_flag(kind),
+            dest=_fault_dest(kind),
+            type=int,
+            default=None,
+            metavar="R",
+            help=what,
         )
     parser.add_argument(
         "--checkpoint-records",
@@ -72,15 +105,20 @@ def run(args: argparse.Namespace) -> int:
     settings = real_services_settings("chaos", err)
     if settings is None:
         return 2
+    defaults = CLUSTER_COUNTS if args.cluster else {}
     counts = {kind: getattr(args, _fault_dest(kind)) for kind in _FAULTS}
+    counts = {k: defaults.get(k, 0) if n is None else n for k, n in counts.items()}
     counts = {kind: n for kind, n in counts.items() if n}
+    kills = args.kills if args.kills is not None else (0 if args.cluster else 10)
+    seconds = args.seconds_per_fault or (CLUSTER_SECONDS_PER_FAULT if args.cluster else 4.0)
     with options_checked():
         plan = ChaosPlan(
             triplets=args.triplets,
-            kills=args.kills,
+            kills=kills,
             counts=counts,
             seed=args.seed,
             checkpoint_records=args.checkpoint_records,
+            seconds_per_fault=seconds,
         )
     manager = None
     if SERVICE_EVENTS & set(counts):

@@ -12,7 +12,11 @@ import shlex
 import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.commands._services_args import add_root_argument, manager_for
+from rankstream.commands._services_args import (
+    add_root_argument,
+    add_topology_arguments,
+    manager_for,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,12 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_json_argument(output, "once all answer: the RANKSTREAM_* values, addresses and pids")
     add_root_argument(parser)
+    add_topology_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._usage import options_checked
     from rankstream.harness.services import ServiceError
 
-    manager = manager_for(args)
+    with options_checked():
+        manager = manager_for(args)
     try:
         endpoints = manager.up()
     except ServiceError as exc:
