@@ -272,3 +272,18 @@ def test_shown_losers_pair_each_click_with_every_other_shown_result() -> None:
     assert len(click_pairs(np.zeros(4, dtype=bool), losers="shown")) == 0
     with pytest.raises(ValueError, match="losers"):
         click_pairs(clicks, losers="everything")
+
+
+def test_every_click_experiment_arm_starts_from_uni_con() -> None:
+    """Judged and click arms alike start where the baseline serves (a fair pairing)."""
+    from rankstream.ranking.scaling import Standardizer
+    from rankstream.simulators.click_feedback import click_arms
+
+    scaler = Standardizer().fit(np.random.default_rng(0).standard_normal((200, 4)) * 3 + 1)
+    arms = click_arms(("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0)
+    assert set(arms) == {
+        f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "naive", "ips")
+    } | {"pdgd"}
+    for name, arm in arms.items():
+        model = arm.model if name == "pdgd" else arm.ranker
+        np.testing.assert_array_equal(model.weights, np.ones(4), err_msg=name)
