@@ -12,11 +12,16 @@ click at rank i is, which under examination happens with P(examined at rank i). 
 pair therefore weighs 1 / P(examined at the **clicked result's** rank i), the inverse
 propensity of the click that makes it, as Propensity SVM-Rank weighs each clicked
 result (Joachims, Swaminathan & Schnabel, "Unbiased Learning-to-Rank with Biased
-Feedback", WSDM 2017). This debiases the click, not the skip: under the position-based
-model with attractiveness a and propensity p, the expected weighted count of "i over j"
-minus "j over i" is a_i - a_j + a_i a_j (p_i - p_j); the last term changes sign when
-the two trade places, so over rankings that show each pair both ways it cancels, where
-the naive count keeps favouring whatever was shown higher (tests/test_clicks.py).
+Feedback", WSDM 2017). That debiases a pair only when the *other* side does not depend
+on the clicks either: Propensity SVM-Rank pairs each click with **every other shown
+result** (`losers="shown"`), and then, under the position-based model with
+attractiveness a and propensity p, E[weighted count of "i over j" - "j over i"] =
+a_i - a_j for any ranking. The skip pairs are not so: "i over a skipped j" needs j
+unclicked, and a skipped j above i has no "j over i" pair unless adjacent, so the
+weighted skip pairs of one fixed ranking say "lower beats higher" even between equally
+attractive results (4 results, eta 1, all a = 0.5: rank 4 over rank 1 by a net 0.25 a
+list), and 1/p amplifies the deepest of them. IPS weights belong with `"shown"`
+(tests/test_clicks.py computes both expectations exactly).
 Propensities below `min_propensity` are clipped to it (a weight never exceeds
 1 / min_propensity), trading a little bias for bounded variance, as Joachims et al. do.
 

@@ -104,16 +104,27 @@ def document_weights(
 
 
 class PDGD:
-    """A linear PDGD ranker over phi (see the module docstring); w starts at 0."""
+    """A linear PDGD ranker over phi (see the module docstring); w starts at `warm_start`
+    (on scaled phi, like `OnlineRanker`'s: Uni-Con is all ones), else at 0."""
 
     def __init__(
-        self, learning_rate: float = DEFAULT_LEARNING_RATE, scaler: Standardizer | None = None
+        self,
+        learning_rate: float = DEFAULT_LEARNING_RATE,
+        scaler: Standardizer | None = None,
+        warm_start: np.ndarray | None = None,
     ) -> None:
         if not (np.isfinite(learning_rate) and learning_rate > 0):
             raise ValueError(f"learning_rate must be finite and > 0, got {learning_rate}")
         self.learning_rate = float(learning_rate)
         self.scaler = scaler
         self._w: np.ndarray | None = None
+        if warm_start is not None:
+            start = np.array(warm_start, dtype=np.float64)
+            if start.ndim != 1 or not np.isfinite(start).all():
+                raise ValueError("warm_start must be a finite 1-d array of weights")
+            if scaler is not None and scaler.dim != start.shape[0]:
+                raise ValueError(f"warm_start has {start.shape[0]} weights, scaler {scaler.dim}")
+            self._w = start
         self.n_updates = 0
 
     @property

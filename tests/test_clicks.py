@@ -143,6 +143,32 @@ def test_ips_weights_remove_the_position_bias_of_the_clicks() -> None:
     assert (naive[1] - naive[0]) / DRAWS == pytest.approx(0.75, abs=0.03)
 
 
+def _expected_net_preferences(losers: str, weighted: bool) -> np.ndarray:
+    """E[weighted count of "rank i over rank j"] - E["j over i"] for one fixed ranking of
+    4 equally attractive results (a = 0.5) under the PBM with eta 1, exactly: every
+    click outcome enumerated with its probability."""
+    propensity, attractiveness = 1.0 / np.arange(1, 5), 0.5
+    expected = np.zeros((4, 4))
+    for outcome in itertools.product([False, True], repeat=4):
+        clicks = np.array(outcome)
+        click = propensity * attractiveness
+        probability = np.prod(np.where(clicks, click, 1.0 - click))
+        pairs = click_pairs(clicks, propensity if weighted else None, losers=losers)
+        np.add.at(expected, (pairs.winner, pairs.loser), probability * pairs.weight)
+    return expected - expected.T
+
+
+def test_ips_on_the_shown_pairs_is_unbiased_for_one_fixed_ranking() -> None:
+    """A deterministic learner shows one order: equally attractive results must come out
+    with no net preference. The IPS-weighted shown pairs do; the skip pairs, naive or
+    weighted, do not (the weighted ones prefer rank 4 over rank 1)."""
+    np.testing.assert_allclose(_expected_net_preferences("shown", True), 0.0, atol=1e-12)
+    skips = _expected_net_preferences("skips", True)
+    assert skips[3, 0] == pytest.approx(0.25)
+    assert np.abs(_expected_net_preferences("skips", False)).max() > 0.05
+    assert _expected_net_preferences("shown", False)[0, 3] > 0.3  # naive: the top wins
+
+
 # ------------------------------------------------------------------ propensities
 def test_the_estimate_is_the_prior_without_data_and_the_data_with_plenty() -> None:
     estimator = PropensityEstimator(depth=10, prior_eta=1.0, prior_clicks=10.0)
@@ -217,6 +243,16 @@ def test_pdgd_gradient_matches_the_papers_formula_by_hand() -> None:
     np.testing.assert_allclose(model.weights - before, 0.5 * coefficients @ phi[documents])
 
 
+def test_pdgd_starts_from_its_warm_start() -> None:
+    phi = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    model = PDGD(warm_start=np.array([2.0, -1.0]))
+    np.testing.assert_array_equal(model.score(phi), [2.0, -1.0, 0.5])
+    model.learn(phi, np.array([0, 1, 2]), np.array([False, True, False]))
+    assert model.weights[1] > -1.0  # it learns from there
+    with pytest.raises(ValueError, match="finite"):
+        PDGD(warm_start=np.array([np.nan, 1.0]))
+
+
 def test_plackett_luce_samples_follow_the_softmax() -> None:
     scores = np.array([1.0, 0.0, -1.0])
     rng = np.random.default_rng(4)
@@ -236,3 +272,18 @@ def test_shown_losers_pair_each_click_with_every_other_shown_result() -> None:
     assert len(click_pairs(np.zeros(4, dtype=bool), losers="shown")) == 0
     with pytest.raises(ValueError, match="losers"):
         click_pairs(clicks, losers="everything")
+
+
+def test_every_click_experiment_arm_starts_from_uni_con() -> None:
+    """Judged and click arms alike start where the baseline serves (a fair pairing)."""
+    from rankstream.ranking.scaling import Standardizer
+    from rankstream.simulators.click_feedback import click_arms
+
+    scaler = Standardizer().fit(np.random.default_rng(0).standard_normal((200, 4)) * 3 + 1)
+    arms = click_arms(("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0)
+    assert set(arms) == {
+        f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "naive", "ips")
+    } | {"pdgd"}
+    for name, arm in arms.items():
+        model = arm.model if name == "pdgd" else arm.ranker
+        np.testing.assert_array_equal(model.weights, np.ones(4), err_msg=name)

@@ -14,7 +14,6 @@ from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
 SMALL = {"n_images": 4000}
 ARMS = {
     "opar1 judged", "opar1 naive", "opar1 ips", "arow judged", "arow naive", "arow ips", "pdgd",
-    "opar1 ips-shown", "arow ips-shown",
 }  # fmt: skip
 
 
@@ -49,8 +48,18 @@ def test_the_summary_gives_the_issues_comparisons(result) -> None:
     summary = result["summary"]
     gains = [run["arms"]["arow ips"]["final_ndcg_gain"] for run in result["runs"]]
     assert summary["arms"]["arow ips"]["final_ndcg_gain"]["mean"] == pytest.approx(np.mean(gains))
+    assert summary["target_reads"] in summary["gains"]
     family = summary["families"]["arow"]
-    assert family["best_click_arm"] in {"arow naive", "arow ips", "arow ips-shown", "pdgd"}
+    for key in ("ndcg_gain", "final_ndcg_gain"):
+        for reading, arms in (("same_family", {"arow naive", "arow ips"}), ("with_pdgd", ARMS)):
+            cell = family[key][reading]
+            assert cell["best_click_arm"] in arms - {"arow judged", "opar1 judged"}
+            gains = {n: summary["arms"][n][key]["mean"] for n in arms if n.startswith("arow")}
+            gains.pop("arow judged", None)
+            if reading == "with_pdgd":
+                gains["pdgd"] = summary["arms"]["pdgd"][key]["mean"]
+            assert cell["best_click_gain"] == max(gains.values())
+            assert cell["judged_gain"] == summary["arms"]["arow judged"][key]["mean"]
     differences = [
         run["arms"]["arow ips"]["final_ndcg_gain"] - run["arms"]["arow naive"]["final_ndcg_gain"]
         for run in result["runs"]

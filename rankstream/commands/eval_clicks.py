@@ -64,10 +64,16 @@ def print_summary(result: dict[str, Any]) -> None:
     )
     print_method_table(title, rows)
     for learner, family in summary["families"].items():
-        share = family["best_click_share_of_judged_gain"]
+        shares = []
+        for key, label in (("ndcg_gain", "all impressions"), ("final_ndcg_gain", "final")):
+            cell = family[key]["with_pdgd"]
+            share = cell["best_click_share_of_judged_gain"]
+            shares.append(
+                f"{label}: {cell['best_click_arm']} "
+                f"{'n/a' if share is None else f'{share:.0%}'} of the judged gain"
+            )
         print(
-            f"{learner}: best click arm {family['best_click_arm']} reaches "
-            f"{'n/a' if share is None else f'{share:.0%}'} of the judged gain; "
+            f"{learner}: {'; '.join(shares)}; "
             f"final IPS - naive {_cell(family['final_ips_minus_naive'])}"
         )
     if "plot" in result:

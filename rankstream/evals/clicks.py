@@ -9,17 +9,22 @@ is scored on what it showed by the true NDCG@50 (the collection's grades), and l
 * Uni-Con, which never learns (the baseline every gain is paired against);
 * OPAR-I and AROW learning from judged feedback on their own top 50 (the paper's
   setting: the ceiling of what clicks can give);
-* the same learners on naive click pairs, on IPS-weighted click pairs whose
-  propensities their own randomized interventions estimate online, and on IPS-weighted
-  pairs of each click with every other shown result (Propensity SVM-Rank's pairs);
+* the same learners on naive click pairs, and on IPS-weighted pairs of each click with
+  every other shown result (Propensity SVM-Rank's pairs) whose propensities their own
+  randomized interventions estimate online;
 * PDGD, serving Plackett-Luce samples.
+
+Every learner, judged or not, starts from Uni-Con's weights (`click_arms`).
 
 Reported per arm (paired with Uni-Con on the same impressions of the same seed):
 the NDCG@50 gain over all impressions (the online measure the paper's Fig. 3 plots
 cumulatively), and "final": over the last `FINAL_SHARE` of the impressions (where a
-learner ends). Over seeds: mean, sample std, min, max (`evals.cbir.spread`). And the
-issue's comparisons: per learner family, the best click arm's gain as a share of the
-judged arm's; IPS minus naive at the end; the worst click arm's final gain.
+learner ends); the JSON defines both (`GAINS`) and names the one the share target reads
+(`TARGET_GAIN`). Over seeds: mean, sample std, min, max (`evals.cbir.spread`). And the
+issue's comparisons: per learner family and per gain, the best click arm's gain as a
+share of the judged arm's, among the family's own click arms (naive, IPS: "same_family",
+the target's reading) and with PDGD beside them ("with_pdgd": PDGD has no judged form);
+IPS minus naive at the end; the worst click arm's final gain.
 
 `propensity_convergence` measures the estimator of `ranking.propensity` alone: intervened
 impressions of a position-based user over the collection's Uni-Con top 10s, counted until
@@ -45,6 +50,15 @@ CLICK_LEARNERS = ("opar1", "arow")
 BASELINE = "unicon"
 FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
 CALIBRATION_QUERIES = 50
+GAINS = {
+    "ndcg_gain": "mean over all impressions of (arm's NDCG@50 - Uni-Con's) on the same "
+    "impression: what learning cost and gave along the way (the paper's Fig. 3 measure)",
+    "final_ndcg_gain": "the same mean over the last final_share of the impressions: "
+    "where the arm ends",
+}
+TARGET_GAIN = "ndcg_gain"
+"""The gain the issue's "share of the judged gain" target reads: over all impressions
+(the share over the final impressions is reported beside it)."""
 
 
 def run_clicks(
@@ -109,10 +123,8 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     click_arms_ = [n for n in names if _family(n)[1] != "judged"]
     families: dict[str, Any] = {}
     for learner in CLICK_LEARNERS:
-        judged = f"{learner} judged"
-        candidates = [f"{learner} naive", f"{learner} ips", f"{learner} ips-shown", "pdgd"]
-        best = max(candidates, key=lambda n: arms[n]["ndcg_gain"]["mean"])
-        judged_gain = arms[judged]["ndcg_gain"]["mean"]
+        judged = arms[f"{learner} judged"]
+        same_family = [f"{learner} naive", f"{learner} ips"]
         ips_minus_naive = [
             ips - naive
             for ips, naive in zip(
@@ -122,18 +134,17 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             )
         ]
         families[learner] = {
-            "judged_ndcg_gain": judged_gain,
-            "best_click_arm": best,
-            "best_click_ndcg_gain": arms[best]["ndcg_gain"]["mean"],
-            # a share of a gain: meaningless unless judged feedback gained at all
-            "best_click_share_of_judged_gain": arms[best]["ndcg_gain"]["mean"] / judged_gain
-            if judged_gain > 0
-            else None,
-            "final_ips_minus_naive": spread(ips_minus_naive),
-        }
+            key: {
+                "same_family": _share(arms, judged, same_family, key),
+                "with_pdgd": _share(arms, judged, [*same_family, "pdgd"], key),
+            }
+            for key in GAINS
+        } | {"final_ips_minus_naive": spread(ips_minus_naive)}
     worst = min(click_arms_, key=lambda n: arms[n]["final_ndcg_gain"]["mean"])
     return {
         "seeds": [run["seed"] for run in runs],
+        "gains": GAINS,
+        "target_reads": TARGET_GAIN,
         "uni_con": {
             key: spread([run["uni_con"][key] for run in runs])
             for key in ("ndcg_at_50", "final_ndcg_at_50")
@@ -141,6 +152,21 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "arms": arms,
         "families": families,
         "worst_click_arm_final": {"arm": worst, **arms[worst]["final_ndcg_gain"]},
+    }
+
+
+def _share(
+    arms: Mapping[str, Any], judged: Mapping[str, Any], candidates: list[str], key: str
+) -> dict[str, Any]:
+    """The best of `candidates` by the mean gain `key`, and its share of the judged arm's
+    (None when judged feedback gained nothing: a ratio to a loss reads backwards)."""
+    best = max(candidates, key=lambda n: arms[n][key]["mean"])
+    judged_gain, gain = judged[key]["mean"], arms[best][key]["mean"]
+    return {
+        "judged_gain": judged_gain,
+        "best_click_arm": best,
+        "best_click_gain": gain,
+        "best_click_share_of_judged_gain": gain / judged_gain if judged_gain > 0 else None,
     }
 
 
