@@ -31,11 +31,12 @@ asymptotically the same. Chosen by simulation (the worst real pairs, OPAR-I and
 OPAR-II vs AROW, skew -2, 5,000 runs each; then through `rankstream eval champion`'s
 own code, 3,000 runs): prior 0 / 0.1 / 0.15 / 0.2 / 0.3 / 0.5 gave false switches of
 1.30% / 0.96% / 0.84% / 0.78% / 0.54% / 0.38% on the worst pair (1.43% / - / 1.10% / - /
-0.83% / 0.60% through the eval's code; its full run of 1,000 runs a pair measured 2.1%
-and 1.9% for 0 and 0.15), and switched a +0.01 challenger at simulated spread 0.05
-within 500 pairs in 85% / 83% / 81% / 78% / 73% / 65% of 400 runs. 0.3 is the smallest
-prior that kept the worst pair below alpha in every measurement; it costs that 500-pair
-target at spread 0.05 (74% of 1,000 runs), a price the 1% promise is worth. A 200-pair
+0.83% / 0.60% through the eval's code; its full runs of 1,000 runs a pair measured
+2.1% / 1.9% / 1.3% +- 0.36% for 0 / 0.15 / 0.3, each the largest of 54 noisy
+estimates), and switched a +0.01 challenger at simulated spread 0.05 within 500 pairs
+in 85% / 83% / 81% / 78% / 73% / 65% of 400 runs. 0.3 is the smallest prior whose
+3,000-run figure is clearly below alpha; it costs that 500-pair target at spread 0.05
+(74% of 1,000 runs; it holds to spread 0.04), a price the 1% promise is worth. A 200-pair
 burn-in with prior 0.15 did as well at less cost (0.87%, 81%), but a verdict that late
 would leave `make test`'s engine loop, which waits for the switch after 150 queries,
 waiting. Two
