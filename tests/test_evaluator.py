@@ -225,3 +225,36 @@ def test_partial_judgments_are_scored_over_the_graded_candidates_only() -> None:
     summary = evaluator.summary()["judgments"]
     assert summary == {"all": 1, "partial": 1, "none": 1, "single_grade": 1}
     assert evaluator.rolling.counts() == {"good": 2}  # the unjudged query left no value
+
+
+def test_a_champion_gone_from_the_store_falls_back_to_unicon_and_the_races_restart() -> None:
+    """Serving falls back to Uni-Con when the champion leaves the store; the race must
+    too, or its races would wait forever for pairs against a model no query is scored
+    with. A champion merely not scored on one query (a trimmed version) stays."""
+    store = EmbeddedModelStore()
+    _save(store, UNI_CON, UniCon(scaler=SCALER), kind="linear")
+    _save(store, "good", _column_model(0))
+    _save(store, "other", _column_model(1))
+    stamps = {UNI_CON: 1, "good": 1, "other": 1}
+    evaluator = Evaluator(
+        Settings(topic_prefix="unused"),
+        EvaluatorOptions(window=50, policy=ChampionPolicy(test=PairedTest(min_pairs=5))),
+        store=store,
+        transport=object(),
+    )
+    for seq in range(30):
+        evaluator.evaluate(_query(seq, stamps))
+        if evaluator.champion == "good":
+            break
+    assert evaluator.champion == "good"
+    evaluator.evaluate(_query(40, stamps))
+    evaluator.evaluate(_query(41, {**stamps, "good": 7}))  # no version 7: not scored
+    assert evaluator.champion == "good" and evaluator.handler.race.races[UNI_CON].n == 1
+    switches = sample_value("rankstream_champion_switches_total")
+    assert store.delete("good")
+    evaluator.evaluate(_query(42, {UNI_CON: 1, "other": 1}))
+    assert evaluator.champion == UNI_CON
+    assert {m: s.n for m, s in evaluator.handler.race.races.items()} == {"other": 1}  # restarted
+    assert sample_value("rankstream_champion_switches_total") == switches + 1
+    assert sample_value("rankstream_champion_race_paired_queries", {"model": "other"}) == 1
+    assert ServingModel(store, CHAMPION).refresh().name == UNI_CON

@@ -58,15 +58,39 @@ def test_aa_false_switches_stay_below_alpha(spread: float) -> None:
 
 
 def test_a_challenger_better_by_twice_delta_switches_within_500_pairs() -> None:
-    """At per-query spread 0.05 (the issue's target; the demo's streams spread wider,
-    README "Champion"), a +0.01 challenger switches within 500 pairs in >= 80% of runs."""
+    """The issue's power target, a +0.01 challenger switching within 500 pairs in >= 80%
+    of runs, holds at per-query spread 0.04 (90% of 200 runs). At 0.05 it held with the
+    plain plug-in variance (84%) and no longer does (70%): the variance prior's price for
+    the 1% on the real streams (`ranking.sequential`); both asserted, so a change of
+    either shows. (The demo's streams spread wider, README "Choosing the champion".)"""
     rng = np.random.default_rng(2)
     test = PairedTest()
-    queries = [
-        first_switch(test, np.clip(rng.normal(0.01, 0.05, HORIZON), -1, 1)) for _ in range(200)
+
+    def within_500(spread: float) -> float:
+        queries = [
+            first_switch(test, np.clip(rng.normal(0.01, spread, HORIZON), -1, 1))
+            for _ in range(200)
+        ]
+        return float(np.mean([q is not None and q <= 500 for q in queries]))
+
+    assert within_500(0.04) >= 0.8
+    assert within_500(0.05) >= 0.6
+
+
+def test_the_variance_prior_keeps_alpha_on_skewed_differences() -> None:
+    """Identical rankers whose differences have the real streams' shape (module docstring):
+    mostly a small gain, now and then a large loss (skew -2, spread 0.1). The plain
+    plug-in variance switches falsely in more than alpha of 2,000 runs (29); with the
+    prior, in at most alpha (13)."""
+    rng = np.random.default_rng(3)
+    loss, p, gain = 0.238, 0.15, 0.042  # p * loss = (1 - p) * gain: mean 0
+    streams = [
+        np.where(rng.random(HORIZON) < p, -loss, gain) + rng.normal(0.0, 0.02, HORIZON)
+        for _ in range(2000)
     ]
-    within = np.mean([q is not None and q <= 500 for q in queries])
-    assert within >= 0.8
+    plain = sum(first_switch(PairedTest(variance_prior=0.0), d) is not None for d in streams)
+    guarded = sum(first_switch(PairedTest(), d) is not None for d in streams)
+    assert guarded <= 0.01 * len(streams) < plain
 
 
 def test_verdicts_and_interval() -> None:
@@ -75,15 +99,20 @@ def test_verdicts_and_interval() -> None:
     evidence = test.evidence(test.update(RaceState(), [0.1, 0.3] * 20))
     assert evidence.decision == SWITCH and 0 < evidence.ci_low < 0.2 < evidence.ci_high
     assert evidence.log_statistic >= evidence.threshold == pytest.approx(np.log(100))
-    assert test.decision(test.update(RaceState(), [0.0] * 50)) == REFUSE
+    assert test.decision(test.update(RaceState(), [0.0] * 600)) == REFUSE
+    # the variance prior: identical rankers are not refused on 50 pairs, a tie is no proof
+    assert test.decision(test.update(RaceState(), [0.0] * 50)) == UNDECIDED
+    plain = PairedTest(alpha=0.01, delta=0.005, min_pairs=20, variance_prior=0.0)
+    assert plain.decision(plain.update(RaceState(), [0.0] * 50)) == REFUSE
     with pytest.raises(ValueError, match=r"\[-1, 1\]"):
         RaceState().add(float("nan"))
-    with pytest.raises(ValueError):
-        PairedTest(alpha=1.0)
+    for bad in ({"alpha": 1.0}, {"variance_prior": -0.1}, {"variance_prior": float("nan")}):
+        with pytest.raises(ValueError):
+            PairedTest(**bad)
 
 
 def test_the_race_switches_logs_restarts_and_restores() -> None:
-    policy = ChampionPolicy(test=PairedTest(min_pairs=5))
+    policy = ChampionPolicy(test=PairedTest(min_pairs=5, variance_prior=0.0))  # short races
     race = ChampionRace(policy)
     switches = sample_value("rankstream_champion_switches_total")
     assert race.observe({"opr": 0.9}) is None  # the incumbent was not scored: no pair

@@ -10,6 +10,13 @@ several at once, the one with the highest lower confidence bound). Every race st
 over when the champion changes, since its pairs were against the old incumbent. A
 switch, and each race's first refusal, is logged with the statistics that decided it.
 
+An incumbent that leaves the store (deleted, or its kind no longer scorable) is served
+by no one: serving falls back to Uni-Con (`workers.serving.ServingModel`), so the race
+falls back too (`fall_back`, called by the evaluator when the incumbent was not scored
+on a query and is no longer in the store): Uni-Con becomes the incumbent, every race
+starts over against it, and the fall-back is logged and counted as a switch. Without
+it the races would wait forever for pairs against a model no query is scored with.
+
 A race needs only its running count, mean and sum of squared deviations
 (`ranking.sequential.RaceState`), so its memory is bounded whatever its length; the
 state travels in the evaluator's scores record and is restored on restart.
@@ -85,6 +92,30 @@ class ChampionRace:
         self._export({})
         return winner
 
+    def fall_back(self, query: int = 0, reason: str = "not in the store") -> str | None:
+        """The incumbent is gone: the default serves and every race starts over.
+
+        The default itself has nothing to fall back to (None); else it is returned as the
+        new champion, as `observe` returns a winner.
+        """
+        if self.incumbent == self.policy.default:
+            return None
+        log_event(
+            log,
+            "champion fell back",
+            level=logging.WARNING,
+            incumbent=self.incumbent,
+            champion=self.policy.default,
+            reason=reason,
+            queries_evaluated=query,
+        )
+        metrics.CHAMPION_SWITCHES.inc()
+        self.incumbent = self.policy.default
+        self.races.clear()
+        self.refused.clear()
+        self._export({})
+        return self.incumbent
+
     def evidence(self) -> dict[str, Evidence]:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
 
@@ -97,6 +128,7 @@ class ChampionRace:
             "alpha": test.alpha,
             "delta": test.delta,
             "min_pairs": test.min_pairs,
+            "variance_prior": test.variance_prior,
             "threshold": test.threshold,
             "challengers": {m: e.as_dict() for m, e in self.evidence().items()},
         }

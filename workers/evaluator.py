@@ -274,9 +274,24 @@ class EvaluatorHandler(Handler):
         return self.race.incumbent
 
     def _choose_champion(self, ndcg: dict[str, float]) -> None:
-        """This query's paired differences into the race; a new champion is published."""
+        """This query's paired differences into the race; a new champion is published.
+
+        An incumbent not scored on the query is looked up in the store: gone (or no
+        longer scorable), the race falls back to Uni-Con as serving does
+        (`ChampionRace.fall_back`).
+        """
+        if self._incumbent_gone(ndcg) and self.race.fall_back(self.queries_evaluated):
+            self._champion_changed = True
         if self.race.observe(ndcg, self.queries_evaluated) is not None:
             self._champion_changed = True  # published at once (`process`)
+
+    def _incumbent_gone(self, ndcg: dict[str, float]) -> bool:
+        """Not scored on this query, and not (or no longer scorable) in the store."""
+        incumbent = self.race.incumbent
+        if incumbent in ndcg:
+            return False
+        stored = incumbent in self.cache.store.latest_versions()
+        return not stored or self.cache.scorable(incumbent) is False
 
     def summary(self) -> dict[str, Any]:
         """Rolling NDCG@50/MAP per model, counts and the champion (for reports and --json)."""

@@ -36,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--demo-queries", type=int, default=1000, help="queries of the demo run (default 1000)"
     )
+    parser.add_argument(
+        "--variance-prior",
+        type=float,
+        default=None,
+        help="the test's variance prior (default: ranking.sequential.VARIANCE_PRIOR; 0: plain)",
+    )
     parser.add_argument("--no-real", action="store_true", help="simulated streams only")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     parser.add_argument("--out", default="report", metavar="DIR", help="plot directory")
@@ -57,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             spreads=tuple(args.spreads),
             alpha=settings.champion_alpha,
             delta=settings.champion_delta,
+            **({} if args.variance_prior is None else {"variance_prior": args.variance_prior}),
             demo_queries=args.demo_queries,
             seed=args.seed,
             real=not args.no_real,

@@ -23,8 +23,16 @@ Score streams, two sources:
   models scored on the same queries; the pair of median spread among the pairs that
   differ (sd > 0.01) is resampled (queries drawn with replacement), its challenger
   shifted so that its true mean difference is exactly 0 (A/A) or each effect. The A/A
-  is also run (runs / 5 each) on every differing pair in both directions, since the
-  plug-in variance's weak spot is skew (`ranking.sequential`): the mean and the worst.
+  is also run (`runs` each, both policies) on every differing pair in both directions,
+  since the plug-in variance's weak spot is skew (`ranking.sequential`): per pair, the
+  mean over pairs and the worst pair (with its binomial standard error: the worst of
+  many estimates is biased up by their noise).
+
+Beside each stream, the bound no valid test can beat: the power of the fixed-sample
+one-sided z-test at n = 500 for a +0.01 challenger at the stream's spread sd,
+Phi(0.01 sqrt(500) / sd - z_{1-alpha}), the most powerful test of a Gaussian mean with
+n fixed in advance (a sequential test that may stop earlier cannot do better at 500),
+and the largest spread at which it reaches 80%.
 """
 
 from __future__ import annotations
@@ -35,11 +43,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
 
-from rankstream.ranking.sequential import PairedTest, first_switch
+from rankstream.ranking.sequential import VARIANCE_PRIOR, PairedTest, first_switch
 
 OLD_WINDOW, OLD_MARGIN, OLD_MIN_QUERIES = 200, 0.005, 20  # the replaced policy's defaults
 WITHIN = 500  # the issue's target: a +0.01 challenger switches within 500 paired queries
+TARGET_EFFECT, TARGET_POWER = 0.01, 0.8
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class ChampionEvalOptions:
     spreads: tuple[float, ...] = (0.03, 0.05, 0.1)
     alpha: float = 0.01
     delta: float = 0.005
+    variance_prior: float = VARIANCE_PRIOR
     demo_queries: int = 1000
     demo_images: int = 20_000
     seed: int = 0
@@ -58,7 +69,25 @@ class ChampionEvalOptions:
     def __post_init__(self) -> None:
         if self.runs < 1 or self.horizon < 1 or self.demo_queries < 100:
             raise ValueError("runs and horizon must be >= 1, demo_queries >= 100")
-        PairedTest(alpha=self.alpha, delta=self.delta)  # checks both
+        self.test()  # checks alpha, delta and the prior
+
+    def test(self) -> PairedTest:
+        return PairedTest(alpha=self.alpha, delta=self.delta, variance_prior=self.variance_prior)
+
+
+def fixed_sample_bound(spread: float, alpha: float) -> dict[str, float]:
+    """The power at n = 500 of the fixed-sample z-test (module docstring), and the
+    largest spread at which it is 80%.
+
+    >>> {k: round(v, 3) for k, v in fixed_sample_bound(0.11, 0.01).items()}
+    {'power_at_500': 0.385, 'largest_spread_for_80pct': 0.071}
+    """
+    z_alpha = float(norm.ppf(1.0 - alpha))
+    shift = TARGET_EFFECT * WITHIN**0.5
+    return {
+        "power_at_500": float(norm.cdf(shift / spread - z_alpha)),
+        "largest_spread_for_80pct": shift / (z_alpha + float(norm.ppf(TARGET_POWER))),
+    }
 
 
 def old_first_switch(incumbent: np.ndarray, challenger: np.ndarray) -> int | None:
@@ -85,7 +114,7 @@ Streams = Callable[[float, np.random.Generator], tuple[np.ndarray, np.ndarray]]
 
 def race(options: ChampionEvalOptions, draw: Streams, seed: int) -> dict[str, Any]:
     """A/A and each effect, both policies on the same streams."""
-    test = PairedTest(alpha=options.alpha, delta=options.delta)
+    test = options.test()
     result: dict[str, Any] = {}
     for effect in (0.0, *options.effects):
         rng = np.random.default_rng([seed, round(effect * 1e6)])
@@ -158,12 +187,44 @@ def demo_pairs(options: ChampionEvalOptions, progress: bool) -> dict[str, dict[s
     return pairs
 
 
+def aa_every_pair(options: ChampionEvalOptions, pairs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The A/A on every differing real pair, both directions, both policies."""
+    test, rng = options.test(), np.random.default_rng([options.seed, 1])
+    rates: dict[str, dict[str, float]] = {}
+    for pair, p in sorted(pairs.items()):
+        if p["spread"] <= 0.01:
+            continue
+        reverse = " - ".join(pair.split(" - ")[::-1])
+        for label, u0, c0 in ((pair, p["incumbent"], p["challenger"]),
+                              (reverse, p["challenger"], p["incumbent"])):  # fmt: skip
+            null = resampled(u0, c0, options.horizon)
+            new = old = 0
+            for _ in range(options.runs):
+                u, c = null(0.0, rng)
+                new += first_switch(test, np.clip(c - u, -1.0, 1.0)) is not None
+                old += old_first_switch(u, c) is not None
+            rates[label] = {"new": new / options.runs, "old": old / options.runs}
+    result: dict[str, Any] = {"runs_each": options.runs}
+    for policy in ("new", "old"):
+        worst = max(rates, key=lambda label: rates[label][policy])
+        rate = rates[worst][policy]
+        result[policy] = {
+            "mean_false_switch_rate": float(np.mean([r[policy] for r in rates.values()])),
+            "worst_pair": worst,
+            "worst_false_switch_rate": rate,
+            "worst_standard_error": (rate * (1.0 - rate) / options.runs) ** 0.5,
+        }
+    result["by_pair"] = rates
+    return result
+
+
 def evaluate_champion(options: ChampionEvalOptions, progress: bool = False) -> dict[str, Any]:
-    test = PairedTest(alpha=options.alpha, delta=options.delta)
+    test = options.test()
     report: dict[str, Any] = {
         "alpha": options.alpha,
         "delta": options.delta,
-        "test": f"one-sided mSPRT, tau = 2 delta, min_pairs {test.min_pairs}",
+        "test": f"one-sided mSPRT, tau = 2 delta, min_pairs {test.min_pairs}, "
+        f"variance prior {test.variance_prior:g}",
         "old_policy": {"window": OLD_WINDOW, "margin": OLD_MARGIN, "min_queries": OLD_MIN_QUERIES},
         "runs": options.runs,
         "horizon": options.horizon,
@@ -171,27 +232,16 @@ def evaluate_champion(options: ChampionEvalOptions, progress: bool = False) -> d
             f"spread={sd:g}": race(options, simulated(options, sd), options.seed)
             for sd in options.spreads
         },
+        "fixed_sample_bound": {
+            f"spread={sd:g}": fixed_sample_bound(sd, options.alpha) for sd in options.spreads
+        },
     }
     if options.real:
         pairs = demo_pairs(options, progress)
         differing = sorted((p["spread"], name) for name, p in pairs.items() if p["spread"] > 0.01)
         spread, name = differing[len(differing) // 2]
         chosen = pairs[name]
-        rng = np.random.default_rng(options.seed)
-        aa_runs = max(1, options.runs // 5)
-        aa_all = {}
-        for pair, p in sorted(pairs.items()):
-            if p["spread"] <= 0.01:
-                continue
-            reverse = " - ".join(pair.split(" - ")[::-1])
-            for label, u0, c0 in ((pair, p["incumbent"], p["challenger"]),
-                                  (reverse, p["challenger"], p["incumbent"])):  # fmt: skip
-                null = resampled(u0, c0, options.horizon)
-                switched = 0
-                for _ in range(aa_runs):
-                    u, c = null(0.0, rng)
-                    switched += first_switch(test, np.clip(c - u, -1.0, 1.0)) is not None
-                aa_all[label] = switched / aa_runs
+        report["fixed_sample_bound"][f"real ({name})"] = fixed_sample_bound(spread, options.alpha)
         report["real"] = {
             "source": f"rankstream demo: {options.demo_queries} queries, "
             f"{options.demo_images} synthetic images, seed {options.seed}",
@@ -201,12 +251,7 @@ def evaluate_champion(options: ChampionEvalOptions, progress: bool = False) -> d
             },
             "pair": name,
             "spread": spread,
-            "aa_every_pair": {
-                "runs_each": aa_runs,
-                "mean_false_switch_rate": float(np.mean(list(aa_all.values()))),
-                "max_false_switch_rate": max(aa_all.values()),
-                "by_pair": aa_all,
-            },
+            "aa_every_pair": aa_every_pair(options, pairs),
             "result": race(
                 options,
                 resampled(chosen["incumbent"], chosen["challenger"], options.horizon),
@@ -222,7 +267,13 @@ def _targets(report: dict[str, Any]) -> dict[str, Any]:
     streams = dict(report["simulated"])
     if "real" in report:
         streams[f"real ({report['real']['pair']})"] = report["real"]["result"]
-    targets = {}
+    targets: dict[str, Any] = {}
+    if "real" in report:
+        worst = report["real"]["aa_every_pair"]["new"]
+        targets["real, every pair"] = {
+            "aa_false_switches_within_alpha_worst_pair": worst["worst_false_switch_rate"]
+            <= report["alpha"]
+        }
     for name, result in streams.items():
         targets[name] = {
             "aa_false_switches_within_alpha": result["aa"]["new"]["false_switch_rate"]
