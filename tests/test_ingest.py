@@ -163,7 +163,7 @@ def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) ->
     from rankstream.stream.embedded_store import EmbeddedModelStore
     from rankstream.workers.batch import BatchOptions, BatchWorker
     from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
-    from rankstream.workers.serving import scorer_for
+    from rankstream.workers.scoring import scorer_for
 
     transport, store = EmbeddedTransport(), EmbeddedModelStore()
     transport.ensure_topics(

@@ -22,13 +22,13 @@ from starlette.testclient import TestClient
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.serve.app import create_app
+from rankstream.serve.bodies import ARROW
 from rankstream.stream.embedded import embedded_transport, reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
-from rankstream.workers.serve_app import create_app
-from rankstream.workers.serve_bodies import ARROW
 
 K = 4
 PHI = (np.arange(K * PHI_DIM, dtype=np.float64).reshape(K, PHI_DIM) % 7) / 7
@@ -346,7 +346,7 @@ def test_the_docs_page_is_public_and_shows_every_route_and_answer() -> None:
 
 
 def test_the_openapi_document_lists_every_answer_a_bad_input_got() -> None:
-    from rankstream.workers.serve_openapi import openapi_document
+    from rankstream.serve.openapi import openapi_document
 
     paths = openapi_document(PHI_DIM)["paths"]
     for what, route, _, status, code, _ in BAD_INPUTS:

@@ -42,7 +42,8 @@ from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.recorder import Recorder, RecorderOptions
 from rankstream.workers.replay import DirectOptions, train_from_log
-from rankstream.workers.serving import UNI_CON, ServingModel
+from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.serving_model import ServingModel
 
 ALGOS = ("opr", "opar1", "opar2", "ogdr", "arow")
 QUERIES, CANDIDATES, JUDGED = 36, 120, 30

@@ -18,7 +18,7 @@ from rankstream.stream.store import WrongWidthError
 from rankstream.workers.batch import EXIT_FENCED, EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.batch_models import RankMKLParams
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serving import ScorerCache
+from rankstream.workers.scoring import ScorerCache
 
 
 @pytest.fixture(scope="module")

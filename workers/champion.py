@@ -30,7 +30,7 @@ from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence, PairedTest, 
 from rankstream.stream.settings import Settings
 from rankstream.workers import metrics
 from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.serving import UNI_CON
+from rankstream.workers.scoring import UNI_CON
 
 DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0
 

@@ -1,7 +1,7 @@
 """The feedback producer: judged queries onto the stream, as triplets and judged queries.
 
 Every producer of feedback uses this library: the simulator (`workers.simulator`), the
-HTTP ingestion endpoint (`POST /v1/feedback`, `workers.serve_app`) and any engine written
+HTTP ingestion endpoint (`POST /v1/feedback`, `serve.app`) and any engine written
 in Python, directly:
 
     from rankstream.stream.settings import Settings

@@ -2,7 +2,7 @@
 
 `Simulation` wraps `simulators.feedback.FeedbackSimulator` (the §5.5 loop, pure numpy)
 with the stream: each `step()` is one query, ranked by the serving model read from the
-store (`workers.serving.ServingModel`: a named model or the evaluator's champion,
+store (`workers.serving_model.ServingModel`: a named model or the evaluator's champion,
 re-read every query with one cheap `latest_versions()` call), whose judged top 50
 becomes one triplet block and one judged query stamped with the serving model and the
 version of every scorable model current at serving time. They are sent by
@@ -59,7 +59,7 @@ from rankstream.workers.ingest import FeedbackProducer
 from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving import CHAMPION, Served, ServingModel
+from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
 
 log = get_logger("rankstream.workers.simulator")
 
