@@ -93,9 +93,9 @@ from rankstream.stream.store import ModelStore
 from rankstream.workers import metrics
 from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.candidates import FieldError
-from rankstream.workers.ingest import check_feedback
-from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
 Handler = Callable[[Request, "ServeState"], Awaitable[tuple[Response, str]]]

@@ -32,7 +32,6 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.baseline import calibrating
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.pins import is_pin_record, pins
 from rankstream.workers.scoring import (
     EVALUATOR_RECORD,
@@ -43,6 +42,7 @@ from rankstream.workers.scoring import (
     scorer_for,
 )
 from rankstream.workers.serving_model import CHAMPION
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.registry")
 

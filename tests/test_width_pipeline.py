@@ -34,8 +34,8 @@ from rankstream.stream.schema import (
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
 from rankstream.workers.baseline import publish_unicon
-from rankstream.workers.batch import BatchOptions, BatchWorker
 from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions

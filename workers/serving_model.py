@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.pins import pin_record_name, pinned_model
 from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON, Scorer, ScorerCache
+from rankstream.workers.structured_log import get_logger, log_event
 
 CHAMPION = "champion"
 

@@ -70,10 +70,10 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
     from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
-    from rankstream.workers.batch import BatchOptions, BatchWorker
     from rankstream.workers.batch_models import BATCH_KINDS, RankMKLParams
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
+    from rankstream.workers.batch_worker import BatchOptions, BatchWorker
     from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.structured_log import configure_logging, get_logger, log_event
 
     configure_logging()
     models = parse_choices(args.models, BATCH_KINDS, "--models")

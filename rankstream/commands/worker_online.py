@@ -22,10 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
     from rankstream.workers.metrics import start_metrics_server
     from rankstream.workers.online import OnlineWorker, WorkerOptions
     from rankstream.workers.options import from_arguments
+    from rankstream.workers.structured_log import configure_logging, get_logger, log_event
 
     configure_logging()
     with options_checked():
