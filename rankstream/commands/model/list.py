@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import configured_store
+    from rankstream.commands.model._store import configured_store
     from rankstream.serve.models import models_listing
     from rankstream.serve.registry import ModelRegistry
     from rankstream.stream.settings import Settings
