@@ -59,7 +59,7 @@ import numpy as np
 
 from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
 from rankstream.stream.settings import Settings
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.runtime import EXIT_FENCED
 
 CLUSTER_EVENTS = ("kill-leader", "pause-broker", "kill-redis-primary", "kill-serve")

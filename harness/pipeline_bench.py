@@ -42,7 +42,7 @@ import numpy as np
 
 from rankstream.harness.accounting import SeqCounter
 from rankstream.stream.settings import Settings
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 
 if TYPE_CHECKING:
     from rankstream.ranking.triplets import TripletBlock

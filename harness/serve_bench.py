@@ -47,12 +47,12 @@ import pyarrow as pa
 
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking import learners
+from rankstream.serve.bodies import ARROW
 from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
-from rankstream.workers.serve_bodies import ARROW
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
 

@@ -17,7 +17,8 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     services up|down|status   local Kafka, Redis and Prometheus
     chaos                     faults on the real pipeline, exactly-once checked
 
-Each command lives in its own module under `rankstream.commands` and exposes two
+Each command lives in its own module under `rankstream.commands`, a group's commands in
+the group's subpackage (`eval cbir` is `rankstream.commands.eval.cbir`), and exposes two
 functions: `add_arguments(parser)` (cheap: no heavy imports) and `run(args) -> int`.
 This file only maps command words to modules, so adding a command never touches the
 others. Heavy imports (numba, pyarrow, kafka) happen inside `run`, which keeps
@@ -42,42 +43,42 @@ from rankstream import __version__
 # (command words) -> (module under rankstream.commands, one-line help)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("demo",): ("demo", "embedded pipeline, no services; writes DIR/report.json and plots"),
-    ("eval", "cbir"): ("eval_cbir", "online rankers vs baselines on a CBIR test bed"),
-    ("eval", "dml"): ("eval_dml", "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)"),
-    ("eval", "mkl"): ("eval_mkl", "RankMKL vs single features and concatenation (PubFig)"),
+    ("eval", "cbir"): ("eval.cbir", "online rankers vs baselines on a CBIR test bed"),
+    ("eval", "dml"): ("eval.dml", "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)"),
+    ("eval", "mkl"): ("eval.mkl", "RankMKL vs single features and concatenation (PubFig)"),
     ("eval", "stream"): (
-        "eval_stream",
+        "eval.stream",
         "§5.5 loop per learner, per collection (--grid)",
     ),
     ("eval", "clicks"): (
-        "eval_clicks",
+        "eval.clicks",
         "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
     ),
     ("eval", "champion"): (
-        "eval_champion",
+        "eval.champion",
         "champion policy: A/A false switches, queries to switch (new test vs old)",
     ),
-    ("bench", "learners"): ("bench_learners", "sequential throughput of the online learners"),
-    ("bench", "pipeline"): ("bench_pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
-    ("bench", "scaleout"): ("bench_scaleout", "throughput of 1/2/4 per-partition online workers"),
-    ("bench", "replay"): ("bench_replay", "train the four linear learners from a recorded log"),
-    ("bench", "serve"): ("bench_serve", "latency and requests/s of /v1/rank while models reload"),
-    ("bench", "ingest"): ("bench_ingest", "judged queries/s through /v1/feedback into Kafka"),
+    ("bench", "learners"): ("bench.learners", "sequential throughput of the online learners"),
+    ("bench", "pipeline"): ("bench.pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
+    ("bench", "scaleout"): ("bench.scaleout", "throughput of 1/2/4 per-partition online workers"),
+    ("bench", "replay"): ("bench.replay", "train the four linear learners from a recorded log"),
+    ("bench", "serve"): ("bench.serve", "latency and requests/s of /v1/rank while models reload"),
+    ("bench", "ingest"): ("bench.ingest", "judged queries/s through /v1/feedback into Kafka"),
     ("simulate",): ("simulate", "run the CBIR engine and its users; produce triplets"),
-    ("worker", "online"): ("worker_online", "consume triplets, update online rankers"),
-    ("worker", "batch"): ("worker_batch", "reservoir sample; refit cMDS-DML and RankMKL"),
-    ("worker", "evaluator"): ("worker_evaluator", "score judged queries; export NDCG@50"),
+    ("worker", "online"): ("worker.online", "consume triplets, update online rankers"),
+    ("worker", "batch"): ("worker.batch", "reservoir sample; refit cMDS-DML and RankMKL"),
+    ("worker", "evaluator"): ("worker.evaluator", "score judged queries; export NDCG@50"),
     ("record",): ("record", "write the triplet and query streams to Parquet"),
     ("replay",): ("replay", "feed a recorded log back into Kafka or train from it"),
-    ("model", "show"): ("model_show", "print a stored model's summary"),
-    ("model", "list"): ("model_list", "list every stored model: version, kind, NDCG@50, pin"),
-    ("model", "pin"): ("model_pin", "serve a model at a fixed version (the evaluator goes on)"),
-    ("model", "unpin"): ("model_unpin", "serve a pinned model's newest version again"),
-    ("model", "history"): ("model_history", "a model's kept versions and its pins"),
+    ("model", "show"): ("model.show", "print a stored model's summary"),
+    ("model", "list"): ("model.list", "list every stored model: version, kind, NDCG@50, pin"),
+    ("model", "pin"): ("model.pin", "serve a model at a fixed version (the evaluator goes on)"),
+    ("model", "unpin"): ("model.unpin", "serve a pinned model's newest version again"),
+    ("model", "history"): ("model.history", "a model's kept versions and its pins"),
     ("serve",): ("serve", "HTTP API: rank with the learned models, ingest feedback"),
-    ("services", "up"): ("services_up", "start local Kafka, Redis and Prometheus"),
-    ("services", "down"): ("services_down", "stop the local services"),
-    ("services", "status"): ("services_status", "print where the local services listen"),
+    ("services", "up"): ("services.up", "start local Kafka, Redis and Prometheus"),
+    ("services", "down"): ("services.down", "stop the local services"),
+    ("services", "status"): ("services.status", "print where the local services listen"),
     ("chaos",): ("chaos", "kill/restart the online worker; check exactly-once"),
 }
 

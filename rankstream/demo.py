@@ -50,7 +50,7 @@ from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.settings import Settings
 
 if TYPE_CHECKING:
-    from rankstream.workers.batch import BatchOptions
+    from rankstream.workers.batch_worker import BatchOptions
     from rankstream.workers.evaluator import EvaluatorOptions
     from rankstream.workers.online import WorkerOptions
     from rankstream.workers.simulator import SimulateOptions
@@ -150,8 +150,8 @@ class DemoOptions:
 
     def batch_options(self) -> BatchOptions:
         """The batch worker's: its reservoir, cMDS-DML's budget, RankMKL's pairs."""
-        from rankstream.workers.batch import BatchOptions
         from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+        from rankstream.workers.batch_worker import BatchOptions
 
         return BatchOptions(
             reservoir=self.reservoir,
@@ -310,7 +310,7 @@ class DemoPipeline:
     ) -> None:
         from rankstream.stream.embedded import EmbeddedTransport
         from rankstream.stream.embedded_store import EmbeddedModelStore
-        from rankstream.workers.batch import BatchWorker
+        from rankstream.workers.batch_worker import BatchWorker
         from rankstream.workers.evaluator import Evaluator
         from rankstream.workers.online import OnlineWorker
         from rankstream.workers.simulator import Simulation
@@ -430,8 +430,8 @@ def run_demo(
 
     `collection` (and its `index`) given: served instead of the options' collection.
     """
-    from rankstream.workers.logging import configure_logging
     from rankstream.workers.simulator import load_collection
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()

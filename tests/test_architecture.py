@@ -4,7 +4,7 @@ Read from the source with `ast` (every import statement, at module level, inside
 functions and under `if TYPE_CHECKING:` alike: a type-only arrow is still an arrow):
 
     ranking        <- simulators
-    ranking, simulators?, stream  <- workers  <- harness  <- rankstream (CLI, demo, evals)
+    ranking, simulators?, stream  <- workers  <- serve  <- harness  <- rankstream (CLI, demo, evals)
 
 `stream` and `simulators` are siblings: neither imports the other. The client libraries
 stay where docs/DESIGN.md puts them: `ranking` never imports Kafka, Redis, Prometheus or
@@ -27,6 +27,7 @@ FOLDERS = {
     "simulators": "rankstream.simulators",
     "stream": "rankstream.stream",
     "workers": "rankstream.workers",
+    "serve": "rankstream.serve",
     "harness": "rankstream.harness",
     "rankstream": "rankstream",
 }
@@ -36,7 +37,8 @@ ALLOWED = {
     "simulators": {"ranking", "simulators"},
     "stream": {"stream"},
     "workers": {"ranking", "simulators", "stream", "workers"},
-    "harness": {"ranking", "simulators", "stream", "workers", "harness"},
+    "serve": {"ranking", "simulators", "stream", "workers", "serve"},
+    "harness": {"ranking", "simulators", "stream", "workers", "serve", "harness"},
     "rankstream": set(FOLDERS),
 }
 # The sanctioned crossings: the record type of the stream, defined with the learners

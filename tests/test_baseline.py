@@ -9,13 +9,13 @@ from starlette.testclient import TestClient
 
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
+from rankstream.serve.app import create_app
 from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
 from rankstream.workers.baseline import calibrating, publish_unicon
-from rankstream.workers.serve_app import create_app
-from rankstream.workers.serving import UNI_CON, scorer_for
+from rankstream.workers.scoring import UNI_CON, scorer_for
 
 RNG = np.random.default_rng(4)
 

@@ -32,7 +32,7 @@ from rankstream.workers.batch_models import (
     sample_pairs,
     scorer_from_state,
 )
-from rankstream.workers.serving import SCORERS, scorer_for
+from rankstream.workers.scoring import SCORERS, scorer_for
 
 D = 36
 

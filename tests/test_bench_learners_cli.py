@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.commands import _c_reference
-from rankstream.commands.bench_learners import make_stream
+from rankstream.commands.bench import _c_reference
+from rankstream.commands.bench.learners import make_stream
 from rankstream.ranking.learners import hyperparameters, learner
 from rankstream.ranking.learners import names as learner_names
 

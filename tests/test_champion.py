@@ -12,7 +12,7 @@ from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.online import OnlineWorker, WorkerOptions
-from rankstream.workers.serving import UNI_CON
+from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation
 
 # The run is deterministic (fixed seeds, no timers): the paired test switches to ogdr at

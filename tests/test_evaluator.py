@@ -17,12 +17,8 @@ from rankstream.stream.settings import Settings
 from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serving import (
-    CHAMPION,
-    EVALUATOR_RECORD,
-    UNI_CON,
-    ServingModel,
-)
+from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON
+from rankstream.workers.serving_model import CHAMPION, ServingModel
 
 RNG = np.random.default_rng(11)
 SCALER = Standardizer().fit(RNG.random((500, 36)))

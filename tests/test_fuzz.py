@@ -782,7 +782,7 @@ def test_fuzz_evaluator(evaluator, values: list[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory):
-    from rankstream.workers.batch import BatchOptions, BatchWorker
+    from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 
     settings = _settings(tmp_path_factory.mktemp("batch"))
     worker = BatchWorker(

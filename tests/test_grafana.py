@@ -137,9 +137,9 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
 def test_every_queried_metric_is_exported_by_the_workers() -> None:
     from prometheus_client import REGISTRY
 
-    from rankstream.workers import metrics, serving  # the serving-model gauge
+    from rankstream.workers import metrics, serving_model  # the serving-model gauge
 
-    assert metrics and serving
+    assert metrics and serving_model
     exported = {family.name for family in REGISTRY.collect()}
     # prometheus_client names a Counter's family without "_total"
     exported |= {f"{name}_total" for name in exported}

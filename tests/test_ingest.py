@@ -11,7 +11,7 @@ from rankstream.stream.schema import decode_query, decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.candidates import FieldError
-from rankstream.workers.ingest import Feedback, FeedbackProducer
+from rankstream.workers.feedback_producer import Feedback, FeedbackProducer
 from rankstream.workers.metrics import sample_value
 
 SETTINGS = Settings(topic_prefix="ingest")
@@ -161,9 +161,9 @@ def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) ->
     """The reservoir samples the triplets of partial judgments and the refit serves them."""
     from rankstream.stream.embedded import EmbeddedTransport
     from rankstream.stream.embedded_store import EmbeddedModelStore
-    from rankstream.workers.batch import BatchOptions, BatchWorker
     from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
-    from rankstream.workers.serving import scorer_for
+    from rankstream.workers.batch_worker import BatchOptions, BatchWorker
+    from rankstream.workers.scoring import scorer_for
 
     transport, store = EmbeddedTransport(), EmbeddedModelStore()
     transport.ensure_topics(
@@ -325,7 +325,7 @@ def test_deliver_leaves_nothing_pending() -> None:
 
 def test_a_batch_too_big_for_one_message_goes_out_one_query_a_message(monkeypatch) -> None:
     from rankstream.stream.schema import encode_triplets
-    from rankstream.workers import ingest
+    from rankstream.workers import feedback_producer
 
     library, transport, _, _ = _batching(queries_per_message=3)
     f = _feedback(query_id=1, seed=1)
@@ -333,7 +333,9 @@ def test_a_batch_too_big_for_one_message_goes_out_one_query_a_message(monkeypatc
     one = feedback_triplets(
         1, f.candidate_ids, f.phi, f.relevance, judged, 0, np.random.default_rng(0)
     )
-    monkeypatch.setattr(ingest, "MAX_MESSAGE_BYTES", int(1.5 * len(encode_triplets(one))))
+    monkeypatch.setattr(
+        feedback_producer, "MAX_MESSAGE_BYTES", int(1.5 * len(encode_triplets(one)))
+    )
     for q in (1, 2, 3):
         library.send(_feedback(query_id=q, seed=1))  # the same size each
     assert _groups(transport) == [[1], [2], [3]] and _query_ids(transport) == [1, 2, 3]

@@ -11,7 +11,7 @@ from rankstream.cli import main
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded_store import embedded_store
-from rankstream.workers.serving import ServingModel
+from rankstream.workers.serving_model import ServingModel
 
 SCALER = Standardizer().fit(np.random.default_rng(0).random((100, 36)))
 

@@ -12,6 +12,9 @@ from starlette.testclient import TestClient
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.serve.app import ROUTES, create_app
+from rankstream.serve.bodies import ARROW
+from rankstream.serve.openapi import openapi_document
 from rankstream.stream.embedded import embedded_transport, reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_query, decode_triplets
@@ -19,10 +22,8 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers import pins
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serve_app import ROUTES, create_app
-from rankstream.workers.serve_bodies import ARROW
-from rankstream.workers.serve_openapi import openapi_document
-from rankstream.workers.serving import EVALUATOR_RECORD, ServingModel
+from rankstream.workers.scoring import EVALUATOR_RECORD
+from rankstream.workers.serving_model import ServingModel
 
 RNG = np.random.default_rng(5)
 PHI = RNG.random((300, PHI_DIM), dtype=np.float32)

@@ -10,15 +10,8 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serving import (
-    CHAMPION,
-    EVALUATOR_RECORD,
-    SCORERS,
-    UNI_CON,
-    ScorerCache,
-    ServingModel,
-    scorer_for,
-)
+from rankstream.workers.scoring import EVALUATOR_RECORD, SCORERS, UNI_CON, ScorerCache, scorer_for
+from rankstream.workers.serving_model import CHAMPION, ServingModel
 
 RNG = np.random.default_rng(3)
 PHI = RNG.random((40, 36)).astype(np.float32)

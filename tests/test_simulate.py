@@ -16,9 +16,9 @@ from rankstream.simulators.fashion_mnist import graded_relevance
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serving import UNI_CON
+from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000

@@ -11,7 +11,7 @@ from rankstream.stream.connect import open_store
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import start_metrics_server
-from rankstream.workers.serving import EVALUATOR_RECORD, UNI_CON
+from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation
 
 

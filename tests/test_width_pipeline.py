@@ -34,15 +34,16 @@ from rankstream.stream.schema import (
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
 from rankstream.workers.baseline import publish_unicon
-from rankstream.workers.batch import BatchOptions, BatchWorker
 from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
+from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.checkpoint import weights_sha256
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.recorder import Recorder, RecorderOptions
 from rankstream.workers.replay import DirectOptions, train_from_log
-from rankstream.workers.serving import UNI_CON, ServingModel
+from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.serving_model import ServingModel
 
 ALGOS = ("opr", "opar1", "opar2", "ogdr", "arow")
 QUERIES, CANDIDATES, JUDGED = 36, 120, 30

@@ -15,10 +15,16 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import encode_triplets, triplet_key
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError
-from rankstream.workers.batch import EXIT_FENCED, EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.batch_models import RankMKLParams
+from rankstream.workers.batch_worker import (
+    EXIT_FENCED,
+    EXIT_OK,
+    RESERVOIR_NAME,
+    BatchOptions,
+    BatchWorker,
+)
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.serving import ScorerCache
+from rankstream.workers.scoring import ScorerCache
 
 
 @pytest.fixture(scope="module")

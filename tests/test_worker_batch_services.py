@@ -8,9 +8,9 @@ from test_worker_batch import assert_same_reservoir, produce, reference_reservoi
 
 from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.stream.connect import open_store
-from rankstream.workers.batch import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.batch_models import RankMKLParams
-from rankstream.workers.serving import ScorerCache
+from rankstream.workers.batch_worker import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.scoring import ScorerCache
 
 
 def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings):

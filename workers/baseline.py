@@ -30,8 +30,8 @@ from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore, StoredModel, check_width
-from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.serving import UNI_CON
+from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.structured_log import get_logger, log_event
 
 ROWS, TARGET = "calibration_rows", "calibration_target"
 MEAN, M2 = "calibration.mean", "calibration.m2"

@@ -472,7 +472,7 @@ SCORER_STATES = {CMDS_DML: CMDSDMLScorer.from_state, RANKMKL: RankMKLScorer.from
 
 
 def scorer_from_state(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
-    """The scorer of a stored batch model (`workers.serving` wraps it in its checks)."""
+    """The scorer of a stored batch model (`workers.scoring` wraps it in its checks)."""
     rebuild = SCORER_STATES.get(kind)
     if rebuild is None:
         raise ValueError(f"kind {kind!r} is not a batch model; batch kinds are {BATCH_KINDS}")

@@ -1,6 +1,6 @@
 """Checks of what an engine sends: a query's candidates, their phi and the user's grades.
 
-The ranking endpoint, the feedback endpoint and the feedback library (`workers.ingest`)
+The ranking endpoint, the feedback endpoint and the feedback library (`workers.feedback_producer`)
 all check their input here, so a bad request fails the same way everywhere: a
 `FieldError` that names the field (the HTTP API answers 422 with it) and nothing is
 scored or produced.

@@ -64,10 +64,10 @@ from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.champion import ChampionPolicy, ChampionRace
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
+from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
+from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 

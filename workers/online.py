@@ -56,10 +56,10 @@ from rankstream.workers.checkpoint import (
     load_or_create,
     save_checkpoint,
 )
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.online_options import LINEAR_ALGOS, WorkerOptions
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, PerPartition, StreamRuntime
 from rankstream.workers.scaleout import MIXER_PARTITION, partition_model_name, publish_mix
+from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = [
     "EXIT_FENCED",

@@ -8,8 +8,8 @@ has been trimmed past that version (the store keeps 50) and after a restart.
 `model unpin NAME` saves a new version of the record that pins nothing; the record's
 versions are the pin's history (`model history NAME`).
 
-The serving side honours pins: `workers.serving.ServingModel` (the simulator) and the
-HTTP API's registry (`workers.serve_registry`) serve a pinned model at its pinned version
+The serving side honours pins: `workers.serving_model.ServingModel` (the simulator) and the
+HTTP API's registry (`serve.registry`) serve a pinned model at its pinned version
 whenever that model is asked for, by name or as the champion. Nothing else changes: the
 online and batch workers keep checkpointing, and the evaluator keeps scoring every new
 version (the stamps carry the newest versions), so the rolling NDCG@50 shows whether

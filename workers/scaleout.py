@@ -63,7 +63,7 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.store import FencingError, ModelStore, StoredModel
 from rankstream.workers.checkpoint import MODEL_KIND
-from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.scaleout")
 MIXER_PARTITION = 0

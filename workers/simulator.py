@@ -2,11 +2,11 @@
 
 `Simulation` wraps `simulators.feedback.FeedbackSimulator` (the §5.5 loop, pure numpy)
 with the stream: each `step()` is one query, ranked by the serving model read from the
-store (`workers.serving.ServingModel`: a named model or the evaluator's champion,
+store (`workers.serving_model.ServingModel`: a named model or the evaluator's champion,
 re-read every query with one cheap `latest_versions()` call), whose judged top 50
 becomes one triplet block and one judged query stamped with the serving model and the
 version of every scorable model current at serving time. They are sent by
-`workers.ingest.FeedbackProducer` (the library the ingestion API shares), which packs
+`workers.feedback_producer.FeedbackProducer` (the library the ingestion API shares), which packs
 `SimulateOptions.queries_per_message` queries' blocks into one message on
 `settings.triplets_topic` (key = the first query's id) before their judged queries on
 `settings.queries_topic`; a query waits at most `SimulateOptions.linger_s` (0.1 s) for
@@ -54,12 +54,16 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
-from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE, check_batching
-from rankstream.workers.ingest import FeedbackProducer
-from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.feedback_batching import (
+    DEFAULT_LINGER_S,
+    QUERIES_PER_MESSAGE,
+    check_batching,
+)
+from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving import CHAMPION, Served, ServingModel
+from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
 

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
     from rankstream.commands._usage import options_checked
     from rankstream.stream.settings import Settings
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
     from rankstream.workers.recorder import Recorder, RecorderOptions
+    from rankstream.workers.structured_log import configure_logging, get_logger, log_event
 
     kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
     with options_checked():

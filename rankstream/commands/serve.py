@@ -40,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import UsageError
+    from rankstream.serve.app import serve
     from rankstream.stream.settings import Settings
-    from rankstream.workers.logging import configure_logging
     from rankstream.workers.metrics import start_metrics_server
-    from rankstream.workers.serve_app import serve
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging()
     settings = Settings.from_env()

@@ -7,7 +7,7 @@ import sys
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
     from rankstream.stream.settings import Settings
-    from rankstream.workers.logging import configure_logging
     from rankstream.workers.metrics import start_metrics_server
     from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging()
     with options_checked():

@@ -15,9 +15,9 @@ import time
 
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import StreamRuntime
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.workers")
 

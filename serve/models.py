@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rankstream.serve.registry import Snapshot
 from rankstream.workers.pins import is_pin_record
-from rankstream.workers.serve_registry import Snapshot
 
 
 def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:

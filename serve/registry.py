@@ -15,7 +15,7 @@ rebuilds every `poll_seconds` without one; a rebuild that finds nothing new cost
 is `rankstream_serving_reload_lag_seconds`.
 
 Requests for an exact older version (`model` + `version`) are loaded on demand through
-an LRU (`workers.serving.ScorerCache`); the snapshot holds only what is served by default.
+an LRU (`workers.scoring.ScorerCache`); the snapshot holds only what is served by default.
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.baseline import calibrating
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.pins import is_pin_record, pins
-from rankstream.workers.serving import (
-    CHAMPION,
+from rankstream.workers.scoring import (
     EVALUATOR_RECORD,
     SCORERS,
     UNI_CON,
@@ -43,6 +41,8 @@ from rankstream.workers.serving import (
     ScorerCache,
     scorer_for,
 )
+from rankstream.workers.serving_model import CHAMPION
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.registry")
 

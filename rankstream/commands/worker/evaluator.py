@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import add_json_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
-    from rankstream.stream.settings import Settings
+    from rankstream.commands.worker._launch import launch_worker
     from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
-    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging()
     with options_checked():
@@ -39,18 +38,4 @@ def run(args: argparse.Namespace) -> int:
             window=args.window,
             exit_when_idle=args.exit_when_idle,
         )
-    settings = Settings.from_env()
-    port = start_metrics_server(settings)
-    log_event(
-        get_logger("rankstream.worker.evaluator"),
-        "starting",
-        kafka=settings.kafka_bootstrap or "embedded",
-        redis="configured" if settings.redis_url else "embedded",
-        metrics_port=port,
-    )
-    evaluator = Evaluator(settings, options)
-    evaluator.install_signal_handlers()
-    code = evaluator.run()
-    if args.json:
-        print_json(evaluator.report())
-    return code
+    return launch_worker("evaluator", args, lambda settings: Evaluator(settings, options))

@@ -1,6 +1,6 @@
 """The HTTP API of `rankstream serve`: rank with what rankstream learned, feed it back.
 
-Routes (the OpenAPI document at GET /openapi.json, `workers.serve_openapi`):
+Routes (the OpenAPI document at GET /openapi.json, `serve.openapi`):
 
     POST /v1/rank            candidates + phi -> ranked ids, scores, model, version
     POST /v1/feedback        a judged query -> triplets + judged query on the stream
@@ -65,16 +65,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rankstream.stream.connect import open_store, probe_transport
-from rankstream.stream.errors import TRANSIENT
-from rankstream.stream.settings import Settings
-from rankstream.stream.store import ModelStore
-from rankstream.workers import metrics
-from rankstream.workers.baseline import publish_unicon
-from rankstream.workers.candidates import FieldError
-from rankstream.workers.ingest import check_feedback
-from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.serve_bodies import (
+from rankstream.serve.bodies import (
     ARROW,
     JSON,
     BadRequest,
@@ -86,16 +77,25 @@ from rankstream.workers.serve_bodies import (
     ranking_arrow,
     ranking_json,
 )
-from rankstream.workers.serve_feedback import FeedbackDesk, InProgress
-from rankstream.workers.serve_models import model_entry, models_listing
-from rankstream.workers.serve_openapi import docs_page, openapi_document
-from rankstream.workers.serve_registry import (
+from rankstream.serve.feedback import FeedbackDesk, InProgress
+from rankstream.serve.models import model_entry, models_listing
+from rankstream.serve.openapi import docs_page, openapi_document
+from rankstream.serve.registry import (
     LoadedModel,
     ModelRegistry,
     Snapshot,
     UnknownModelError,
 )
-from rankstream.workers.serving import UNI_CON
+from rankstream.stream.connect import open_store, probe_transport
+from rankstream.stream.errors import TRANSIENT
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import ModelStore
+from rankstream.workers import metrics
+from rankstream.workers.baseline import publish_unicon
+from rankstream.workers.candidates import FieldError
+from rankstream.workers.feedback_producer import check_feedback
+from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
 Handler = Callable[[Request, "ServeState"], Awaitable[tuple[Response, str]]]
@@ -418,7 +418,7 @@ def create_app(
     workers: bool = False,
 ) -> Starlette:
     """The ASGI app; its lifespan starts the model registry (and, with `workers`, the
-    embedded online worker and evaluator: `workers.serve_workers`) and closes them, within
+    embedded online worker and evaluator: `serve.workers`) and closes them, within
     `app.state.stop_by` (a `time.monotonic()` the SIGTERM handler sets) or the grace."""
     owned = store is None
     state = ServeState(settings, store if store is not None else open_store(settings), poll_seconds)
@@ -427,7 +427,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         learning = None
         if workers:
-            from rankstream.workers.serve_workers import EmbeddedWorkers
+            from rankstream.serve.workers import EmbeddedWorkers
 
             learning = EmbeddedWorkers(settings)
             learning.start()

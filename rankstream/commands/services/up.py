@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.commands._services_args import (
+from rankstream.commands.services._args import (
     add_root_argument,
     add_topology_arguments,
     manager_for,

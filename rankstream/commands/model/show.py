@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import configured_store
+    from rankstream.commands.model._store import configured_store
     from rankstream.workers.checkpoint import summarize
 
     with configured_store() as store:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from rankstream.ranking.judgments import UNJUDGED
 from rankstream.workers.candidates import MAX_GRADE, FieldError, check_candidates
-from rankstream.workers.ingest import Feedback
+from rankstream.workers.feedback_producer import Feedback
 
 JSON = "application/json"
 ARROW = "application/vnd.apache.arrow.stream"

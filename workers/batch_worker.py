@@ -64,9 +64,9 @@ from rankstream.workers.batch_models import (
     fit_cmds_dml,
     fit_rankmkl,
 )
-from rankstream.workers.logging import get_logger, log_event
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, CadenceTimer, RuntimeOptions
+from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "BatchHandler", "BatchOptions", "BatchWorker"]
 

@@ -146,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from rankstream.commands import _c_reference
     from rankstream.commands._usage import UsageError
+    from rankstream.commands.bench import _c_reference
     from rankstream.ranking.learners import names
 
     if args.triplets < 1 or args.repeats < 1:

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -16,10 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import configured_store
+    from rankstream.commands.model._store import configured_store
+    from rankstream.serve.models import models_listing
+    from rankstream.serve.registry import ModelRegistry
     from rankstream.stream.settings import Settings
-    from rankstream.workers.serve_models import models_listing
-    from rankstream.workers.serve_registry import ModelRegistry
 
     with configured_store() as store:  # served at the deployment's width, as serve does
         registry = ModelRegistry(store, width=Settings.from_env().phi_dim)

@@ -1,6 +1,6 @@
 """The HTTP API's OpenAPI 3.1 document, served at GET /openapi.json.
 
-Written by hand (the app is plain Starlette, `workers.serve_app`); a test checks that it
+Written by hand (the app is plain Starlette, `serve.app`); a test checks that it
 names exactly the app's routes and methods, so the two cannot drift apart.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from rankstream.serve.bodies import ERROR_CODES, UNKNOWN_FIELD
 from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
-from rankstream.workers.serve_bodies import ERROR_CODES, UNKNOWN_FIELD
 
 _ERROR = {
     "type": "object",

@@ -1,6 +1,6 @@
 """How the feedback producer batches: judged queries a triplets message, and their linger.
 
-`workers.ingest.FeedbackProducer` packs up to `QUERIES_PER_MESSAGE` judged queries'
+`workers.feedback_producer.FeedbackProducer` packs up to `QUERIES_PER_MESSAGE` judged queries'
 triplets into one `rankstream.triplets` message, like Kafka's linger: Python Kafka's
 cost per message (~0.4 ms end to end) dominates a message of one query's ~283
 triplets, and at 8 queries a message (~2,260 triplets) wire version 2 reaches ~3x

@@ -42,8 +42,8 @@ from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.workers.candidates import FieldError
-from rankstream.workers.ingest import Feedback, FeedbackProducer, Receipt
-from rankstream.workers.logging import get_logger, log_event
+from rankstream.workers.feedback_producer import Feedback, FeedbackProducer, Receipt
+from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.feedback")
 

@@ -25,7 +25,7 @@ import time
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.ranking import learners
-from rankstream.workers.batching import QUERIES_PER_MESSAGE
+from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 
 TOPIC = "bench.triplets"
 

@@ -1,32 +1,24 @@
-"""Models read back from the store as scorers, and the champion policy that picks one to serve.
+"""Models read back from the store as scorers: how a stored model scores.
 
 `SCORERS` maps a stored model's kind to a factory that rebuilds it as a `Scorer`
 (`score(phi (k, d) float32) -> (k,) float64`, higher = more relevant, d the deployment's
 width `Settings.phi_dim`). A stored model of another width is refused
 (`stream.store.WrongWidthError`) before it is rebuilt, and a scorer refuses phi of
 another width, so a model is never fed features it was not trained on. The simulator
-ranks with one, the evaluator scores every model with them, so the two can never
-disagree on how a model scores. A worker that publishes a new kind registers its
-factory here (`SCORERS["cmds_dml"] = ...`).
+ranks with one, the evaluator scores every model with them, and the HTTP API serves
+them (`serve.registry`), so none can disagree on how a model scores. A worker that
+publishes a new kind registers its factory here (`SCORERS["cmds_dml"] = ...`).
 
 Kinds "linear" (Uni-Con and the other baselines, written with their own `to_state`)
 and "online" (the online worker's checkpoints, `OnlineRanker.to_state`) are both
 w . phi through the stored Standardizer, so one factory serves both: it dispatches on
 the state's own `meta["kind"]`.
-
-The champion is chosen by the evaluator (`workers.champion`: a paired sequential test
-of each challenger against the incumbent), which publishes it as the model `evaluator`
-(kind "scores", meta {"champion": name, "race": ..., "rolling_ndcg": ...}), and
-`ServingModel` reads that record to know what to serve. Uni-Con serves until a learned
-model beats it on evidence.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,16 +28,10 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
-from rankstream.workers import metrics
-from rankstream.workers.logging import get_logger, log_event
-from rankstream.workers.pins import pin_record_name, pinned_model
 
 UNI_CON = "uni_con"
-CHAMPION = "champion"
 EVALUATOR_RECORD = "evaluator"
 SCORES_KIND = "scores"
-
-log = get_logger("rankstream.serving")
 
 
 class Scorer(Protocol):
@@ -191,108 +177,3 @@ class ScorerCache:
                     self.kinds[name] = stored.kind
                     if stored.kind in SCORERS:
                         self._entries[(name, stored.version)] = scorer_for(stored, self.width)
-
-
-@dataclass(frozen=True)
-class Served:
-    """What ranked one query: the model, its version and scorer, every model's version."""
-
-    name: str
-    version: int
-    scorer: Scorer
-    model_versions: dict[str, int]
-
-
-class ServingModel:
-    """The simulator's view of the store: the model to rank with, refreshed each query.
-
-    `serving` is a model name or `champion`. `refresh()` costs one `latest_versions()`
-    call when nothing changed; a new champion or a new version of the served model is
-    loaded once (through the LRU). A champion that is not (yet) in the store, or whose
-    kind has no scorer, falls back to Uni-Con. A pinned model (`workers.pins`) is served
-    at its pinned version; the stamps still carry every model's newest version, so the
-    evaluator keeps scoring them.
-    """
-
-    def __init__(
-        self,
-        store: ModelStore,
-        serving: str = CHAMPION,
-        cache_size: int = 16,
-        width: int = DEFAULT_PHI_DIM,
-    ) -> None:
-        self.store = store
-        self.serving = serving
-        self.cache = ScorerCache(store, cache_size, width)
-        self.current: Served | None = None
-        self.switches = 0
-        self._champion: str = UNI_CON
-        self._record_version = 0
-        self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
-
-    def refresh(self) -> Served:
-        latest = self.store.latest_versions()
-        self.cache.learn_kinds(sorted(latest))
-        versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
-        name = self.serving if self.serving != CHAMPION else self._read_champion(latest)
-        if name not in versions:
-            if self.serving != CHAMPION:
-                raise LookupError(f"serving model {name!r} is not in the store (or not scorable)")
-            name = UNI_CON
-        if UNI_CON not in versions and name == UNI_CON:
-            raise LookupError("Uni-Con is not in the store; publish it before serving")
-        version = versions[name]
-        held = self._pinned(name, latest)
-        if held is not None:
-            version = held.version
-        if self.current is None or (self.current.name, self.current.version) != (name, version):
-            scorer = self.cache.adopt(held) if held is not None else self.cache.get(name, version)
-            if scorer is None:  # trimmed between the two reads: serve what we have
-                if self.current is not None:
-                    return Served(
-                        self.current.name, self.current.version, self.current.scorer, versions
-                    )
-                raise LookupError(f"model {name!r} v{version} vanished from the store")
-            self._switch(name, version, scorer)
-        assert self.current is not None
-        return Served(self.current.name, self.current.version, self.current.scorer, versions)
-
-    def _pinned(self, name: str, latest: Mapping[str, int]) -> StoredModel | None:
-        """NAME's pinned version, re-read only when its pin record changed."""
-        record_version = latest.get(pin_record_name(name), 0)
-        cached = self._pins.get(name)
-        if cached is None or cached[0] != record_version:
-            record = self.store.load(pin_record_name(name)) if record_version else None
-            cached = self._pins[name] = (record_version, pinned_model(record))
-        return cached[1]
-
-    def _read_champion(self, latest: Mapping[str, int]) -> str:
-        version = latest.get(EVALUATOR_RECORD, 0)
-        if version != self._record_version:
-            record = self.store.load(EVALUATOR_RECORD)
-            if record is not None:
-                self._record_version = record.version
-                champion = record.meta.get("champion")
-                if isinstance(champion, str) and champion:
-                    self._champion = champion
-        return self._champion
-
-    def _switch(self, name: str, version: int, scorer: Scorer) -> None:
-        previous = self.current
-        self.current = Served(name, version, scorer, {})
-        if previous is not None and previous.name == name:
-            return  # a newer version of the same model: not a switch
-        if previous is not None:
-            metrics.SERVING_MODEL_INFO.labels(model=previous.name).set(0)
-        metrics.SERVING_MODEL_INFO.labels(model=name).set(1)
-        metrics.SERVING_SWITCHES.inc()
-        self.switches += 1
-        log_event(
-            log,
-            "serving model switched",
-            level=logging.INFO,
-            previous=None if previous is None else previous.name,
-            model=name,
-            version=version,
-            mode=self.serving,
-        )

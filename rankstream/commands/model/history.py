@@ -14,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import configured_store
     from rankstream.commands._usage import UsageError
+    from rankstream.commands.model._store import configured_store
     from rankstream.workers.pins import model_history
 
     with configured_store() as store:

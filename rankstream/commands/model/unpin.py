@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._model_store import configured_store, pin_refused
+    from rankstream.commands.model._store import configured_store, pin_refused
     from rankstream.stream.store import FencingError
     from rankstream.workers.pins import unpin
 

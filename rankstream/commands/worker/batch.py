@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import add_json_argument
 
 DEFAULT_MODELS = "cmds_dml,rankmkl"
 
@@ -69,11 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
     from rankstream.commands._usage import options_checked
-    from rankstream.stream.settings import Settings
-    from rankstream.workers.batch import BatchOptions, BatchWorker
+    from rankstream.commands.worker._launch import launch_worker
     from rankstream.workers.batch_models import BATCH_KINDS, RankMKLParams
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
-    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.workers.batch_worker import BatchOptions, BatchWorker
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging()
     models = parse_choices(args.models, BATCH_KINDS, "--models")
@@ -90,20 +89,10 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.mkl_pairs < 1:
             raise ValueError(f"--mkl-pairs must be >= 1, got {args.mkl_pairs}")
-    settings = Settings.from_env()
-    port = start_metrics_server(settings)
-    log_event(
-        get_logger("rankstream.worker.batch"),
-        "starting",
+    return launch_worker(
+        "batch",
+        args,
+        lambda settings: BatchWorker(settings, options),
         models=list(models),
         reservoir=args.reservoir,
-        kafka=settings.kafka_bootstrap or "embedded",
-        redis="configured" if settings.redis_url else "embedded",
-        metrics_port=port,
     )
-    worker = BatchWorker(settings, options)
-    worker.install_signal_handlers()
-    code = worker.run()
-    if args.json:
-        print_json(worker.report())
-    return code

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.commands._services_args import add_root_argument, manager_for
+from rankstream.commands.services._args import add_root_argument, manager_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

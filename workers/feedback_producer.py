@@ -1,11 +1,11 @@
 """The feedback producer: judged queries onto the stream, as triplets and judged queries.
 
 Every producer of feedback uses this library: the simulator (`workers.simulator`), the
-HTTP ingestion endpoint (`POST /v1/feedback`, `workers.serve_app`) and any engine written
+HTTP ingestion endpoint (`POST /v1/feedback`, `serve.app`) and any engine written
 in Python, directly:
 
     from rankstream.stream.settings import Settings
-    from rankstream.workers.ingest import Feedback, FeedbackProducer
+    from rankstream.workers.feedback_producer import Feedback, FeedbackProducer
 
     with FeedbackProducer.open(Settings.from_env()) as producer:
         receipt = producer.deliver(Feedback(query_id=7, candidate_ids=ids, phi=phi,
@@ -25,7 +25,7 @@ What it writes, for each judged query (the same schema and keys as the simulator
   model current before any of them could learn from this feedback (the evaluator
   scores each at that version).
 
-Batching, like Kafka's linger (`workers.batching`: why, and the defaults): queries wait
+Batching, like Kafka's linger (`workers.feedback_batching`: why, and the defaults): queries wait
 in a pending list and go out together, as ONE `rankstream.triplets` message on
 `settings.triplets_topic` holding up to `queries_per_message` queries' triplets (one
 wire group each, in order; a query's triplets never split across messages; key = its
@@ -74,12 +74,16 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import check_name
 from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
-from rankstream.workers.batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE, check_batching
 from rankstream.workers.candidates import (
     FieldError,
     check_candidates,
     check_query_id,
     check_relevance,
+)
+from rankstream.workers.feedback_batching import (
+    DEFAULT_LINGER_S,
+    QUERIES_PER_MESSAGE,
+    check_batching,
 )
 
 

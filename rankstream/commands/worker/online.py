@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import add_json_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,28 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
-    from rankstream.stream.settings import Settings
-    from rankstream.workers.logging import configure_logging, get_logger, log_event
-    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.commands.worker._launch import launch_worker
     from rankstream.workers.online import OnlineWorker, WorkerOptions
     from rankstream.workers.options import from_arguments
+    from rankstream.workers.structured_log import configure_logging
 
     configure_logging()
     with options_checked():
         options = from_arguments(WorkerOptions, args)
-    settings = Settings.from_env()
-    port = start_metrics_server(settings)
-    log_event(
-        get_logger("rankstream.worker.online"),
-        "starting",
-        algos=list(options.algos),
-        kafka=settings.kafka_bootstrap or "embedded",
-        redis="configured" if settings.redis_url else "embedded",
-        metrics_port=port,
+    return launch_worker(
+        "online", args, lambda settings: OnlineWorker(settings, options), algos=list(options.algos)
     )
-    worker = OnlineWorker(settings, options)
-    worker.install_signal_handlers()
-    code = worker.run()
-    if args.json:
-        print_json(worker.report())
-    return code

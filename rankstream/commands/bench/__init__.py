@@ -1,0 +1,1 @@
+"""`rankstream bench ...`: the benchmarks, one JSON object each."""

@@ -1,0 +1,1 @@
+"""`rankstream eval ...`: the papers' experiments, learning from clicks, the champion test."""

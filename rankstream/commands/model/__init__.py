@@ -1,0 +1,1 @@
+"""`rankstream model ...`: the stored models (show, list, pin, unpin, history)."""

@@ -1,0 +1,1 @@
+"""`rankstream services ...`: local Kafka, Redis and Prometheus."""

@@ -1,0 +1,1 @@
+"""`rankstream worker ...`: the long-running workers."""

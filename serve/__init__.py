@@ -1,0 +1,1 @@
+"""The HTTP service: the app and its routes, request bodies, the model registry, OpenAPI."""
