@@ -14,7 +14,7 @@ come from the `rng` the caller passes, so the triplets are a pure function of th
 judgments and that generator's state.
 
 The simulator (`simulators.feedback.judge`, judged = its served top 50) and the
-ingestion library (`workers.ingest`, judged = whatever an engine's user judged) both
+ingestion library (`workers.feedback_producer`, judged = whatever an engine's user judged) both
 call `feedback_triplets`, so the two producers can never form pairs differently.
 
 >>> rng = np.random.default_rng(0)

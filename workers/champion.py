@@ -11,7 +11,7 @@ over when the champion changes, since its pairs were against the old incumbent. 
 switch, and each race's first refusal, is logged with the statistics that decided it.
 
 An incumbent that leaves the store (deleted, or its kind no longer scorable) is served
-by no one: serving falls back to Uni-Con (`workers.serving.ServingModel`), so the race
+by no one: serving falls back to Uni-Con (`workers.serving_model.ServingModel`), so the race
 falls back too (`fall_back`, called by the evaluator when the incumbent was not scored
 on a query and is no longer in the store): Uni-Con becomes the incumbent, every race
 starts over against it, and the fall-back is logged and counted as a switch. Without
