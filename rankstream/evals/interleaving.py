@@ -324,12 +324,8 @@ def evaluate_interleaving(
     return result
 
 
-def _ratio(cell: Mapping[str, Any]) -> dict[str, Any]:
-    """A/B's median impressions to a correct switch over interleaving's. When A/B's median
-    run never switched within its horizon, the horizon gives a lower bound of the ratio."""
-    ab, inter = cell["ab"], cell["interleaving"]["median_impressions"]
-    if inter is None:
-        return {"ratio": None, "lower_bound": False}
-    if ab["median_impressions"] is None:
-        return {"ratio": ab["horizon_impressions"] / inter, "lower_bound": True}
-    return {"ratio": ab["median_impressions"] / inter, "lower_bound": False}
+def _ratio(cell: Mapping[str, Any]) -> float | None:
+    """A/B's median impressions to a correct switch over interleaving's; None when either
+    median run made no correct switch (the cells' `switched` and `error_rate` say why)."""
+    ab, inter = cell["ab"]["median_impressions"], cell["interleaving"]["median_impressions"]
+    return ab / inter if ab is not None and inter is not None else None
