@@ -73,12 +73,9 @@ class InterleavingRace:
 
     def summary(self) -> dict[str, Any]:
         """Per challenger: impressions, wins/losses/ties, the statistic and the verdict."""
-        test = self.policy.test
         return {
             "incumbent": self.incumbent,
-            "test": "msprt",
-            "alpha": test.alpha,
-            "delta": test.delta,
+            **self.policy.describe(),
             "challengers": {
                 m: {"impressions": e.pairs, **self.counts[m], **e.as_dict()}
                 for m, e in self.evidence().items()
