@@ -226,6 +226,24 @@ class PairedTest:
         )
 
 
+def _bounds(test: PairedTest, differences: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, lower, upper) of the confidence sequence after each difference (numpy)."""
+    d = np.asarray(differences, dtype=np.float64).reshape(-1)
+    if not (np.abs(d) <= 1.0).all():
+        raise ValueError("NDCG differences lie in [-1, 1]")
+    n = np.arange(1, d.size + 1, dtype=np.float64)
+    if d.size == 0:
+        return n, n, n
+    mean = np.cumsum(d) / n
+    m2 = np.cumsum((d - mean[-1]) ** 2) - n * (mean - mean[-1]) ** 2  # shifted: no cancellation
+    s2 = np.maximum((np.maximum(m2, 0.0) + test.variance_prior) / n, VARIANCE_FLOOR)
+    tau2 = test.tau2
+    half = np.sqrt(
+        s2 * (s2 + n * tau2) / (n * n * tau2) * (np.log1p(n * tau2 / s2) + 2.0 * test.threshold)
+    )
+    return n, mean - half, mean + half
+
+
 def first_switch(test: PairedTest, differences: Any) -> int | None:
     """The number of pairs at which `test` first says switch (None: it never does).
 
@@ -236,19 +254,19 @@ def first_switch(test: PairedTest, differences: Any) -> int | None:
     >>> first_switch(PairedTest(), [0.05, 0.03, 0.04, 0.06] * 30)
     100
     """
-    d = np.asarray(differences, dtype=np.float64).reshape(-1)
-    if d.size == 0:
-        return None
-    if not (np.abs(d) <= 1.0).all():
-        raise ValueError("NDCG differences lie in [-1, 1]")
-    n = np.arange(1, d.size + 1, dtype=np.float64)
-    mean = np.cumsum(d) / n
-    m2 = np.cumsum((d - mean[-1]) ** 2) - n * (mean - mean[-1]) ** 2  # shifted: no cancellation
-    s2 = np.maximum((np.maximum(m2, 0.0) + test.variance_prior) / n, VARIANCE_FLOOR)
-    tau2 = test.tau2
-    half = np.sqrt(
-        s2 * (s2 + n * tau2) / (n * n * tau2) * (np.log1p(n * tau2 / s2) + 2.0 * test.threshold)
-    )
-    switch = (n >= test.min_pairs) & ~(mean + half < test.delta) & (mean - half > 0.0)
-    hits = np.flatnonzero(switch)
+    n, low, high = _bounds(test, differences)
+    hits = np.flatnonzero((n >= test.min_pairs) & ~(high < test.delta) & (low > 0.0))
+    return int(hits[0]) + 1 if hits.size else None
+
+
+def first_refusal(test: PairedTest, differences: Any) -> int | None:
+    """The number of pairs at which `test` first says refuse (None: it never does).
+
+    >>> first_refusal(PairedTest(), [0.01, -0.01] * 400)  # the variance prior's price
+    430
+    >>> first_refusal(PairedTest(variance_prior=0.0), [0.01, -0.01] * 60)
+    100
+    """
+    n, _, high = _bounds(test, differences)
+    hits = np.flatnonzero((n >= test.min_pairs) & (high < test.delta))
     return int(hits[0]) + 1 if hits.size else None

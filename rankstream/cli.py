@@ -10,8 +10,9 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream|clicks|champion
-                              the papers' experiments, learning from clicks, the champion test
+    eval cbir|dml|mkl|stream|clicks|champion|interleaving
+                              the papers' experiments, learning from clicks, the champion
+                              test, interleaving vs A/B on click traffic
     bench learners|pipeline|scaleout|replay|serve|ingest
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
@@ -57,6 +58,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "champion"): (
         "eval.champion",
         "champion policy: A/A false switches, queries to switch (new test vs old)",
+    ),
+    ("eval", "interleaving"): (
+        "eval.interleaving",
+        "impressions to a correct decision: interleaving vs A/B click-through rate",
     ),
     ("bench", "learners"): ("bench.learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench.pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),

@@ -276,3 +276,45 @@ def _save(fig, plt, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_interleaving(report: Mapping, path: str | Path) -> Path:
+    """`eval interleaving`: median impressions to a correct switch per NDCG@50 difference,
+    interleaving vs A/B, one panel per click model (log scale; a hollow bar: no switch
+    within the horizon, drawn at the horizon)."""
+    plt = _pyplot()
+    models = dict(report["click_models"])
+    fig, axes = plt.subplots(1, len(models), figsize=(4.4 * len(models), 3.8), squeeze=False)
+    for axis, (name, cases) in zip(axes[0], models.items(), strict=True):
+        keys = list(report["pairs"])
+        x = np.arange(len(keys))
+        for offset, method, label in (
+            (-0.2, "interleaving", "interleaving"),
+            (0.2, "ab", "A/B CTR"),
+        ):
+            for i, key in enumerate(keys):
+                cell = cases[key][method]
+                value = cell["median_impressions"]
+                hollow = value is None
+                axis.bar(
+                    x[i] + offset,
+                    cell["horizon_impressions"] if hollow else value,
+                    0.4,
+                    color="none" if hollow else ("C0" if method == "interleaving" else "C1"),
+                    edgecolor="C0" if method == "interleaving" else "C1",
+                    hatch="//" if hollow else None,
+                    label=label if i == 0 else None,
+                )
+        false = {m: cases["aa"][m]["false_decisions"] for m in ("interleaving", "ab")}
+        labels = [f"{report['pairs'][k]['ndcg_difference']:.4f}" for k in keys]
+        axis.set_xticks(x, labels)
+        axis.set_yscale("log")
+        axis.set_ylim(bottom=100)  # the test's burn-in: no verdict before 100 pairs
+        axis.set_xlabel("true NDCG@50 difference")
+        axis.set_ylabel("median impressions to a correct switch")
+        axis.set_title(
+            f"{name} (A/A false: interleaving {false['interleaving']:.2f}, A/B {false['ab']:.2f})",
+            fontsize=9,
+        )
+        axis.legend(fontsize=7, loc="upper right")
+    return _save(fig, plt, path)

@@ -111,6 +111,14 @@ class CascadeClickModel:
             clicked[int(np.argmax(stops)) + 1 :] = False
         return clicked
 
+    def clicks_many(self, grades: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Clicks (bool, n x L) on n lists of L grades at once (rows: impressions)."""
+        grades = _grades(grades.reshape(-1), self.n_grades).reshape(grades.shape)
+        clicked = rng.random(grades.shape) < np.asarray(self.click_probability)[grades]
+        stops = clicked & (rng.random(grades.shape) < np.asarray(self.stop_probability)[grades])
+        stopped_before = np.cumsum(stops, axis=1) - stops > 0  # a stop above this rank
+        return clicked & ~stopped_before
+
 
 @dataclass(frozen=True)
 class PositionBasedClickModel:
@@ -136,6 +144,12 @@ class PositionBasedClickModel:
         grades = _grades(grades, self.n_grades)
         examined = rng.random(grades.size) < self.propensities(grades.size)
         return examined & (rng.random(grades.size) < np.asarray(self.click_probability)[grades])
+
+    def clicks_many(self, grades: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Clicks (bool, n x L) on n lists of L grades at once (rows: impressions)."""
+        grades = _grades(grades.reshape(-1), self.n_grades).reshape(grades.shape)
+        examined = rng.random(grades.shape) < self.propensities(grades.shape[1])
+        return examined & (rng.random(grades.shape) < np.asarray(self.click_probability)[grades])
 
 
 ClickModel = CascadeClickModel | PositionBasedClickModel

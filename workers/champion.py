@@ -56,6 +56,18 @@ class ChampionPolicy:
         """The deployment's alpha and delta (`RANKSTREAM_CHAMPION_ALPHA`, `..._DELTA`)."""
         return cls(test=PairedTest(alpha=settings.champion_alpha, delta=settings.champion_delta))
 
+    def describe(self) -> dict[str, Any]:
+        """The test and its settings, as every race's summary shows them."""
+        test = self.test
+        return {
+            "test": "msprt",
+            "alpha": test.alpha,
+            "delta": test.delta,
+            "min_pairs": test.min_pairs,
+            "variance_prior": test.variance_prior,
+            "threshold": test.threshold,
+        }
+
 
 class ChampionRace:
     """The incumbent and one paired test per challenger (module docstring)."""
@@ -121,15 +133,9 @@ class ChampionRace:
 
     def summary(self) -> dict[str, Any]:
         """The race for reports, the scores record and GET /v1/models."""
-        test = self.policy.test
         return {
             "incumbent": self.incumbent,
-            "test": "msprt",
-            "alpha": test.alpha,
-            "delta": test.delta,
-            "min_pairs": test.min_pairs,
-            "variance_prior": test.variance_prior,
-            "threshold": test.threshold,
+            **self.policy.describe(),
             "challengers": {m: e.as_dict() for m, e in self.evidence().items()},
         }
 

@@ -1,0 +1,106 @@
+"""`rankstream eval interleaving`: impressions to a correct decision, interleaving vs A/B."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rankstream.commands._collection_args import add_collection_arguments, loader_options
+from rankstream.commands._json_output import add_json_argument, print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_collection_arguments(parser)
+    parser.add_argument(
+        "--click-model",
+        nargs="+",
+        default=["informational", "navigational"],
+        metavar="M",
+        help="one or more of perfect, navigational, informational, almost-random, pbm:ETA "
+        "(default informational navigational)",
+    )
+    parser.add_argument("--runs", type=int, default=100, help="runs per case (default 100)")
+    parser.add_argument(
+        "--differences",
+        type=float,
+        nargs="+",
+        default=[0.005, 0.01, 0.02],
+        help="target true NDCG@50 differences (default 0.005 0.01 0.02)",
+    )
+    parser.add_argument(
+        "--interleaving-horizon",
+        type=int,
+        default=40_000,
+        help="impressions per interleaving run at most (default 40,000)",
+    )
+    parser.add_argument(
+        "--ab-horizon",
+        type=int,
+        default=100_000,
+        help="impressions per A/B run at most, both arms (default 100,000)",
+    )
+    parser.add_argument("--queries", type=int, default=500, help="the users' query pool (500)")
+    parser.add_argument("--seed", type=int, default=0, help="default 0")
+    parser.add_argument(
+        "--plot", default=None, help="the plot (default report/interleaving_<collection>.png)"
+    )
+    add_json_argument(parser)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """Per click model and difference: median / p90 impressions, errors; A/A."""
+    test = result["test"]
+    print(f"{result['collection']}: {result['runs']} runs per case, alpha {test['alpha']}")
+    for name, cases in result["click_models"].items():
+        for key, pair in result["pairs"].items():
+            cells = cases[key]
+            row = "  ".join(
+                f"{m} median {c['median_impressions']} p90 {c['p90_impressions']} "
+                f"errors {c['error_rate']:.2f}"
+                for m, c in cells.items()
+            )
+            print(f"{name} dNDCG {pair['ndcg_difference']:.4f}: {row}")
+        aa = cases["aa"]
+        print(
+            f"{name} A/A false decisions: interleaving {aa['interleaving']['false_decisions']:.3f}"
+            f", A/B {aa['ab']['false_decisions']:.3f}"
+        )
+    if "plot" in result:
+        print(f"wrote {result['plot']}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankstream.commands._usage import options_checked
+    from rankstream.evals.interleaving import evaluate_interleaving
+    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
+    from rankstream.stream.settings import Settings
+    from rankstream.workers.champion import ChampionPolicy
+
+    settings = Settings.from_env()
+    cache = Path(settings.data_dir) / "collections"
+    try:
+        with options_checked():
+            result = evaluate_interleaving(
+                args.collection,
+                args.click_model,
+                cache,
+                ChampionPolicy.from_settings(settings).test,
+                runs=args.runs,
+                targets=args.differences,
+                horizons={"interleaving": args.interleaving_horizon, "ab": args.ab_horizon},
+                seed=args.seed,
+                pool_queries=args.queries,
+                options=loader_options(args),
+                progress=True,  # on stderr: --json keeps stdout to the object
+                plot_path=args.plot or f"report/interleaving_{args.collection}.png",
+            )
+    except FashionMNISTMissingError as error:  # names the Debian package to install
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print_json(result)
+    else:
+        print_summary(result)
+    return 0

@@ -1,0 +1,167 @@
+"""Team-draft interleaving and multileaving, credit and outcomes (`ranking.interleaving`),
+and the interleaving race (`workers.interleaving`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankstream.ranking.interleaving import (
+    credit,
+    outcome,
+    pairwise_outcomes,
+    team_draft,
+    team_draft_many,
+)
+from rankstream.ranking.sequential import PairedTest
+from rankstream.workers.champion import ChampionPolicy
+from rankstream.workers.interleaving import InterleavingRace
+
+rankings = st.lists(st.lists(st.integers(0, 30), max_size=20, unique=True), min_size=2, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rankings, st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_a_team_draft_is_a_fair_merge_of_its_rankings(lists, length, seed) -> None:
+    arrays = [np.array(r, dtype=np.int64) for r in lists]
+    shown = team_draft(arrays, length, np.random.default_rng(seed))
+    union = set().union(*map(set, lists))
+    items = shown.items.tolist()
+    # a list without repeats, drawn from the union, as long as it can be
+    assert len(items) == len(set(items)) == min(length, len(union))
+    assert set(items) <= union
+    for team, ranking in enumerate(lists):
+        picked = [item for item, t in zip(items, shown.teams.tolist(), strict=True) if t == team]
+        # each team's picks keep its ranker's order ...
+        assert picked == sorted(picked, key=ranking.index)
+        # ... and each pick is that ranker's best result not shown before it
+        for position, (item, t) in enumerate(zip(items, shown.teams.tolist(), strict=True)):
+            if t == team:
+                assert item == next(r for r in ranking if r not in items[:position])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 25), st.integers(2, 4), st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_teams_are_balanced_when_the_rankers_rank_the_same_items(
+    n_items, n_rankers, length, seed
+) -> None:
+    rng = np.random.default_rng(seed)
+    lists = [rng.permutation(n_items) for _ in range(n_rankers)]
+    sizes = team_draft(lists, length, rng).team_sizes(n_rankers)
+    assert sizes.sum() == min(length, n_items)
+    assert sizes.max() - sizes.min() <= 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(rankings, st.integers(1, 30), st.integers(0, 2**32 - 1))
+def test_a_seed_gives_the_same_list(lists, length, seed) -> None:
+    arrays = [np.array(r, dtype=np.int64) for r in lists]
+    first = team_draft(arrays, length, np.random.default_rng(seed))
+    again = team_draft(arrays, length, np.random.default_rng(seed))
+    assert first.items.tolist() == again.items.tolist()
+    assert first.teams.tolist() == again.teams.tolist()
+
+
+def test_two_identical_rankings_show_that_ranking_and_split_the_picks() -> None:
+    ranking = np.arange(10)
+    shown = team_draft([ranking, ranking], 10, np.random.default_rng(3))
+    assert shown.items.tolist() == list(range(10))
+    assert shown.team_sizes(2).tolist() == [5, 5]
+
+
+def test_each_ranker_goes_first_in_about_half_of_the_rounds() -> None:
+    a, b = np.arange(0, 40, 2), np.arange(1, 40, 2)  # disjoint: the order shows who went first
+    batch = np.stack([np.tile(a, (4000, 1)), np.tile(b, (4000, 1))])
+    merged = team_draft_many(batch, 40, 20, np.random.default_rng(0))
+    first_of_round = merged.teams[:, ::2]
+    share = (first_of_round == 1).mean()
+    assert 0.48 < share < 0.52  # 40,000 fair coins: sd 0.0025
+
+
+def test_the_batch_draft_stops_when_every_ranker_is_out() -> None:
+    batch = np.array([[[0, 1, -1]], [[1, -1, -1]]])
+    merged = team_draft_many(batch, 2, 5, np.random.default_rng(0))
+    assert sorted(merged.items[0, :2].tolist()) == [0, 1]
+    assert merged.items[0, 2:].tolist() == [-1, -1, -1]
+    assert merged.teams[0, 2:].tolist() == [-1, -1, -1]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([np.array([1, 1, 2]), np.array([2])], "each item once"),
+        ([np.array([1, 2])], "at least 2"),
+    ],
+)
+def test_bad_rankings_are_refused(bad, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        team_draft(bad, 3, np.random.default_rng(0))
+
+
+def test_clicks_are_credited_to_the_team_that_placed_the_result() -> None:
+    teams = np.array([[0, 1, 1, 0], [1, 0, 0, 1], [0, 1, 0, 1]])
+    clicks = np.array([[True, True, True, False], [False] * 4, [True, False, False, False]])
+    credits = credit(teams, clicks, 2)
+    assert credits.tolist() == [[1, 2], [0, 0], [1, 0]]
+    assert outcome(credits).tolist() == [1, 0, -1]  # win, tie (no clicks), loss
+    assert outcome(credits, challenger=0, champion=1).tolist() == [-1, 0, 1]
+
+
+def test_multileave_outcomes_are_antisymmetric_and_pairwise() -> None:
+    credits = np.array([[3, 1, 1], [0, 2, 5]])
+    outcomes = pairwise_outcomes(credits)
+    assert (outcomes == -outcomes.transpose(0, 2, 1)).all()
+    assert outcomes[0].tolist() == [[0, 1, 1], [-1, 0, 0], [-1, 0, 0]]
+    assert outcomes[1, 2, 0] == 1
+
+
+def test_credit_refuses_teams_outside_the_rankers_and_shape_mismatches() -> None:
+    with pytest.raises(ValueError, match=r"0\.\.1"):
+        credit(np.array([0, 2]), np.array([True, True]), 2)
+    with pytest.raises(ValueError, match="shape"):
+        credit(np.array([0, 1]), np.array([True]), 2)
+
+
+def test_the_race_switches_on_a_preferred_challenger_and_restores_its_state() -> None:
+    policy = ChampionPolicy(test=PairedTest(alpha=0.01, delta=0.005))
+    race = InterleavingRace(policy)
+    rng = np.random.default_rng(0)
+    outcomes = rng.choice([-1, 0, 1], size=300, p=[0.3, 0.3, 0.4]).tolist()
+    assert race.observe("opar1", outcomes[:150]) is None
+    restored = InterleavingRace.from_state(policy, race.to_state())
+    assert restored.counts == race.counts
+    assert restored.summary() == race.summary()
+    summary = race.summary()["challengers"]["opar1"]
+    assert summary["impressions"] == 150
+    assert summary["wins"] + summary["losses"] + summary["ties"] == 150
+    winner = None
+    for value in rng.choice([-1, 0, 1], size=20_000, p=[0.3, 0.3, 0.4]).tolist():
+        winner = restored.observe("opar1", [value])
+        if winner:
+            break
+    assert winner == "opar1" and restored.incumbent == "opar1" and not restored.races
+
+
+def test_the_race_refuses_bad_outcomes_and_the_champion_as_challenger() -> None:
+    race = InterleavingRace(ChampionPolicy())
+    with pytest.raises(ValueError, match="-1, 0 or"):
+        race.observe("opar1", [2])
+    with pytest.raises(ValueError, match="champion"):
+        race.observe(race.incumbent, [1])
+    with pytest.raises(ValueError, match="add up"):
+        InterleavingRace.from_state(
+            ChampionPolicy(),
+            {
+                "races": {
+                    "opar1": {"counts": {"wins": 1, "losses": 0, "ties": 0}, "stats": [2, 0, 0]}
+                }
+            },
+        )
+
+
+def test_ties_count_as_zero_differences() -> None:
+    race = InterleavingRace(ChampionPolicy())
+    race.observe("arow", [1, 0, 0, -1])
+    assert race.races["arow"].n == 4 and race.races["arow"].mean == 0.0
