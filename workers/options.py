@@ -18,9 +18,10 @@ Each long-running process has a frozen options dataclass (`WorkerOptions`, `Batc
 
 Field types understood: int, float, str (and `| None` of each: "none" turns it off), bool
 (`--flag` / `--no-flag`; the variable takes 1/0, true/false, yes/no, on/off),
-tuple[str, ...] (comma-separated), a nested options dataclass, and the hyper-parameter
-mapping. The variables are read with the deployment settings' error (`SettingsError`), so
-the CLI reports both kinds of bad value the same way: one line, exit 2.
+tuple[str, ...] (comma-separated), tuple[float, ...] and tuple[int, ...] (several words:
+`--k 4 5 6`), a nested options dataclass, and the hyper-parameter mapping. The variables
+are read with the deployment settings' error (`SettingsError`), so the CLI reports both
+kinds of bad value the same way: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ class OptionSpec:
             if word not in _TRUE + _FALSE:
                 raise OptionError(self, text, "one of " + "/".join(_TRUE + _FALSE))
             return word in _TRUE
+        if self.listed:
+            return tuple(self.item(word) for word in text.replace(",", " ").split())
         if typing.get_origin(self.kind) is tuple:
             items = tuple(item.strip() for item in text.split(",") if item.strip())
             unknown = [item for item in items if item not in (self.choices or items)]
@@ -129,10 +132,20 @@ class OptionSpec:
                 message = f"unknown {self.flag} {shown}{allowed}"
                 raise OptionError(self, text, "comma-separated items", message)
             return items
+        return self.item(text)
+
+    @property
+    def listed(self) -> bool:
+        """A tuple of numbers: given as several words (`--k 4 5 6`)."""
+        return typing.get_origin(self.kind) is tuple and typing.get_args(self.kind)[0] is not str
+
+    def item(self, text: str) -> Any:
+        """One value of the option's type (of its items' type for a tuple of numbers)."""
+        kind = typing.get_args(self.kind)[0] if self.listed else self.kind
         try:
-            value = self.kind(text)
+            value = kind(text)
         except ValueError:
-            wanted = {int: "an integer", float: "a number"}.get(self.kind, "a value")
+            wanted = {int: "an integer", float: "a number"}.get(kind, "a value")
             wanted += " or 'none'" if self.optional else ""
             raise OptionError(self, text, wanted) from None
         if self.choices and value not in self.choices:
@@ -200,6 +213,8 @@ class _Given(argparse.Action):
             values = "false"
         elif self.nargs == 0:
             values = "true"
+        elif isinstance(values, list):
+            values = " ".join(values)
         setattr(namespace, self.dest, values)
         given = set(getattr(namespace, _GIVEN, ()))
         setattr(namespace, _GIVEN, given | {self.dest})
@@ -207,7 +222,11 @@ class _Given(argparse.Action):
 
 def _shown(value: Any) -> str:
     if isinstance(value, tuple):
-        return ",".join(value)
+        return (
+            " ".join(map(str, value))
+            if value and not isinstance(value[0], str)
+            else ",".join(value)
+        )
     return _NONE if value is None else str(value)
 
 
@@ -226,7 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, variables: str | N
             *flags,
             dest=spec.dest,
             action=_Given,
-            nargs=0 if spec.kind is bool else None,
+            nargs=0 if spec.kind is bool else "+" if spec.listed else None,
             default=None if required else spec.default,
             metavar=None if spec.kind is bool or spec.choices else spec.metavar,
             choices=None if typing.get_origin(spec.kind) is tuple else spec.choices,
@@ -294,6 +313,8 @@ def to_argv(options: Any) -> list[str]:
             argv += [spec.flag if value else "--no-" + spec.flag[2:]]
         elif isinstance(value, float):
             argv += [spec.flag, repr(value)]
+        elif spec.listed:
+            argv += [spec.flag, *map(repr, value)]
         else:
             argv += [spec.flag, _shown(value)]
     return argv

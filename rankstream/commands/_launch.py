@@ -29,10 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.commands._usage import options_checked
+from rankstream.commands._json_output import print_json
+from rankstream.commands._options import add_options, chosen, options_flags
 from rankstream.stream.settings import ENV_PREFIX, Settings
-from rankstream.workers import options as declared
 
 
 class Process(Protocol):
@@ -67,13 +66,10 @@ def long_running(
     variables = variables_for(command)
 
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        declared.add_arguments(parser, options, variables)
-        add_json_argument(parser, json_when)
+        add_options(parser, options, json_when, variables)
 
     def run(args: argparse.Namespace) -> int:
-        with options_checked():
-            chosen = declared.from_arguments(options, args, variables)
-        return launch(command, chosen, start, json=args.json)
+        return launch(command, chosen(options, args, variables), start, json=args.json)
 
     return add_arguments, run
 
@@ -90,7 +86,7 @@ def launch(command: str, options: Any, start: Start, json: bool = False) -> int:
     log_event(
         log,
         "starting",
-        options={spec.flag[2:]: spec.value_in(options) for spec in declared.specs(type(options))},
+        options=options_flags(options),
         kafka=settings.kafka_bootstrap or "embedded",
         redis="configured" if settings.redis_url else "embedded",
         metrics_port=port,
