@@ -198,15 +198,16 @@ class Echo:
 add_echo_arguments, run_echo = long_running("worker echo", EchoOptions, Echo, "at exit: echoes")
 
 
-def test_a_new_worker_is_a_dataclass_a_start_and_one_line(monkeypatch, capsys):
+def test_a_new_worker_is_a_dataclass_a_start_and_one_line(monkeypatch, capsys, caplog):
     parser = argparse.ArgumentParser()
     add_echo_arguments(parser)
     help_text = " ".join(parser.format_help().split())
     assert "how many echoes (default 2; $RANKSTREAM_ECHO_TIMES)" in help_text
     monkeypatch.setenv("RANKSTREAM_ECHO_WORD", "hi")
     monkeypatch.setenv("RANKSTREAM_ECHO_TIMES", "3")
-    assert run_echo(parser.parse_args(["--times", "1", "--json"])) == 0
-    captured = capsys.readouterr()
-    assert json.loads(captured.out) == {"said": ["hi"]}
-    starting = [json.loads(line) for line in captured.err.splitlines() if '"starting"' in line]
-    assert starting and starting[0]["options"] == {"times": 1, "word": "hi"}
+    with caplog.at_level("INFO", logger="rankstream.worker.echo"):
+        assert run_echo(parser.parse_args(["--times", "1", "--json"])) == 0
+    assert json.loads(capsys.readouterr().out) == {"said": ["hi"]}
+    (starting,) = [r for r in caplog.records if r.getMessage() == "starting"]
+    fields = starting._rankstream_fields  # what the JSON line carries (workers.structured_log)
+    assert fields["options"] == {"times": 1, "word": "hi"} and fields["kafka"] == "embedded"

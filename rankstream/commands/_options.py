@@ -1,13 +1,15 @@
 """A command's options from its options dataclass (`workers.options`): flags, and back.
 
 Every command whose options are a dataclass declares them with `option(...)` fields and
-takes them from here: `add_options` in its `add_arguments`, `chosen` in its `run`. The
+takes them from here: `add_options` in its `add_arguments` (or `options_arguments` as
+its `add_arguments`), `chosen` in its `run`. The
 long-running ones (`_launch.long_running`) also pass the prefix of their variables.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rankstream.commands._json_output import add_json_argument
@@ -27,6 +29,13 @@ def add_options(
     declared.add_arguments(parser, options, variables)
     if json_when is not None:
         add_json_argument(parser, json_when)
+
+
+def options_arguments(
+    options: type, json_when: str | None = ""
+) -> Callable[[argparse.ArgumentParser], None]:
+    """A command's whole `add_arguments` when its options are `options` (and `--json`)."""
+    return lambda parser: add_options(parser, options, json_when)
 
 
 def chosen(options: type[T], args: argparse.Namespace, variables: str | None = None) -> T:

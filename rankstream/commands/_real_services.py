@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import TypeVar
+
+from rankstream.commands._options import chosen
 from rankstream.commands._usage import UsageError
 from rankstream.stream.settings import Settings
+
+T = TypeVar("T")
 
 
 def real_services_settings(command: str, needs: tuple[str, ...] = ("kafka", "redis")) -> Settings:
@@ -25,3 +31,14 @@ def real_services_settings(command: str, needs: tuple[str, ...] = ("kafka", "red
             '(e.g. eval "$(rankstream services up --env)")'
         )
     return settings
+
+
+def on_real_services(
+    command: str,
+    options: type[T],
+    args: argparse.Namespace,
+    needs: tuple[str, ...] = ("kafka", "redis"),
+) -> tuple[T, Settings]:
+    """The command's options, then the settings of the real services it needs (each
+    refused, exit 2, before anything starts)."""
+    return chosen(options, args), real_services_settings(command, needs)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import print_json
-from rankstream.commands._options import add_options, chosen
-from rankstream.commands._real_services import real_services_settings
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
 from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.options import option
 
@@ -50,8 +50,7 @@ class PipelineBenchOptions:
             raise ValueError("triplets, queries_per_message, repeats and producers must be >= 1")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, PipelineBenchOptions)
+add_arguments = options_arguments(PipelineBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankstream.harness.pipeline_bench import compare, comparison_summary
 
-    options = chosen(PipelineBenchOptions, args)
-    settings = real_services_settings("bench pipeline")
+    options, settings = on_real_services("bench pipeline", PipelineBenchOptions, args)
     err = Console(stderr=True)
     runs_of = {
         "repeats": options.repeats,

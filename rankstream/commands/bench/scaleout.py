@@ -6,8 +6,8 @@ import argparse
 from dataclasses import dataclass
 
 from rankstream.commands._json_output import print_json
-from rankstream.commands._options import add_options, chosen
-from rankstream.commands._real_services import real_services_settings
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
 from rankstream.workers.options import option
 
 
@@ -25,8 +25,7 @@ class ScaleoutBenchOptions:
             raise ValueError("triplets, partitions, repeats and the workers must be >= 1")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, ScaleoutBenchOptions)
+add_arguments = options_arguments(ScaleoutBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.harness.pipeline_bench import summarize_runs
     from rankstream.harness.scaleout_bench import run_once
 
-    options = chosen(ScaleoutBenchOptions, args)
-    settings = real_services_settings("bench scaleout")
+    options, settings = on_real_services("bench scaleout", ScaleoutBenchOptions, args)
     err = Console(stderr=True)
     results = {}
     for workers in options.workers:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 
 from rankstream.commands._json_output import print_json
-from rankstream.commands._options import add_options, chosen
-from rankstream.commands._real_services import real_services_settings
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
 from rankstream.harness.bench_options import ServeBenchOptions
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, ServeBenchOptions)
+add_arguments = options_arguments(ServeBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,8 +17,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankstream.harness.serve_bench import run_serve_bench
 
-    options = chosen(ServeBenchOptions, args)
-    settings = real_services_settings("bench serve", needs=("redis",))
+    options, settings = on_real_services("bench serve", ServeBenchOptions, args, needs=("redis",))
     err = Console(stderr=True)
     result = run_serve_bench(settings, options, progress=lambda line: err.print(line))
     if args.json:

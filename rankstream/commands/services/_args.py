@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rankstream.harness.services import ServiceManager
@@ -64,3 +64,17 @@ def manager_for(args: argparse.Namespace) -> ServiceManager:
             kafka_brokers=args.kafka_brokers or 1, redis_replicas=args.redis_replicas or 0
         )
     return ServiceManager(args.root or default_root(), topology=topology)
+
+
+def managed(args: argparse.Namespace, verb: str) -> tuple[ServiceManager, Any]:
+    """The manager under --root and what its `verb` ("up", "down") returned; a service
+    that refused is a CommandError (one line, exit 1)."""
+    from rankstream.commands._usage import CommandError, options_checked
+    from rankstream.harness.services import ServiceError
+
+    with options_checked():
+        manager = manager_for(args)
+    try:
+        return manager, getattr(manager, verb)()
+    except ServiceError as exc:
+        raise CommandError(f"services {verb}: {exc}") from exc
