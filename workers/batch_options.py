@@ -57,9 +57,4 @@ class BatchOptions:
 
     def runtime(self) -> RuntimeOptions:
         """The runtime's checkpoint is the reservoir's persist."""
-        return RuntimeOptions(
-            checkpoint=Cadence(seconds=self.persist_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-        )
+        return RuntimeOptions.of(self, Cadence(seconds=self.persist_seconds))

@@ -44,9 +44,6 @@ class EvaluatorOptions:
 
     def runtime(self) -> RuntimeOptions:
         """The runtime's checkpoint is the publish of the scores record."""
-        return RuntimeOptions(
-            checkpoint=Cadence(records=self.publish_every, seconds=self.publish_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
+        return RuntimeOptions.of(
+            self, Cadence(records=self.publish_every, seconds=self.publish_seconds)
         )

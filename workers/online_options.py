@@ -72,11 +72,5 @@ class WorkerOptions:
 
     def runtime(self) -> RuntimeOptions:
         """How the stream runtime drives the online handler."""
-        return RuntimeOptions(
-            checkpoint=Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-            group=self.group,
-            report_lag=True,
-        )
+        cadence = Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds)
+        return RuntimeOptions.of(self, cadence, group=self.group, report_lag=True)

@@ -45,9 +45,4 @@ class RecorderOptions:
 
     def runtime(self) -> RuntimeOptions:
         """The runtime's checkpoint is the commit of the buffered messages."""
-        return RuntimeOptions(
-            checkpoint=Cadence(seconds=self.roll_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-        )
+        return RuntimeOptions.of(self, Cadence(seconds=self.roll_seconds))
