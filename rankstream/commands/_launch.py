@@ -13,7 +13,8 @@ makes its process from a `Launch`, and one line in its module that registers bot
    before anything starts, naming the flag and the variable;
 2. reads the deployment settings (`RANKSTREAM_*`, `stream.settings`);
 3. logs JSON lines (`workers.structured_log`) and serves Prometheus /metrics on
-   RANKSTREAM_METRICS_PORT, where `rankstream_last_poll_timestamp_seconds` is its health;
+   RANKSTREAM_METRICS_PORT, where `rankstream_worker_last_poll_timestamp_seconds` is what the
+   healthcheck reads;
 4. logs one "starting" line: its options, the transport, the store and the metrics port;
 5. makes its process, on which SIGTERM/SIGINT stop cleanly (`install_signal_handlers`);
 6. runs it to its exit code; with `--json`, prints its report at exit (a process whose
