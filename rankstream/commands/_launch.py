@@ -77,6 +77,7 @@ def long_running(
 
 def launch(command: str, options: Any, start: Start, json: bool = False) -> int:
     """Start `command`'s process (steps 2-6 of the module docstring); its exit code."""
+    # here, not at the top: `--help` builds every command's parser without prometheus_client
     from rankstream.workers.metrics import start_metrics_server
     from rankstream.workers.structured_log import configure_logging, get_logger, log_event
 
