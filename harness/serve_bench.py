@@ -38,13 +38,14 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
@@ -55,16 +56,6 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
-
-
-@dataclass(frozen=True)
-class ServeBenchOptions:
-    arrow_rate: float = 1000.0
-    json_rate: float = 200.0
-    seconds: float = 10.0
-    repeats: int = 3
-    reload_seconds: float = 1.0
-    connections: int = 8
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:

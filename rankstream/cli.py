@@ -143,9 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check the `RANKSTREAM_*` settings, run the command; its exit code.
 
     A bad setting or a refused option (`SettingsError`, `UsageError`), whenever it
-    surfaces, is one line `rankstream: ...` on stderr and exit code 2.
+    surfaces, is one line `rankstream: ...` on stderr and exit code 2; a command that
+    could not be done (`CommandError`), one line and exit code 1.
     """
-    from rankstream.commands._usage import UsageError
+    from rankstream.commands._usage import CommandError, UsageError
     from rankstream.stream.settings import Settings, SettingsError
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -154,9 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Settings.from_env()  # every command refuses a bad setting before it starts work
         module = importlib.import_module(f"rankstream.commands.{args._module}")
         return int(module.run(args) or 0)
-    except (SettingsError, UsageError) as exc:
+    except (SettingsError, UsageError, CommandError) as exc:
         print(f"rankstream: {exc}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, CommandError) else 2
 
 
 _program = False  # this process runs `program` (not `main` called in-process)

@@ -54,54 +54,14 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
-from rankstream.workers.feedback_batching import (
-    DEFAULT_LINGER_S,
-    QUERIES_PER_MESSAGE,
-    check_batching,
-)
 from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
+from rankstream.workers.serving_model import Served, ServingModel
+from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
-
-
-@dataclass(frozen=True)
-class SimulateOptions:
-    """What `rankstream simulate` can be told, beyond the environment's Settings."""
-
-    triplets: int | None = 100_000  # stop after at least this many triplets; None: never
-    seed: int = 0  # query stream seed (order, orientation coins, calibration)
-    collection: str = "synthetic"  # a name of `simulators.catalog.COLLECTIONS`
-    images: int | None = None  # synthetic only: its size (None: the paper's 1,007,157)
-    collection_seed: int | None = None  # synthetic only: cached per (images, seed)
-    rate: float | None = None  # triplets per second; None = unlimited
-    serving: str = CHAMPION
-    candidates: int = 300
-    judged: int = 50
-    calibration_queries: int = 50
-    partitions: int = 1  # of the topics, when they must be created
-    queries_per_message: int = QUERIES_PER_MESSAGE  # judged queries a triplets message
-    linger_s: float = DEFAULT_LINGER_S  # the longest a query waits for the others
-
-    def __post_init__(self) -> None:
-        if self.triplets is not None and self.triplets < 1:
-            raise ValueError(f"triplets must be >= 1, got {self.triplets}")
-        if self.rate is not None and not self.rate > 0:
-            raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
-        if self.calibration_queries < 1 or self.partitions < 1:
-            raise ValueError("calibration_queries and partitions must be >= 1")
-        check_batching(self.queries_per_message, self.linger_s)
-        if self.images is not None and self.images < 1:
-            raise ValueError(f"images must be >= 1, got {self.images}")
-        catalog.check_options(self.collection, self.collection_options())
-
-    def collection_options(self) -> dict[str, int]:
-        """The options given for the collection's loader (`simulators.catalog`)."""
-        given = {"n_images": self.images, "collection_seed": self.collection_seed}
-        return {name: value for name, value in given.items() if value is not None}
 
 
 class TokenBucket:

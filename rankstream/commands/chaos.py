@@ -101,10 +101,8 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
     from rankstream.harness.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
 
+    settings = real_services_settings("chaos")
     err = Console(stderr=True)
-    settings = real_services_settings("chaos", err)
-    if settings is None:
-        return 2
     defaults = CLUSTER_COUNTS if args.cluster else {}
     counts = {kind: getattr(args, _fault_dest(kind)) for kind in _FAULTS}
     counts = {k: defaults.get(k, 0) if n is None else n for k, n in counts.items()}

@@ -2,111 +2,65 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import Any
 
-from rankstream.commands._collection_args import add_collection_arguments, collection_fields
-from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.workers.feedback_batching import DEFAULT_LINGER_S, QUERIES_PER_MESSAGE
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--triplets",
-        type=int,
-        default=100_000,
-        metavar="N",
-        help="stop after at least N triplets (default 100000)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
-    add_collection_arguments(parser)
-    parser.add_argument(
-        "--rate",
-        type=float,
-        default=None,
-        metavar="R",
-        help="limit to R triplets/s (token bucket; default unlimited)",
-    )
-    parser.add_argument(
-        "--serving",
-        default="champion",
-        metavar="champion|NAME",
-        help="rank with the evaluator's champion (default) or a named model",
-    )
-    parser.add_argument(
-        "--candidates",
-        type=int,
-        default=300,
-        metavar="K",
-        help="candidates retrieved per query (default 300)",
-    )
-    parser.add_argument(
-        "--partitions", type=int, default=1, help="partitions of the topics if they must be created"
-    )
-    parser.add_argument(
-        "--queries-per-message",
-        type=int,
-        default=QUERIES_PER_MESSAGE,
-        metavar="Q",
-        help=f"judged queries packed into one triplets message (default {QUERIES_PER_MESSAGE}; "
-        f"a query waits at most {DEFAULT_LINGER_S} s for the others)",
-    )
-    add_json_argument(parser, "at exit: triplets, queries, seconds, models served")
+from rankstream.commands._launch import Launch, long_running
+from rankstream.workers.simulate_options import SimulateOptions
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+class Simulating:
+    """The simulation with a progress bar on stderr; SIGTERM/SIGINT stop it cleanly."""
 
-    from rankstream.commands._usage import options_checked
-    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
-    from rankstream.stream.settings import Settings
-    from rankstream.workers.metrics import start_metrics_server
-    from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult
-    from rankstream.workers.structured_log import configure_logging
+    def __init__(self, launch: Launch) -> None:
+        from rankstream.commands._usage import UsageError, options_checked
+        from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
+        from rankstream.workers.simulator import Simulation
 
-    configure_logging()
-    with options_checked():
-        options = SimulateOptions(
-            triplets=args.triplets,
-            seed=args.seed,
-            rate=args.rate,
-            serving=args.serving,
-            candidates=args.candidates,
-            partitions=args.partitions,
-            queries_per_message=args.queries_per_message,
-            **collection_fields(args),
-        )
-    settings = Settings.from_env()
-    start_metrics_server(settings)
-    try:
-        with options_checked():
-            simulation = Simulation(settings, options, progress=True)
-    except FashionMNISTMissingError as exc:  # names the Debian package to install
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    columns = (TextColumn("simulate [dim]{task.fields[model]}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
-        task = bar.add_task("simulate", total=options.triplets, model="")
-
-        def advance(result: StepResult) -> None:
-            bar.update(
-                task,
-                advance=result.triplets,
-                model=f"{result.served.name} v{result.served.version}",
-            )
-
+        self.launch, self.summary = launch, None
         try:
-            summary = simulation.run(on_step=advance)
-        except LookupError as exc:
-            print(f"serving model unavailable: {exc}", file=sys.stderr)
-            return 1
-    if args.json:
-        print_json(summary)
-    else:
-        print(
-            f"produced {summary['triplets']} triplets from {summary['queries']} queries "
-            f"in {summary['seconds']} s; served by {summary['served_by']}",
-            file=sys.stderr,
+            with options_checked():
+                self.simulation = Simulation(launch.settings, launch.options, progress=True)
+        except FashionMNISTMissingError as exc:  # names the Debian package to install
+            raise UsageError(str(exc)) from exc
+
+    def install_signal_handlers(self) -> None:
+        self.simulation.runtime.install_signal_handlers()
+
+    def run(self) -> int:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        columns = (
+            TextColumn("simulate [dim]{task.fields[model]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
         )
-    return 0
+        with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+            task = bar.add_task("simulate", total=self.launch.options.triplets, model="")
+
+            def advance(result: Any) -> None:
+                served = result.served
+                bar.update(task, advance=result.triplets, model=f"{served.name} v{served.version}")
+
+            try:
+                self.summary = self.simulation.run(on_step=advance)
+            except LookupError as exc:
+                print(f"serving model unavailable: {exc}", file=sys.stderr)
+                return 1
+        if not self.launch.json:
+            s = self.summary
+            print(
+                f"produced {s['triplets']} triplets from {s['queries']} queries "
+                f"in {s['seconds']} s; served by {s['served_by']}",
+                file=sys.stderr,
+            )
+        return 0
+
+    def report(self) -> dict[str, Any] | None:
+        return self.summary
+
+
+add_arguments, run = long_running(
+    "simulate", SimulateOptions, Simulating, "at exit: triplets, queries, seconds, models served"
+)

@@ -39,40 +39,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import norm
 
-from rankstream.ranking.sequential import VARIANCE_PRIOR, PairedTest, first_switch
+from rankstream.evals.champion_options import ChampionEvalOptions
+from rankstream.ranking.sequential import first_switch
 
 OLD_WINDOW, OLD_MARGIN, OLD_MIN_QUERIES = 200, 0.005, 20  # the replaced policy's defaults
 WITHIN = 500  # the target: a +0.01 challenger switches within 500 paired queries
 TARGET_EFFECT, TARGET_POWER = 0.01, 0.8
-
-
-@dataclass(frozen=True)
-class ChampionEvalOptions:
-    runs: int = 1000
-    horizon: int = 2000
-    effects: tuple[float, ...] = (0.005, 0.01, 0.02)
-    spreads: tuple[float, ...] = (0.03, 0.05, 0.1)
-    alpha: float = 0.01
-    delta: float = 0.005
-    variance_prior: float = VARIANCE_PRIOR
-    demo_queries: int = 1000
-    demo_images: int = 20_000
-    seed: int = 0
-    real: bool = True
-
-    def __post_init__(self) -> None:
-        if self.runs < 1 or self.horizon < 1 or self.demo_queries < 100:
-            raise ValueError("runs and horizon must be >= 1, demo_queries >= 100")
-        self.test()  # checks alpha, delta and the prior
-
-    def test(self) -> PairedTest:
-        return PairedTest(alpha=self.alpha, delta=self.delta, variance_prior=self.variance_prior)
 
 
 def fixed_sample_bound(spread: float, alpha: float) -> dict[str, float]:
