@@ -211,6 +211,23 @@ SERVING_RELOAD_LAG = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0),
 )
 
+# --- impressions and clicks (`workers.impressions`, `workers.click_producer`) -------------
+IMPRESSIONS_LOGGED = Counter(
+    "rankstream_impressions_logged_total",
+    "Served rankings handed to the impressions topic (impression logging, `rankstream serve`).",
+)
+IMPRESSIONS_DROPPED = Counter(
+    "rankstream_impressions_dropped_total",
+    "Impressions not written, by reason: queue_full (the writer fell behind; the ranking was "
+    "answered anyway), send_failed, delivery_failed, invalid, shutdown.",
+    ["reason"],
+)
+CLICKS_PRODUCED = Counter(
+    "rankstream_clicks_produced_total",
+    "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
+    "ClickProducer.",
+)
+
 # --- batch worker -------------------------------------------------------------------------
 REFIT_SECONDS = Histogram(
     "rankstream_refit_seconds",
