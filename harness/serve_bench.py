@@ -231,22 +231,6 @@ def _median(runs: list[dict], key: Callable[[dict], float]) -> float:
     return round(statistics.median(key(r) for r in runs), 3)
 
 
-def _impression_counts(server: ServeProcess) -> dict[str, float]:
-    """The logging server's impressions written and dropped, from its /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
-        text = reply.read().decode()
-    counts = {"logged": 0.0, "dropped": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "rankstream_impressions_logged_total":
-                counts["logged"] += sample.value
-            elif sample.name == "rankstream_impressions_dropped_total":
-                counts["dropped"] += sample.value
-    return counts
-
-
 def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     measured = [rps for rps in sustained if rps is not None]
     return {
@@ -329,7 +313,7 @@ def run_serve_bench(
             }
         reloader.stop.set()
         reloader.join()
-        results["impressions"] = _impression_counts(servers["on"])
+        results["impressions"] = servers["on"].impression_counts()
         lags = np.asarray(reloader.lags)
         results["reload"] = {
             "every_s": options.reload_seconds,

@@ -154,7 +154,8 @@ class ImpressionLog:
             value = encode_impressions([impression])
             key = impression_key(impression.impression_id)
             producer.send(self.settings.impressions_topic, value, key=key)
-        except TRANSIENT as exc:
+        except Exception as exc:  # a stalled broker, refused credentials, ...: this thread
+            # must outlive anything one impression meets; it is counted and logged
             self._drop("send_failed", repr(exc))
             self._retire()
             return
@@ -163,10 +164,14 @@ class ImpressionLog:
 
     def _open(self) -> Producer:
         if self._producer is None:
-            self._transport = open_transport(self.settings)
-            self._transport.ensure_topics({self.settings.impressions_topic: 1})
-            self._producer = self._transport.producer()
-            self._failures_seen = 0
+            transport = open_transport(self.settings)
+            try:
+                transport.ensure_topics({self.settings.impressions_topic: 1})
+                producer = transport.producer()
+            except BaseException:
+                transport.close()
+                raise
+            self._transport, self._producer, self._failures_seen = transport, producer, 0
         return self._producer
 
     def _retire(self) -> None:
@@ -179,7 +184,7 @@ class ImpressionLog:
         try:
             producer.close(0.0)
             transport.close()
-        except TRANSIENT as exc:
+        except Exception as exc:  # closing a failed producer: logged, moved on
             log_event(log, "impression producer closed", error=repr(exc)[:200])
         failures = int(getattr(producer, "failures", 0))
         if failures > self._failures_seen:
