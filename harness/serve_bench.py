@@ -23,7 +23,9 @@ Impression logging on vs off, in the same run: two serve processes on the same s
 one as deployed by default (every ranking logged to the impressions topic, on the
 configured transport) and one with `RANKSTREAM_IMPRESSION_LOGGING=off`. Each round
 measures both, one after the other, the order alternating round by round (on first, then
-off first, ...), so drifts in the machine's load fall on both alike. Per body format the
+off first, ...), so drifts in the machine's load fall on both alike, and every run
+starts once the logging server's queue has drained (no run pays for a backlog the one
+before it left, e.g. wrk's flood). Per body format the
 report gives each one's p50/p99 (medians over the rounds), the cost ratios on/off of
 those medians, each round's paired p99 ratio and their median, and the impressions the
 logging server wrote and dropped (its /metrics).
@@ -231,6 +233,14 @@ def _median(runs: list[dict], key: Callable[[dict], float]) -> float:
     return round(statistics.median(key(r) for r in runs), 3)
 
 
+def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
+    """Wait until the logging server's impression queue is empty, so no measurement
+    pays for a backlog the one before it left (wrk's flood)."""
+    deadline = time.monotonic() + seconds
+    while server.impression_counts()["waiting"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
 def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     measured = [rps for rps in sustained if rps is not None]
     return {
@@ -300,9 +310,11 @@ def run_serve_bench(
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
                              f"impression logging {mode}")  # fmt: skip
                     runs[mode].append(_load(port, bodies[kind], kind, rate, options))
+                    _settled(servers["on"])
                     sustained[mode].append(
                         _wrk(port, bodies[kind], kind, options.seconds, directory)
                     )
+                    _settled(servers["on"])
             on, off = (_summary(runs[m], sustained[m]) for m in ("on", "off"))
             results[kind] = {
                 "rate": rate,

@@ -21,7 +21,7 @@ at most one line every `LOG_EVERY_S` with the count since the last):
 * `shutdown`: still queued when the server stopped and the grace was over.
 
 Written impressions are counted in `rankstream_impressions_logged_total` when handed to
-the transport.
+the transport; `rankstream_impressions_waiting` is the queue's length.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ class ImpressionLog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="impression-log", daemon=True)
         self._thread.start()
+        metrics.IMPRESSIONS_WAITING.set_function(self._queue.qsize)  # read when scraped
 
     # --- the ranking's side: never blocks --------------------------------------------------
     def offer(self, make: Callable[[], Impression]) -> bool:

@@ -222,6 +222,10 @@ IMPRESSIONS_DROPPED = Counter(
     "answered anyway), send_failed, delivery_failed, invalid, shutdown.",
     ["reason"],
 )
+IMPRESSIONS_WAITING = Gauge(
+    "rankstream_impressions_waiting",
+    "Impressions queued for the writer thread (at most RANKSTREAM_IMPRESSION_QUEUE).",
+)
 CLICKS_PRODUCED = Counter(
     "rankstream_clicks_produced_total",
     "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
