@@ -253,7 +253,9 @@ def _stall(services, service_settings, tmp_path: Path, paused: str) -> None:
         f"{Counter(a[3] for a in answers)}, slowest answer {slowest:.2f}s, readyz 503 "
         f"{len(ready_during)}/{len(ready_during)} during, {len(client.ranks)} ranks all 200, "
         f"feedback 200 again {back_within:.1f}s after the resume, {len(acknowledged)} "
-        "acknowledged queries' triplets consumed exactly once"
+        "acknowledged queries' triplets consumed exactly once; impressions: "
+        f"{found} of {len(client.impressions)} on the topic, dropped "
+        f"{impressions['dropped_by_reason'] or 0}"
     )
 
 
