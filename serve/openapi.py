@@ -273,14 +273,7 @@ def _posts(width: int) -> dict[str, Any]:
         "/v1/feedback": {"post": {
             "summary": "A judged query: produced as triplets + judged query once "
                        "the broker acknowledged; once per Idempotency-Key",
-            "parameters": [
-                _REQUEST_ID,
-                {"name": "Idempotency-Key", "in": "header", "required": False,
-                 "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-                 "description": "a repeat within the retention window (default 24 h) "
-                                "gets the first answer with duplicate: true and "
-                                "publishes nothing (default key: the query_id)"},
-            ],
+            "parameters": [_REQUEST_ID, _idempotency_key("the query_id")],
             "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
             "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
         }},
@@ -289,12 +282,7 @@ def _posts(width: int) -> dict[str, Any]:
                        "broker acknowledged; once per Idempotency-Key",
             "parameters": [
                 _REQUEST_ID,
-                {"name": "Idempotency-Key", "in": "header", "required": False,
-                 "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-                 "description": "a repeat within the retention window (default 24 h) "
-                                "gets the first answer with duplicate: true and "
-                                "publishes nothing (default key: the first impression_id "
-                                "and a hash of the clicks' content)"},
+                _idempotency_key("the first impression_id and a hash of the clicks' content"),
             ],
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": _CLICKS},
@@ -306,6 +294,15 @@ def _posts(width: int) -> dict[str, Any]:
             "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
         }},
     }  # fmt: skip
+
+
+def _idempotency_key(default: str) -> dict[str, Any]:
+    """The Idempotency-Key header of a route that publishes; `default`: the key without it."""
+    return {"name": "Idempotency-Key", "in": "header", "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": "a repeat within the retention window (default 24 h) gets the "
+                           "first answer with duplicate: true and publishes nothing "
+                           f"(default key: {default})"}  # fmt: skip
 
 
 def _gets() -> dict[str, Any]:
