@@ -28,6 +28,9 @@ DEAD_LETTER_REASONS: frozenset[str] = frozenset(
         "tied_relevance",
         "oversized",
         "evaluation_failed",
+        "unknown_impression",
+        "unknown_candidate",
+        "late",
         "other",
     }
 )
@@ -206,6 +209,27 @@ SERVING_RELOAD_LAG = Histogram(
     "rankstream_serving_reload_lag_seconds",
     "From a model version's save to the HTTP API serving it (hot reload).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0),
+)
+
+# --- impressions and clicks (`workers.impressions`, `workers.click_producer`) -------------
+IMPRESSIONS_LOGGED = Counter(
+    "rankstream_impressions_logged_total",
+    "Served rankings handed to the impressions topic (impression logging, `rankstream serve`).",
+)
+IMPRESSIONS_DROPPED = Counter(
+    "rankstream_impressions_dropped_total",
+    "Impressions not written, by reason: queue_full (the writer fell behind; the ranking was "
+    "answered anyway), send_failed, delivery_failed, invalid, shutdown.",
+    ["reason"],
+)
+IMPRESSIONS_WAITING = Gauge(
+    "rankstream_impressions_waiting",
+    "Impressions queued for the writer thread (at most RANKSTREAM_IMPRESSION_QUEUE).",
+)
+CLICKS_PRODUCED = Counter(
+    "rankstream_clicks_produced_total",
+    "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
+    "ClickProducer.",
 )
 
 # --- batch worker -------------------------------------------------------------------------
