@@ -1,19 +1,23 @@
-"""`rankstream eval champion`: the champion policy on score streams, new test beside old.
+"""`rankstream eval champion`: the champion tests on score streams, beside the old rule.
 
-Two policies watch the same paired per-query NDCG@50 streams (incumbent u_i, challenger
+Three policies watch the same paired per-query NDCG@50 streams (incumbent u_i, challenger
 c_i, one pair per judged query), each checked after every query:
 
-* new: the paired mSPRT of `ranking.sequential` on d_i = c_i - u_i (alpha, delta);
-* old: the rolling-mean rule it replaces (switch once the challenger's mean over its
-  last 200 queries beats the incumbent's by more than 0.005, after 20 queries). Here
-  both windows hold the same queries, the most favourable case for it: in the
-  evaluator Uni-Con's window started with the stream and a learned model's only at its
-  first checkpoint.
+* betting: the race's test, `ranking.sequential.PairedTest` (wealth by betting, exactly
+  valid for d in [-1, 1]) on d_i = c_i - u_i (alpha, delta);
+* msprt: the mixture SPRT it replaced (`ranking.sequential.MixtureSPRT`, plug-in variance
+  with its prior, 100-pair burn-in), valid only asymptotically;
+* rolling_mean: the rule before both (switch once the challenger's mean over its last
+  200 queries beats the incumbent's by more than 0.005, after 20 queries). Here both
+  windows hold the same queries, the most favourable case for it: in the evaluator
+  Uni-Con's window started with the stream and a learned model's only at its first
+  checkpoint.
 
 (a) A/A: two rankers of equal quality, `runs` streams of `horizon` queries: the share
-that ever switches (false switches). (b) a challenger truly better by each of
-`effects`: the median number of queries to the switch (None when fewer than half the
-runs switch within the horizon) and the share switched within 500.
+that ever switches (false switches), with its binomial standard error. (b) a challenger
+truly better by each of `effects`: the median number of queries to the switch (None
+when fewer than half the runs switch within the horizon) and the share switched within
+500.
 
 Score streams, two sources:
 
@@ -23,29 +27,35 @@ Score streams, two sources:
   models scored on the same queries; the pair of median spread among the pairs that
   differ (sd > 0.01) is resampled (queries drawn with replacement), its challenger
   shifted so that its true mean difference is exactly 0 (A/A) or each effect. The A/A
-  is also run (`runs` each, both policies) on every differing pair in both directions,
-  since the plug-in variance's weak spot is skew (`ranking.sequential`): per pair, the
-  mean over pairs and the worst pair (with its binomial standard error: the worst of
-  many estimates is biased up by their noise).
+  is also run (`runs` each, every policy) on every differing pair in both directions,
+  since skew is where a plug-in variance fails: per pair, the mean over pairs and the
+  worst pair (with its binomial standard error: the worst of many estimates is biased
+  up by their noise).
 
-Beside each stream, the bound no valid test can beat: the power of the fixed-sample
-one-sided z-test at n = 500 for a +0.01 challenger at the stream's spread sd,
-Phi(0.01 sqrt(500) / sd - z_{1-alpha}), the most powerful test of a Gaussian mean with
-n fixed in advance (a sequential test that may stop earlier cannot do better at 500),
-and the largest spread at which it reaches 80%.
+Beside each stream, the bound no level-alpha test can beat: the power of the
+fixed-sample one-sided z-test at n = 500 for a +0.01 challenger at the stream's spread
+sd, Phi(0.01 sqrt(500) / sd - z_{1-alpha}), the most powerful test of a Gaussian mean
+with n fixed in advance (a sequential test that may stop earlier cannot do better at
+500), and the largest spread at which it reaches 80%.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import norm
 
-from rankstream.ranking.sequential import VARIANCE_PRIOR, PairedTest, first_switch
+from rankstream.ranking.sequential import (
+    VARIANCE_PRIOR,
+    ChampionTest,
+    MixtureSPRT,
+    PairedTest,
+    switch_times,
+)
 
 OLD_WINDOW, OLD_MARGIN, OLD_MIN_QUERIES = 200, 0.005, 20  # the replaced policy's defaults
 WITHIN = 500  # the issue's target: a +0.01 challenger switches within 500 paired queries
@@ -69,10 +79,19 @@ class ChampionEvalOptions:
     def __post_init__(self) -> None:
         if self.runs < 1 or self.horizon < 1 or self.demo_queries < 100:
             raise ValueError("runs and horizon must be >= 1, demo_queries >= 100")
-        self.test()  # checks alpha, delta and the prior
+        self.tests()  # checks alpha, delta and the prior
 
-    def test(self) -> PairedTest:
-        return PairedTest(alpha=self.alpha, delta=self.delta, variance_prior=self.variance_prior)
+    def tests(self) -> dict[str, ChampionTest]:
+        """The sequential policies compared, by report key; the race's own test first."""
+        return {
+            "betting": PairedTest(alpha=self.alpha, delta=self.delta),
+            "msprt": MixtureSPRT(
+                alpha=self.alpha, delta=self.delta, variance_prior=self.variance_prior
+            ),
+        }
+
+
+OLD = "rolling_mean"  # the report's key of the rule before both tests
 
 
 def fixed_sample_bound(spread: float, alpha: float) -> dict[str, float]:
@@ -90,62 +109,73 @@ def fixed_sample_bound(spread: float, alpha: float) -> dict[str, float]:
     }
 
 
-def old_first_switch(incumbent: np.ndarray, challenger: np.ndarray) -> int | None:
-    """The query at which the rolling-mean rule first switches (None: never).
+def old_switch_times(incumbent: np.ndarray, challenger: np.ndarray) -> np.ndarray:
+    """The query at which the rolling-mean rule first switches, per stream (rows; inf:
+    never).
 
-    >>> old_first_switch(np.full(50, 0.5), np.full(50, 0.51))
-    20
+    >>> old_switch_times(np.full((1, 50), 0.5), np.full((1, 50), 0.51))
+    array([20.])
     """
-    n = np.arange(1, incumbent.size + 1)
+    n = np.arange(1, incumbent.shape[-1] + 1)
     counts = np.minimum(n, OLD_WINDOW)
 
     def rolling(x: np.ndarray) -> np.ndarray:
-        total = np.cumsum(x)
-        total[OLD_WINDOW:] -= total[:-OLD_WINDOW].copy()
+        total = np.cumsum(x, axis=-1)
+        total[..., OLD_WINDOW:] -= total[..., :-OLD_WINDOW].copy()
         return total / counts
 
-    switch = (n >= OLD_MIN_QUERIES) & (rolling(challenger) > rolling(incumbent) + OLD_MARGIN)
-    hits = np.flatnonzero(switch)
-    return int(hits[0]) + 1 if hits.size else None
+    hits = (n >= OLD_MIN_QUERIES) & (rolling(challenger) > rolling(incumbent) + OLD_MARGIN)
+    return np.where(hits.any(axis=-1), hits.argmax(axis=-1) + 1.0, np.inf)
 
 
-Streams = Callable[[float, np.random.Generator], tuple[np.ndarray, np.ndarray]]
+Streams = Callable[[float, np.random.Generator, int], tuple[np.ndarray, np.ndarray]]
+
+
+def switch_times_by_policy(
+    options: ChampionEvalOptions, u: np.ndarray, c: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Every policy's queries to the first switch on the same streams (rows)."""
+    d = np.clip(c - u, -1.0, 1.0)
+    times = {name: switch_times(test, d) for name, test in options.tests().items()}
+    return {**times, OLD: old_switch_times(u, c)}
 
 
 def race(options: ChampionEvalOptions, draw: Streams, seed: int) -> dict[str, Any]:
-    """A/A and each effect, both policies on the same streams."""
-    test = options.test()
+    """A/A and each effect, every policy on the same streams."""
     result: dict[str, Any] = {}
     for effect in (0.0, *options.effects):
         rng = np.random.default_rng([seed, round(effect * 1e6)])
-        new, old = [], []
-        for _ in range(options.runs):
-            u, c = draw(effect, rng)
-            new.append(first_switch(test, np.clip(c - u, -1.0, 1.0)))
-            old.append(old_first_switch(u, c))
+        u, c = draw(effect, rng, options.runs)
         key = "aa" if effect == 0.0 else f"{effect:g}"
-        result[key] = {"new": _outcome(new, effect), "old": _outcome(old, effect)}
+        times = switch_times_by_policy(options, u, c)
+        result[key] = {name: _outcome(at, effect) for name, at in times.items()}
     return result
 
 
-def _outcome(switches: Sequence[int | None], effect: float) -> dict[str, Any]:
-    switched = np.array([s is not None for s in switches])
+def _outcome(at: np.ndarray, effect: float) -> dict[str, Any]:
+    switched = np.isfinite(at)
+    runs = int(at.size)
     if effect == 0.0:
-        return {"false_switch_rate": float(switched.mean()), "runs": len(switches)}
-    at = np.array([s if s is not None else np.inf for s in switches], dtype=np.float64)
+        rate = float(switched.mean())
+        return {
+            "false_switch_rate": rate,
+            "standard_error": (rate * (1.0 - rate) / runs) ** 0.5,
+            "runs": runs,
+        }
     median = float(np.median(at))
     return {
         "median_queries_to_switch": None if np.isinf(median) else int(median),
         f"switched_within_{WITHIN}": float((at <= WITHIN).mean()),
         "switched_within_horizon": float(switched.mean()),
-        "runs": len(switches),
+        "runs": runs,
     }
 
 
 def simulated(options: ChampionEvalOptions, spread: float) -> Streams:
-    def draw(effect: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        u = np.clip(rng.normal(0.6, 0.15, options.horizon), 0.0, 1.0)
-        c = np.clip(u + effect + rng.normal(0.0, spread, options.horizon), 0.0, 1.0)
+    def draw(effect: float, rng: np.random.Generator, runs: int) -> tuple[np.ndarray, np.ndarray]:
+        shape = (runs, options.horizon)
+        u = np.clip(rng.normal(0.6, 0.15, shape), 0.0, 1.0)
+        c = np.clip(u + effect + rng.normal(0.0, spread, shape), 0.0, 1.0)
         return u, c
 
     return draw
@@ -156,8 +186,8 @@ def resampled(incumbent: np.ndarray, challenger: np.ndarray, horizon: int) -> St
     set to exactly `effect` (scores may then leave [0, 1] slightly: the test sees d)."""
     centered = challenger - (challenger - incumbent).mean()
 
-    def draw(effect: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows = rng.integers(0, incumbent.size, horizon)
+    def draw(effect: float, rng: np.random.Generator, runs: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = rng.integers(0, incumbent.size, (runs, horizon))
         return incumbent[rows], centered[rows] + effect
 
     return draw
@@ -188,8 +218,8 @@ def demo_pairs(options: ChampionEvalOptions, progress: bool) -> dict[str, dict[s
 
 
 def aa_every_pair(options: ChampionEvalOptions, pairs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The A/A on every differing real pair, both directions, both policies."""
-    test, rng = options.test(), np.random.default_rng([options.seed, 1])
+    """The A/A on every differing real pair, both directions, every policy."""
+    rng = np.random.default_rng([options.seed, 1])
     rates: dict[str, dict[str, float]] = {}
     for pair, p in sorted(pairs.items()):
         if p["spread"] <= 0.01:
@@ -197,15 +227,11 @@ def aa_every_pair(options: ChampionEvalOptions, pairs: dict[str, dict[str, Any]]
         reverse = " - ".join(pair.split(" - ")[::-1])
         for label, u0, c0 in ((pair, p["incumbent"], p["challenger"]),
                               (reverse, p["challenger"], p["incumbent"])):  # fmt: skip
-            null = resampled(u0, c0, options.horizon)
-            new = old = 0
-            for _ in range(options.runs):
-                u, c = null(0.0, rng)
-                new += first_switch(test, np.clip(c - u, -1.0, 1.0)) is not None
-                old += old_first_switch(u, c) is not None
-            rates[label] = {"new": new / options.runs, "old": old / options.runs}
-    result: dict[str, Any] = {"runs_each": options.runs}
-    for policy in ("new", "old"):
+            u, c = resampled(u0, c0, options.horizon)(0.0, rng, options.runs)
+            times = switch_times_by_policy(options, u, c)
+            rates[label] = {name: float(np.isfinite(at).mean()) for name, at in times.items()}
+    result: dict[str, Any] = {"runs_each": options.runs, "pairs": len(rates)}
+    for policy in (*options.tests(), OLD):
         worst = max(rates, key=lambda label: rates[label][policy])
         rate = rates[worst][policy]
         result[policy] = {
@@ -213,19 +239,20 @@ def aa_every_pair(options: ChampionEvalOptions, pairs: dict[str, dict[str, Any]]
             "worst_pair": worst,
             "worst_false_switch_rate": rate,
             "worst_standard_error": (rate * (1.0 - rate) / options.runs) ** 0.5,
+            "pairs_above_alpha": sum(r[policy] > options.alpha for r in rates.values()),
         }
     result["by_pair"] = rates
     return result
 
 
 def evaluate_champion(options: ChampionEvalOptions, progress: bool = False) -> dict[str, Any]:
-    test = options.test()
     report: dict[str, Any] = {
         "alpha": options.alpha,
         "delta": options.delta,
-        "test": f"one-sided mSPRT, tau = 2 delta, min_pairs {test.min_pairs}, "
-        f"variance prior {test.variance_prior:g}",
-        "old_policy": {"window": OLD_WINDOW, "margin": OLD_MARGIN, "min_queries": OLD_MIN_QUERIES},
+        "policies": {
+            **{name: test.describe() for name, test in options.tests().items()},
+            OLD: {"window": OLD_WINDOW, "margin": OLD_MARGIN, "min_queries": OLD_MIN_QUERIES},
+        },
         "runs": options.runs,
         "horizon": options.horizon,
         "simulated": {
@@ -263,25 +290,30 @@ def evaluate_champion(options: ChampionEvalOptions, progress: bool = False) -> d
 
 
 def _targets(report: dict[str, Any]) -> dict[str, Any]:
-    """The issue's two targets for the new test, per stream."""
+    """The issue's two targets per stream, for each sequential test."""
     streams = dict(report["simulated"])
     if "real" in report:
         streams[f"real ({report['real']['pair']})"] = report["real"]["result"]
     targets: dict[str, Any] = {}
-    if "real" in report:
-        worst = report["real"]["aa_every_pair"]["new"]
-        targets["real, every pair"] = {
-            "aa_false_switches_within_alpha_worst_pair": worst["worst_false_switch_rate"]
-            <= report["alpha"]
-        }
-    for name, result in streams.items():
-        targets[name] = {
-            "aa_false_switches_within_alpha": result["aa"]["new"]["false_switch_rate"]
-            <= report["alpha"],
-            f"switch_at_0.01_within_{WITHIN}_in_80pct": (
-                result["0.01"]["new"][f"switched_within_{WITHIN}"] >= 0.8
-                if "0.01" in result
-                else None
-            ),
-        }
+    for policy in report["policies"]:
+        if policy == OLD:
+            continue
+        mine: dict[str, Any] = {}
+        if "real" in report:
+            worst = report["real"]["aa_every_pair"][policy]
+            mine["real, every pair"] = {
+                "aa_false_switches_within_alpha_worst_pair": worst["worst_false_switch_rate"]
+                <= report["alpha"]
+            }
+        for name, result in streams.items():
+            mine[name] = {
+                "aa_false_switches_within_alpha": result["aa"][policy]["false_switch_rate"]
+                <= report["alpha"],
+                f"switch_at_0.01_within_{WITHIN}_in_80pct": (
+                    result["0.01"][policy][f"switched_within_{WITHIN}"] >= 0.8
+                    if "0.01" in result
+                    else None
+                ),
+            }
+        targets[policy] = mine
     return targets

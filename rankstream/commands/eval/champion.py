@@ -1,8 +1,9 @@
-"""`rankstream eval champion`: false switches and queries-to-switch, new test vs old policy.
+"""`rankstream eval champion`: false switches and queries-to-switch, the race's test by
+betting beside the mSPRT and the rolling-mean rule it replaced.
 
 Runs `rankstream.evals.champion` over simulated score streams and the demo's real ones
 (a demo run of `--demo-queries` queries first; `--no-real` skips it) and saves
-DIR/champion.png (share switched within 500 queries per effect, both policies).
+DIR/champion.png (share switched within 500 queries per effect, every policy).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variance-prior",
         type=float,
         default=None,
-        help="the test's variance prior (default: ranking.sequential.VARIANCE_PRIOR; 0: plain)",
+        help="the mSPRT's variance prior (default: ranking.sequential.VARIANCE_PRIOR; 0: plain)",
     )
     parser.add_argument("--no-real", action="store_true", help="simulated streams only")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
