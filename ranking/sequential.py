@@ -209,6 +209,14 @@ class BettingState:
     low_sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
     high_sums: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
+    @property
+    def n(self) -> int:
+        return self.moments.n
+
+    @property
+    def mean(self) -> float:
+        return self.moments.mean
+
 
 @dataclass(frozen=True)
 class PairedTest:

@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated per-query spreads of the difference (default 0.03 0.05 0.1)",
     )
     parser.add_argument(
+        "--confirm-runs",
+        type=int,
+        default=5000,
+        help="fresh runs of each policy's worst real pair (default 5000)",
+    )
+    parser.add_argument(
         "--demo-queries", type=int, default=1000, help="queries of the demo run (default 1000)"
     )
     parser.add_argument(
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             alpha=settings.champion_alpha,
             delta=settings.champion_delta,
             **({} if args.variance_prior is None else {"variance_prior": args.variance_prior}),
+            confirm_runs=args.confirm_runs,
             demo_queries=args.demo_queries,
             seed=args.seed,
             real=not args.no_real,
