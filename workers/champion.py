@@ -5,8 +5,9 @@ model scored on the same query (each at the version it was stamped with) adds on
 paired difference d = NDCG@50(challenger) - NDCG@50(incumbent) to its race; a query the
 incumbent was not scored on adds nothing. Each race is the always-valid one-sided test
 of `ranking.sequential.PairedTest` (a test by betting, exactly valid for differences in
-[-1, 1]; error rate `alpha`, refusal bar `delta`): a challenger replaces the incumbent only once its test says "switch" (with
-several at once, the one with the highest lower confidence bound). Every race starts
+[-1, 1]; error rate `alpha`, refusal bar `delta`): a challenger replaces the
+incumbent only once its test says "switch" (with several at once, the one with the
+highest lower confidence bound). Every race starts
 over when the champion changes, since its pairs were against the old incumbent. A
 switch, and each race's first refusal, is logged with the statistics that decided it.
 

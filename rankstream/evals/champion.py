@@ -286,10 +286,12 @@ def aa_every_pair(options: ChampionEvalOptions, pairs: dict[str, dict[str, Any]]
             "worst_standard_error": (rate * (1.0 - rate) / options.runs) ** 0.5,
             "pairs_above_alpha": sum(r[policy] > options.alpha for r in rates.values()),
             # one-sided binomial tests of "rate <= alpha", Bonferroni over the pairs
-            "pairs_significantly_above_alpha": sum(
-                binom.sf(round(r[policy] * options.runs) - 1, options.runs, options.alpha)
-                < 0.05 / len(rates)
-                for r in rates.values()
+            "pairs_significantly_above_alpha": int(
+                sum(
+                    binom.sf(round(r[policy] * options.runs) - 1, options.runs, options.alpha)
+                    < 0.05 / len(rates)
+                    for r in rates.values()
+                )
             ),
             "worst_pair_confirmed": {
                 "runs": options.confirm_runs,
