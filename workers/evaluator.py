@@ -30,7 +30,7 @@ incumbent, on the queries both were scored on); the rolling means are a trend to
 The rolling scores, the race and the champion are published
 to the store as the model `evaluator` (kind "scores"): meta {"rolling_ndcg",
 "rolling_map", "counts", "window", "champion", "queries_evaluated", "race" (each
-challenger's evidence), "race_state" (its sufficient statistics)}, the window values
+challenger's evidence), "race_state" (each race's test state)}, the window values
 as arrays ("ndcg.<model>", "ap.<model>") and the queries-topic offsets they cover. The
 simulator serves the champion named there; a restarted evaluator restores its windows
 and resumes after the last published query. Queries evaluated after the last publish

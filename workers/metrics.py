@@ -150,13 +150,13 @@ CHAMPION_RACE_MEAN = Gauge(
 )
 CHAMPION_RACE_CI = Gauge(
     "rankstream_champion_race_ci",
-    "Always-valid (1 - alpha) confidence bounds of the mean difference (bound: low, high).",
+    "Always-valid one-sided (1 - alpha) bounds of the mean difference (bound: low, high).",
     ["model", "bound"],
 )
 CHAMPION_RACE_STATISTIC = Gauge(
     "rankstream_champion_race_log_statistic",
-    "log of the mSPRT statistic; a switch needs rankstream_champion_race_threshold and a "
-    "positive mean difference.",
+    "log of the betting test's wealth against 'no better'; a switch once it reaches "
+    "rankstream_champion_race_threshold.",
     ["model"],
 )
 CHAMPION_RACE_DECISION = Gauge(

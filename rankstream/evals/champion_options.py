@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rankstream.workers.options import option
 
 if TYPE_CHECKING:
-    from rankstream.ranking.sequential import PairedTest
+    from rankstream.ranking.sequential import ChampionTest
 
 
 @dataclass(frozen=True)
@@ -28,20 +28,25 @@ class ChampionEvalOptions:
     alpha: float = option(0.01, cli=False)  # the command passes RANKSTREAM_CHAMPION_ALPHA
     delta: float = option(0.005, cli=False)  # ... and RANKSTREAM_CHAMPION_DELTA
     variance_prior: float | None = option(
-        None, "the test's variance prior (none: ranking.sequential.VARIANCE_PRIOR; 0: plain)"
+        None, "the mSPRT's variance prior (none: ranking.sequential.VARIANCE_PRIOR; 0: plain)"
     )
+    confirm_runs: int = option(5000, "fresh runs of each policy's worst real pair")
     demo_queries: int = option(1000, "queries of the demo run")
     demo_images: int = option(20_000, cli=False)
     seed: int = option(0, "seed")
     real: bool = option(True, "the demo's real score streams besides the simulated ones")
 
     def __post_init__(self) -> None:
-        if self.runs < 1 or self.horizon < 1 or self.demo_queries < 100:
-            raise ValueError("runs and horizon must be >= 1, demo_queries >= 100")
-        self.test()  # checks alpha, delta and the prior
+        if min(self.runs, self.horizon, self.confirm_runs) < 1 or self.demo_queries < 100:
+            raise ValueError("runs, horizon and confirm_runs must be >= 1, demo_queries >= 100")
+        self.tests()  # checks alpha, delta and the prior
 
-    def test(self) -> PairedTest:
-        from rankstream.ranking.sequential import VARIANCE_PRIOR, PairedTest
+    def tests(self) -> dict[str, ChampionTest]:
+        """The sequential policies compared, by report key; the race's own test first."""
+        from rankstream.ranking.sequential import VARIANCE_PRIOR, MixtureSPRT, PairedTest
 
         prior = VARIANCE_PRIOR if self.variance_prior is None else self.variance_prior
-        return PairedTest(alpha=self.alpha, delta=self.delta, variance_prior=prior)
+        return {
+            "betting": PairedTest(alpha=self.alpha, delta=self.delta),
+            "msprt": MixtureSPRT(alpha=self.alpha, delta=self.delta, variance_prior=prior),
+        }

@@ -1,8 +1,9 @@
-"""`rankstream eval champion`: false switches and queries-to-switch, new test vs old policy.
+"""`rankstream eval champion`: false switches and queries-to-switch, the race's test by
+betting beside the mSPRT and the rolling-mean rule it replaced.
 
 Runs `rankstream.evals.champion` over simulated score streams and the demo's real ones
 (a demo run of `--demo-queries` queries first; `--no-real` skips it) and saves
-DIR/champion.png (share switched within 500 queries per effect, both policies).
+DIR/champion.png (share switched within 500 queries per effect, every policy).
 """
 
 from __future__ import annotations
