@@ -403,7 +403,7 @@ def encode_triplets(block: TripletBlock, *, version: int | None = None) -> bytes
     if version not in (1, 2, 3):
         raise ValueError(f"cannot write triplets version {version}; versions are 1, 2 and 3")
     if weighted and version != WEIGHTED_TRIPLETS_VERSION:
-        raise ValueError(f"triplets version {version} has no weights; weighted blocks are version 3")
+        raise ValueError(f"triplets version {version} has no weights; weighted ones are version 3")
     checked = TripletBlock(
         _checked_ints(block.seq, np.int64, "seq", n),
         _checked_ints(block.query_id, np.int64, "query_id", n),
