@@ -277,6 +277,13 @@ class Settings:
     # thread: ranking never waits on it; what a full queue drops is counted and logged.
     impression_logging: bool = True
     impression_queue: int = 10_000
+    # The click join (`workers.click_join`): an impression's clicks join it for this long
+    # (event time), and a click that overtook its impression waits this long for it.
+    click_window_s: float = 1800.0
+    click_grace_s: float = 60.0
+    # The share of rankings a server answers with ranks 1 and k swapped at random
+    # (`ranking.propensity.choose_swap`), from which the join estimates propensities.
+    intervention_share: float = 0.05
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
@@ -359,4 +366,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "unicon_calibration": ("UNICON_CALIBRATION", _positive_int),
     "impression_logging": ("IMPRESSION_LOGGING", _on_off),
     "impression_queue": ("IMPRESSION_QUEUE", _positive_int),
+    "click_window_s": ("CLICK_WINDOW_SECONDS", _positive_seconds),
+    "click_grace_s": ("CLICK_GRACE_SECONDS", _positive_seconds),
+    "intervention_share": ("INTERVENTION_SHARE", _fraction),
 }
