@@ -343,9 +343,7 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
             zip(ids[pairs.winner], ids[pairs.loser], pairs.weight.astype(np.float32), strict=True)
         )
     found_rows = [
-        (w, lo, wt)
-        for b in blocks
-        for w, lo, wt in zip(b.p1_id, b.p2_id, b.weight, strict=True)
+        (w, lo, wt) for b in blocks for w, lo, wt in zip(b.p1_id, b.p2_id, b.weight, strict=True)
     ]
     assert found_rows == expected_rows and len(found_rows) > 20
     assert max(r[2] for r in found_rows) <= 1 / 0.3 + 1e-6
@@ -360,7 +358,7 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
     np.testing.assert_array_equal(stored.arrays["propensity"], estimator.propensities(10))
 
 
-class _Crash(Exception):
+class _CrashError(Exception):
     pass
 
 
@@ -389,13 +387,13 @@ def test_a_crash_at_any_point_neither_loses_nor_repeats_output() -> None:
                 for key, value in self.outbox[: len(self.outbox) // 2 + 1]:  # half sent
                     runtime.producer.send(settings.triplets_topic, value, key=key)
                 runtime.producer.flush()
-                raise _Crash
+                raise _CrashError
             send_outbox(self, runtime)
 
         def crashing_save(self, *args, calls=calls, at_save=at_save) -> None:
             calls["save"] += 1
             if calls["save"] == 2 and at_save:
-                raise _Crash  # the state (and its outbox) never reached the store
+                raise _CrashError  # the state (and its outbox) never reached the store
             save(self, *args)
 
         join = ClickJoin(settings, options, transport=transport, store=store)
@@ -404,7 +402,7 @@ def test_a_crash_at_any_point_neither_loses_nor_repeats_output() -> None:
         try:
             _run(settings, transport, store, options, join)
             finished = True
-        except _Crash:
+        except _CrashError:
             crashes += 1
             join.close(final_checkpoint=False)  # a crash: no final save
     assert crashes >= 6  # three of each
