@@ -44,18 +44,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from rankstream.ranking.click_pairs import LOSERS, click_pairs
-from rankstream.ranking.propensity import (
-    DEFAULT_PRIOR_CLICKS,
-    DEFAULT_PRIOR_ETA,
-    SwapPropensityEstimator,
-    parse_swap,
-)
+from rankstream.ranking.click_pairs import click_pairs
+from rankstream.ranking.propensity import SwapPropensityEstimator, parse_swap
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.click_schema import (
     Click,
@@ -70,9 +65,9 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
+from rankstream.workers.click_join_options import JoinOptions
 from rankstream.workers.click_window import ClickWindow, Closed, PendingClick, Rejected
 from rankstream.workers.runtime import Handler, StreamRuntime
-from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.click_join")
@@ -80,74 +75,8 @@ log = get_logger("rankstream.worker.click_join")
 JOIN_KIND = "click-join"
 PROPENSITIES_MODEL = "propensities"
 PROPENSITIES_KIND = "propensities"
-DEFAULT_MIN_PROPENSITY = 0.1
 _SCAN_DEADLINE_S = 60.0
 T = TypeVar("T")
-
-
-def _help(text: str, **extra: object) -> dict[str, object]:
-    return {"help": text, **extra}
-
-
-@dataclass(frozen=True)
-class JoinOptions:
-    """What `rankstream worker click-join` can be told, beyond the environment's Settings
-    (the window and the grace are settings: serve and the join share them)."""
-
-    name: str = field(
-        default="click-join",
-        metadata=_help("the join's stored state and its output keys' prefix"),
-    )
-    losers: str = field(
-        default="skips",
-        metadata=_help(
-            "pairs: skips (a click over the skipped results above and the next below) or "
-            "shown (over every other shown result)"
-        ),
-    )
-    min_propensity: float = field(
-        default=DEFAULT_MIN_PROPENSITY,
-        metadata=_help("propensities are clipped to at least this (weights <= 1/this)"),
-    )
-    depth: int = field(default=10, metadata=_help("ranks whose propensity is measured"))
-    prior_eta: float = field(
-        default=DEFAULT_PRIOR_ETA, metadata=_help("the prior's shape (1/rank)^eta")
-    )
-    prior_clicks: float = field(
-        default=DEFAULT_PRIOR_CLICKS, metadata=_help("the prior's weight in expected clicks")
-    )
-    checkpoint_records: int | None = field(
-        default=10_000, metadata=_help("checkpoint after this many records", metavar="N")
-    )
-    checkpoint_seconds: float | None = field(
-        default=1.0, metadata=_help("checkpoint (and emit) at least this often", metavar="SECONDS")
-    )
-    exit_when_idle: float | None = field(
-        default=None,
-        metadata=_help("checkpoint and exit when nothing arrived for this long", metavar="SECONDS"),
-    )
-    poll_ms: int = field(default=200, metadata=_help("longest wait of one poll", metavar="MS"))
-    partitions: int = field(
-        default=1, metadata=_help("partitions of the input topics if they must be created")
-    )
-
-    def __post_init__(self) -> None:
-        if self.losers not in LOSERS:
-            raise ValueError(f"losers must be one of {LOSERS}, got {self.losers!r}")
-        if not 0 < self.min_propensity <= 1:
-            raise ValueError(f"min_propensity must lie in (0, 1], got {self.min_propensity}")
-        SwapPropensityEstimator(self.depth, self.prior_eta, self.prior_clicks)  # its checks
-        if self.partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
-        self.runtime()
-
-    def runtime(self) -> RuntimeOptions:
-        return RuntimeOptions(
-            checkpoint=Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            report_lag=False,
-        )
 
 
 @dataclass
