@@ -414,3 +414,29 @@ def test_join_options_are_checked() -> None:
         with pytest.raises(ValueError):
             JoinOptions(**bad)
     assert dataclasses.asdict(JoinOptions())["min_propensity"] == 0.1
+
+
+def test_the_embedded_serve_runs_the_join_in_process() -> None:
+    """`rankstream serve` without services: the join on a thread beside the online worker,
+    on the process-wide embedded log and store, its triplets learned by the online models."""
+    import time
+
+    from rankstream.serve.workers import EmbeddedWorkers
+    from rankstream.stream.connect import open_store, open_transport
+
+    settings = _settings()
+    learning = EmbeddedWorkers(settings)
+    assert "click-join" in [r.handler.name for r in learning.runtimes]
+    _send(open_transport(settings), settings, _stream(n=30, seed=4))
+    learning.start()
+    try:
+        store, deadline = open_store(settings), time.monotonic() + 120  # a hang guard only
+        while (joined := store.load("click-join")) is None or joined.meta["join"]["counters"][
+            "sent"
+        ] == 0:
+            assert time.monotonic() < deadline, "the embedded join never sent its triplets"
+            time.sleep(0.1)
+    finally:
+        learning.stop()
+    assert joined.meta["join"]["counters"]["sessions"] == 30
+    assert store.load(PROPENSITIES_MODEL) is not None
