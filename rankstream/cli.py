@@ -88,7 +88,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("services", "up"): ("services.up", "start local Kafka, Redis and Prometheus"),
     ("services", "down"): ("services.down", "stop the local services"),
     ("services", "status"): ("services.status", "print where the local services listen"),
-    ("chaos",): ("chaos", "kill/restart the online worker; check exactly-once"),
+    ("chaos",): ("chaos", "kill/restart the online worker or the click join; check exactly-once"),
 }
 
 
