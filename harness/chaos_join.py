@@ -140,7 +140,7 @@ def join_stream(plan: JoinChaosPlan, width: int) -> list[tuple[str, bytes, bytes
     return out
 
 
-class _Producer(threading.Thread):
+class StreamProducer(threading.Thread):
     """Sends the stream to one prefix's topics at a pace (all at once with rate None)."""
 
     def __init__(self, settings: Settings, messages: list, rate: float | None) -> None:
@@ -198,7 +198,7 @@ def _inputs_done(settings: Settings, transport: Any, offsets: dict) -> bool:
 
 
 def _supervise(
-    settings: Settings, plan: JoinChaosPlan, producer: _Producer, log_dir: Path, say: Any
+    settings: Settings, plan: JoinChaosPlan, producer: StreamProducer, log_dir: Path, say: Any
 ) -> tuple[int, Counter[str], int]:
     """Run, kill and restart the join subprocess; (kills, exits, starts)."""
     from rankstream.harness.chaos import writer_pid
@@ -332,12 +332,12 @@ def run_join_chaos(
         transport.close()
     say("stream and kills")
     rate = len(messages) / (plan.seconds_per_kill * (plan.kills + 1))
-    producer = _Producer(chaos, messages, rate)
+    producer = StreamProducer(chaos, messages, rate)
     producer.start()
     kills, exits, starts = _supervise(chaos, plan, producer, log_dir, say)
     producer.join()
     say("reference join (uninterrupted)")
-    ref_producer = _Producer(reference, messages, None)
+    ref_producer = StreamProducer(reference, messages, None)
     ref_producer.run()
     if ref_producer.error is not None:
         raise RuntimeError(f"producing the reference stream failed: {ref_producer.error!r}")
