@@ -244,6 +244,27 @@ CLICK_PROPENSITY = Gauge(
     ["rank"],
 )
 
+# --- impressions and clicks (`workers.impressions`, `workers.click_producer`) -------------
+IMPRESSIONS_LOGGED = Counter(
+    "rankstream_impressions_logged_total",
+    "Served rankings handed to the impressions topic (impression logging, `rankstream serve`).",
+)
+IMPRESSIONS_DROPPED = Counter(
+    "rankstream_impressions_dropped_total",
+    "Impressions not written, by reason: queue_full (the writer fell behind; the ranking was "
+    "answered anyway), send_failed, delivery_failed, invalid, shutdown.",
+    ["reason"],
+)
+IMPRESSIONS_WAITING = Gauge(
+    "rankstream_impressions_waiting",
+    "Impressions queued for the writer thread (at most RANKSTREAM_IMPRESSION_QUEUE).",
+)
+CLICKS_PRODUCED = Counter(
+    "rankstream_clicks_produced_total",
+    "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
+    "ClickProducer.",
+)
+
 # --- batch worker -------------------------------------------------------------------------
 REFIT_SECONDS = Histogram(
     "rankstream_refit_seconds",

@@ -1,4 +1,5 @@
-"""`rankstream bench serve`: /v1/rank p50/p99 and requests/s (Arrow, JSON) while reloading."""
+"""`rankstream bench serve`: /v1/rank p50/p99 and requests/s (Arrow, JSON) while reloading,
+with impression logging on and off in the same run (`harness.serve_bench`)."""
 
 from __future__ import annotations
 
@@ -66,9 +67,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         for kind in ("arrow", "json"):
             r = result[kind]
+            off, cost = r["impressions_off"], r["impression_logging_cost"]
             print(
                 f"{kind}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms at {r['rate']:g} req/s "
-                f"(achieved {r['achieved_rate']}); sustained {r['sustained_rps']} req/s"
+                f"(achieved {r['achieved_rate']}); sustained {r['sustained_rps']} req/s; "
+                f"impression logging off: p50 {off['p50_ms']} ms, p99 {off['p99_ms']} ms; "
+                f"on/off p99 x{cost['p99_ratio']} (paired rounds x"
+                f"{cost['p99_ratio_paired_median']})"
             )
         print(f"reload lag p99 {result['reload']['lag_p99_s']} s")
     return 0
