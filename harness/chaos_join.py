@@ -147,6 +147,7 @@ class StreamProducer(threading.Thread):
         super().__init__(name="join-chaos-producer", daemon=True)
         self.settings, self.messages, self.rate = settings, messages, rate
         self.error: BaseException | None = None
+        self.stopping = threading.Event()
 
     def run(self) -> None:
         from rankstream.stream.connect import open_transport
@@ -157,6 +158,8 @@ class StreamProducer(threading.Thread):
             topics = {"imp": self.settings.impressions_topic, "click": self.settings.clicks_topic}
             started = time.monotonic()
             for n, (kind, key, value) in enumerate(self.messages):
+                if self.stopping.is_set():
+                    break
                 if self.rate is not None:
                     time.sleep(max(0.0, started + n / self.rate - time.monotonic()))
                 producer.send(topics[kind], value, key=key)
@@ -165,6 +168,11 @@ class StreamProducer(threading.Thread):
             transport.close()
         except Exception as exc:  # re-raised by the supervisor
             self.error = exc
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop sending (what was sent is flushed) and wait for the thread."""
+        self.stopping.set()
+        self.join(timeout)
 
 
 def _env(settings: Settings) -> dict[str, str]:

@@ -440,3 +440,48 @@ def test_the_embedded_serve_runs_the_join_in_process() -> None:
         learning.stop()
     assert joined.meta["join"]["counters"]["sessions"] == 30
     assert store.load(PROPENSITIES_MODEL) is not None
+
+
+def test_serve_swaps_a_share_of_its_rankings_and_logs_the_intervention() -> None:
+    """`RANKSTREAM_INTERVENTION_SHARE` 1: every answer shows ranks 1 and some k swapped,
+    and its impression names the swap and the order the engine was told to show."""
+    import time
+
+    from starlette.testclient import TestClient
+
+    from rankstream.serve.app import create_app
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.stream.embedded import embedded_transport, reset_embedded
+
+    reset_embedded()
+    settings = Settings(topic_prefix=f"swap-{uuid.uuid4().hex[:8]}", intervention_share=1.0)
+    rng = np.random.default_rng(0)
+    ids = np.arange(500, 512)
+    phi = rng.standard_normal((12, settings.phi_dim)).astype(np.float32)
+    with TestClient(create_app(settings, store=EmbeddedModelStore(), poll_seconds=0.05)) as client:
+        body = {"candidate_ids": ids.tolist(), "phi": phi.tolist()}
+        answers = [client.post("/v1/rank", json=body).json() for _ in range(20)]
+        transport, topic = embedded_transport(), settings.impressions_topic
+        deadline = time.monotonic() + 30  # the writer thread drains the queue: a hang guard
+        while sum(transport.end_offsets(topic).values()) < 20:
+            assert time.monotonic() < deadline, "impressions never written"
+            time.sleep(0.05)
+    consumer = transport.consumer(None)
+    consumer.assign([(topic, 0)])
+    consumer.seek_to_beginning(topic, 0)
+    logged = {
+        imp.impression_id: imp
+        for m in consumer.poll(timeout_ms=100, max_records=100)
+        for imp in decode_impressions(m.value, width=settings.phi_dim).records
+    }
+    ks = set()
+    for answer in answers:
+        impression = logged[answer["impression_id"]]
+        k = parse_swap(impression.intervention)
+        assert k is not None and 2 <= k <= 10
+        scores = np.array(answer["scores"])
+        assert (np.diff(swap(scores, k)) <= 0).all()  # swapped back: the model's ranking
+        assert scores[0] < scores[k - 1]  # as shown: rank k's result was rank 1's
+        assert impression.candidate_ids.tolist() == answer["candidate_ids"]
+        ks.add(k)
+    assert len(ks) > 3  # k is drawn, not fixed

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_grafana import dashboard_queries
@@ -130,7 +131,7 @@ def _send_undecodable_triplets(settings: Settings, count: int = 3) -> None:
         transport.close()
 
 
-def _start_click_stream(settings: Settings, seconds: float) -> None:
+def _start_click_stream(settings: Settings, seconds: float):  # type: ignore[no-untyped-def]
     """Impressions and their clicks for the click join, paced over `seconds` (its rates
     stay defined while the test waits), with an unknown impression's click early on."""
     from rankstream.harness.chaos_join import JoinChaosPlan, StreamProducer, join_stream
@@ -145,7 +146,9 @@ def _start_click_stream(settings: Settings, seconds: float) -> None:
     messages = join_stream(JoinChaosPlan(impressions=2_000, kills=0), settings.phi_dim)
     unknown = encode_clicks([Click("f" * 32, 5, time=1.0)])  # long before any impression
     messages.insert(4, ("click", b"f" * 32, unknown))
-    StreamProducer(settings, messages, rate=len(messages) / seconds).start()
+    producer = StreamProducer(settings, messages, rate=len(messages) / seconds)
+    producer.start()
+    return producer
 
 
 def _query(prometheus_url: str, expr: str) -> list[dict]:
@@ -188,7 +191,15 @@ def test_every_dashboard_query_returns_data(services, pipeline) -> None:
     settings, workers = pipeline
     queries = dashboard_queries(window=WINDOW)
     _send_undecodable_triplets(settings)
-    _start_click_stream(settings, DATA_DEADLINE_S)
+    clicks = _start_click_stream(settings, DATA_DEADLINE_S)
+    try:
+        _wait_for_every_panel(services, workers, queries)
+    finally:
+        clicks.stop()
+
+
+def _wait_for_every_panel(services: Any, workers: list[Worker], queries: list) -> None:
+    """Until every (panel, query) returns a finite sample from these workers' series."""
     jobs = [w.job for w in workers]
     queries = [(title, ref, scoped(expr, jobs)) for title, ref, expr in queries]
     empty: list[str] = []
