@@ -73,18 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--triplets", type=int, default=3_000_000, metavar="N", help="triplets produced"
     )
     parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
-    parser.add_argument(
-        "--join",
-        action="store_true",
-        help="SIGKILL the click join instead of the online worker (--kills, --impressions)",
-    )
-    parser.add_argument(
-        "--impressions",
-        type=int,
-        default=5_000,
-        metavar="N",
-        help="with --join: impressions (each with its clicks) produced (default 5000)",
-    )
+    _add_join_arguments(parser)
     for kind, what in _FAULTS.items():
         parser.add_argument(
             _fault_flag(kind),
@@ -109,6 +98,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="root of `rankstream services` (default: $RANKSTREAM_DATA_DIR/services)",
     )
     add_json_argument(parser)
+
+
+def _add_join_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--join",
+        action="store_true",
+        help="SIGKILL the click join instead of the online worker (--kills, --impressions)",
+    )
+    parser.add_argument(
+        "--impressions",
+        type=int,
+        default=5_000,
+        metavar="N",
+        help="with --join: impressions (each with its clicks) produced (default 5000)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
