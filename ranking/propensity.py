@@ -1,5 +1,11 @@
 """Position-bias propensities estimated online from randomized interventions.
 
+Two interventions, two estimators sharing the prior and the tail past the measured ranks:
+`PropensityEstimator` (RandTop-n, the simulator's: the top `depth` shuffled) and
+`SwapPropensityEstimator` (ranks 1 and k swapped on a share of the traffic: what `rankstream
+serve` does, `choose_swap`, and what the click join reads from each impression's
+`intervention`, "swap:1-k"). The rest of this docstring is RandTop-n's.
+
 IPS-weighted click pairs (`ranking.click_pairs`) need P(examined at rank k), and it is
 not known: it depends on the users, the page layout, the device. It is estimated here
 from a small, randomized share of the traffic, the intervention of Joachims,
