@@ -60,7 +60,7 @@ from rankstream.stream.click_schema import (
     decode_impressions,
     encode_clicks,
 )
-from rankstream.stream.schema import SchemaError, decode_triplets, encode_triplets
+from rankstream.stream.schema import SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
@@ -122,6 +122,7 @@ class ClickJoinHandler(Handler):
         self.next_seq = 0  # seq of the join's next triplet
         self.next_message = 0  # n of the join's next output message
         self.outbox: list[tuple[bytes, bytes]] = []  # (key, value) not yet acknowledged
+        self.outbox_triplets: list[int] = []  # the triplets of each outbox message
         self.scan_from: dict[int, int] | None = None  # triplets end offsets before the outbox
         self.maybe_sent = False  # some of the outbox may be in Kafka already
         self.dirty = False
@@ -155,6 +156,7 @@ class ClickJoinHandler(Handler):
         keys = state["outbox_keys"]
         values = _split(stored.arrays["outbox"], stored.arrays["outbox_ends"])
         self.outbox = list(zip((k.encode() for k in keys), values, strict=True))
+        self.outbox_triplets = [int(n) for n in state["outbox_triplets"]]
         self.scan_from = None if state["scan_from"] is None else {
             int(p): int(o) for p, o in state["scan_from"].items()
         }  # fmt: skip
@@ -280,6 +282,7 @@ class ClickJoinHandler(Handler):
         block = TripletBlock.concatenate(blocks)
         key = f"{self.options.name}:{self.next_message}".encode()
         self.outbox.append((key, encode_triplets(block)))
+        self.outbox_triplets.append(len(block))
         self.next_message += 1
         self.counters.triplets += len(block)
 
@@ -326,13 +329,20 @@ class ClickJoinHandler(Handler):
         for key, value in sending:
             producer.send(topic, value, key=key)
         producer.flush(timeout=runtime.settings.api_deadline_s * 6)
-        for _, value in sending:
-            metrics.TRIPLETS_PRODUCED.inc(len(decode_triplets(value, width=self.settings.phi_dim)))
+        metrics.TRIPLETS_PRODUCED.inc(self._outbox_triplets(present))
         self.counters.sent += len(sending)
         if present:
             log_event(log, "outbox resent", skipped=len(present), sent=len(sending))
-        self.outbox, self.scan_from, self.maybe_sent = [], None, False
+        self.outbox, self.outbox_triplets = [], []
+        self.scan_from, self.maybe_sent = None, False
         self.dirty = True  # the next save records the empty outbox
+
+    def _outbox_triplets(self, skipped: set[bytes]) -> int:
+        """Triplets in the outbox's messages but the `skipped` ones."""
+        return sum(
+            n for (key, _), n in zip(self.outbox, self.outbox_triplets, strict=True)
+            if key not in skipped
+        )  # fmt: skip
 
     def _already_sent(self, transport: Transport) -> set[bytes]:
         """Keys of the outbox found in the triplets topic past `scan_from`."""
@@ -373,6 +383,7 @@ class ClickJoinHandler(Handler):
                 "next_seq": self.next_seq,
                 "next_message": self.next_message,
                 "outbox_keys": [k.decode() for k, _ in self.outbox],
+                "outbox_triplets": self.outbox_triplets,
                 "scan_from": None
                 if self.scan_from is None
                 else {str(p): o for p, o in self.scan_from.items()},

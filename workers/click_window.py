@@ -102,6 +102,7 @@ class ClickWindow:
         self.window_s, self.grace_s = float(window_s), float(grace_s)
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.early: dict[str, list[PendingClick]] = {}
+        self._earliest = np.inf  # the earliest time of a waiting click (a lower bound)
         self.closed: dict[str, float] = {}  # impression id -> its time, for one more window
         self.impression_watermark = -np.inf
         self.click_watermark = -np.inf
@@ -144,6 +145,7 @@ class ClickWindow:
         if self.impression_watermark > click.time + self.grace_s:
             return [self._unknown(impression_id, click)]
         self.early.setdefault(impression_id, []).append(click)
+        self._earliest = min(self._earliest, click.time)
         return []
 
     def _attach(self, session: Session, click: PendingClick) -> list[Rejected]:
@@ -176,7 +178,9 @@ class ClickWindow:
 
     def unknown(self) -> list[Rejected]:
         """Early clicks whose impression is not coming (see the module docstring)."""
-        rejected = []
+        rejected: list[Rejected] = []
+        if not self.impression_watermark > self._earliest + self.grace_s:
+            return rejected  # none can be due: no scan of the waiting clicks
         for iid in list(self.early):
             waiting = self.early[iid]
             gone = [c for c in waiting if self.impression_watermark > c.time + self.grace_s]
@@ -187,6 +191,7 @@ class ClickWindow:
                     self.early[iid] = kept
                 else:
                     del self.early[iid]
+        self._earliest = min((c.time for cs in self.early.values() for c in cs), default=np.inf)
         return rejected
 
     def _close(self, session: Session, impression: Impression) -> Closed:
@@ -264,6 +269,7 @@ class ClickWindow:
         for iid, time, source, found, ended in state["sessions"]:
             window.sessions[iid] = Session(iid, float(time), _source(source), clicks(found), ended)
         window.early = {iid: clicks(found) for iid, found in state["early"].items()}
+        window._earliest = min((c.time for f in window.early.values() for c in f), default=np.inf)
         window.closed = {iid: float(t) for iid, t in state["closed"]}
         window.impression_watermark = _watermark(state["impression_watermark"])
         window.click_watermark = _watermark(state["click_watermark"])
