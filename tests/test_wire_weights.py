@@ -145,3 +145,18 @@ def test_the_worker_learns_a_decoded_weight_2_as_the_doubled_step(algo: str, par
     assert weighted.n_updates > 0
     assert weighted.weights.tobytes() == doubled.weights.tobytes()
     assert weighted.offsets == doubled.offsets == {"t": {0: len(blocks)}}
+
+
+def test_a_recording_leaves_weighted_triplets_out_and_counts_them(tmp_path) -> None:
+    """Recordings (format 2) have no weight column: a weighted message is skipped and
+    counted, never recorded to be replayed as unweighted pairs."""
+    from rankstream.stream.recording_writer import RecordingWriter
+    from rankstream.stream.transport import Message
+
+    writer = RecordingWriter(tmp_path, "triplets", "t.triplets", width=D)
+    plain = encode_triplets(_block())
+    weighted = encode_triplets(_block(weight=np.full(5, 3.0, np.float32)))
+    for offset, value in enumerate([plain, weighted]):
+        writer.add(Message("t.triplets", 0, offset, b"7", value, 0))
+    assert (writer.counts.messages, writer.counts.skipped_messages) == (1, 1)
+    assert writer.counts.rows == 5
