@@ -485,3 +485,18 @@ def test_serve_swaps_a_share_of_its_rankings_and_logs_the_intervention() -> None
         assert impression.candidate_ids.tolist() == answer["candidate_ids"]
         ks.add(k)
     assert len(ks) > 3  # k is drawn, not fixed
+
+
+def test_a_repeated_impression_id_is_dead_lettered_with_its_own_bytes() -> None:
+    settings, transport, store = _settings(), EmbeddedTransport(), EmbeddedModelStore()
+    events = _stream(n=4)
+    events.insert(2, ("imp", _impression(0, 0.5)))  # impression 0's id again
+    _send(transport, settings, events)
+    _run(settings, transport, store, JoinOptions())
+    consumer = transport.consumer(None)
+    consumer.assign([(settings.dead_letter_topic, 0)])
+    consumer.seek_to_beginning(settings.dead_letter_topic, 0)
+    letters = [decode_dead_letter(m.value) for m in consumer.poll(timeout_ms=50, max_records=50)]
+    (repeated,) = [d for d in letters if d.source_topic == settings.impressions_topic]
+    assert repeated.reason == "bad_schema" and "seen before" in repeated.detail
+    assert repeated.original == encode_impressions([_impression(0, 0.5)])

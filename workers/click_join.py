@@ -60,7 +60,7 @@ from rankstream.stream.click_schema import (
     decode_impressions,
     encode_clicks,
 )
-from rankstream.stream.schema import SchemaError, encode_triplets
+from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
@@ -241,6 +241,9 @@ class ClickJoinHandler(Handler):
         for row, reason, detail in decoded.rejects:
             self._dead_letter(runtime, message, reason, detail, [row])
         for row, impression in _rows(decoded):
+            if self.window.knows(impression.impression_id):
+                self._dead_letter(runtime, message, BAD_SCHEMA, "impression id seen before", [row])
+                continue
             source = (message.topic, message.partition, message.offset, row)
             self._rejected(runtime, self.window.add_impression(impression, source))
         self.counters.impressions += len(decoded.records)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from rankstream.stream.click_schema import Impression
-from rankstream.stream.schema import BAD_SCHEMA, LATE, UNKNOWN_CANDIDATE, UNKNOWN_IMPRESSION
+from rankstream.stream.schema import LATE, UNKNOWN_CANDIDATE, UNKNOWN_IMPRESSION
 
 Source = tuple[str, int, int, int]  # topic, partition, offset, row of the record's message
 
@@ -71,7 +71,7 @@ class Session:
 
 @dataclass(frozen=True)
 class Rejected:
-    """A click (or impression) the join cannot use: dead-lettered with `reason`."""
+    """A click the join cannot use: dead-lettered with `reason`."""
 
     impression_id: str
     candidate_id: int | None
@@ -109,14 +109,11 @@ class ClickWindow:
 
     # --- input ----------------------------------------------------------------------------
     def add_impression(self, impression: Impression, source: Source) -> list[Rejected]:
-        """A new impression opens a session (with any clicks that overtook it)."""
+        """A new impression opens a session (with any clicks that overtook it); returns the
+        clicks of those that cannot join. ValueError for an id it `knows` already."""
         iid = impression.impression_id
-        if iid in self.sessions or iid in self.closed:
-            return [
-                Rejected(
-                    iid, None, impression.time, source, BAD_SCHEMA, "impression id seen before"
-                )
-            ]
+        if self.knows(iid):
+            raise ValueError(f"impression {iid!r} seen before")
         self.impression_watermark = max(self.impression_watermark, impression.time)
         session = Session(iid, impression.time, source, impression=impression)
         self.sessions[iid] = session
@@ -124,6 +121,10 @@ class ClickWindow:
         for click in self.early.pop(iid, []):
             rejected += self._attach(session, click)
         return rejected
+
+    def knows(self, impression_id: str) -> bool:
+        """Whether an impression of this id is in the window or closed within it."""
+        return impression_id in self.sessions or impression_id in self.closed
 
     def hydrate(self, impression: Impression, source: Source) -> bool:
         """Give a restored session its impression back (re-read from the log); False if the
