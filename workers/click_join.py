@@ -189,6 +189,7 @@ class ClickJoinHandler(Handler):
             if message.topic == self.settings.impressions_topic:
                 if message.offset < self._hydrate_below.get(message.partition, 0):
                     self._hydrate(message)
+                    self._emit(runtime)  # a restored session may be closed and now whole
                     continue
                 records += self._impressions(runtime, message)
             else:
