@@ -200,7 +200,8 @@ class ClickJoinHandler(Handler):
         return records
 
     def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
-        """Save the join with its offsets and outbox, then send the outbox (module doc)."""
+        """Save the join with its offsets and outbox, then send the outbox (module doc).
+        Whatever entered the outbox made the join dirty, so it is saved before it is sent."""
         saved: dict[str, Any] = {}
         if self.dirty:
             if self.outbox and self.scan_from is None:
@@ -273,9 +274,12 @@ class ClickJoinHandler(Handler):
 
     def _emit(self, runtime: StreamRuntime) -> None:
         """Closed sessions -> one output message in the outbox; unknown clicks -> dead letters."""
-        self._rejected(runtime, self.window.unknown())
+        unknown, ready = self.window.unknown(), self.window.ready()
+        if unknown or ready:
+            self.dirty = True  # the window changed: the next checkpoint saves it first
+        self._rejected(runtime, unknown)
         blocks = []
-        for closed in self.window.ready():
+        for closed in ready:
             self._rejected(runtime, closed.rejects)
             block = self._pairs(closed)
             if block is not None:
