@@ -28,7 +28,7 @@ def test_the_join_stream_and_kill_points_are_seeded() -> None:
 
 
 def test_sigkills_of_the_join_lose_and_repeat_nothing(service_settings: Settings) -> None:
-    plan = JoinChaosPlan(impressions=1_500, kills=3, seed=1, seconds_per_kill=3.0)
+    plan = JoinChaosPlan(impressions=1_000, kills=3, seed=1, seconds_per_kill=2.5)
     result = run_join_chaos(service_settings, plan)
     assert result.kills == 3, result.to_json()
     assert result.worker_starts >= 4 and result.exits.get("-9") == 3
