@@ -5,7 +5,7 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     demo                      the embedded pipeline, no services
     simulate                  the CBIR engine and its users, producing feedback
     serve                     the HTTP API: rank, take feedback
-    worker online|batch|evaluator
+    worker online|batch|evaluator|click-join
                               the long-running workers
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
@@ -73,6 +73,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("worker", "online"): ("worker.online", "consume triplets, update online rankers"),
     ("worker", "batch"): ("worker.batch", "reservoir sample; refit cMDS-DML and RankMKL"),
     ("worker", "evaluator"): ("worker.evaluator", "score judged queries; export NDCG@50"),
+    ("worker", "click-join"): (
+        "worker.click_join",
+        "join impressions and clicks into IPS-weighted triplets",
+    ),
     ("record",): ("record", "write the triplet and query streams to Parquet"),
     ("replay",): ("replay", "feed a recorded log back into Kafka or train from it"),
     ("model", "show"): ("model.show", "print a stored model's summary"),
@@ -84,7 +88,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("services", "up"): ("services.up", "start local Kafka, Redis and Prometheus"),
     ("services", "down"): ("services.down", "stop the local services"),
     ("services", "status"): ("services.status", "print where the local services listen"),
-    ("chaos",): ("chaos", "kill/restart the online worker; check exactly-once"),
+    ("chaos",): ("chaos", "kill/restart the online worker or the click join; check exactly-once"),
 }
 
 

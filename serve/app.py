@@ -72,6 +72,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rankstream.ranking.propensity import choose_swap, swap, swap_intervention
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -127,6 +128,7 @@ class ServeState:
         self.feedback = FeedbackDesk(settings, store)
         self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
+        self.swaps = np.random.default_rng()  # the propensity interventions' coin
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
         self._probe_lock = asyncio.Lock()
@@ -310,6 +312,11 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     loaded = await _serving_model(state, query)
     scores = loaded.scorer.score(query.phi)
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
+    intervention = None  # a share of the logged rankings swap ranks 1 and k (propensities)
+    if state.impressions is not None and state.settings.intervention_share > 0:
+        k = choose_swap(state.swaps, state.settings.intervention_share, len(order))
+        if k is not None:
+            order, intervention = swap(order, k), swap_intervention(k)
     ids, ranked = query.candidate_ids[order], scores[order]
     latest = state.registry.snapshot.latest
     given = request.headers.get("x-request-id")
@@ -323,7 +330,8 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         state.impressions.offer(
             functools.partial(
                 served_impression, impression_id, query.candidate_ids, query.phi, order,
-                loaded.name, loaded.version, latest, time=time.time(), **caller,
+                loaded.name, loaded.version, latest, time=time.time(),
+                intervention=intervention, **caller,
             )
         )  # fmt: skip
     echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}
