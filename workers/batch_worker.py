@@ -64,7 +64,7 @@ from rankstream.workers.batch_models import (
     fit_cmds_dml,
     fit_rankmkl,
 )
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, CadenceTimer, RuntimeOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -354,6 +354,11 @@ class BatchWorker(StreamRuntime):
     """The stream runtime running the batch handler."""
 
     handler: BatchHandler
+    reservoir = FromHandler[TripletReservoir]()
+    counters = FromHandler[BatchCounters]()
+    offsets = FromHandler[dict[str, dict[int, int]]]()
+    reservoir_version = FromHandler[int]()
+    model_versions = FromHandler[dict[str, int]]()
 
     def __init__(
         self, settings: Settings, options: BatchOptions | None = None, **services: Any
@@ -363,26 +368,6 @@ class BatchWorker(StreamRuntime):
         handler = BatchHandler(settings, options)
         super().__init__(settings, handler, options.runtime(), **services)
         self.options = options
-
-    @property
-    def reservoir(self) -> TripletReservoir:
-        return self.handler.reservoir
-
-    @property
-    def counters(self) -> BatchCounters:
-        return self.handler.counters
-
-    @property
-    def offsets(self) -> dict[str, dict[int, int]]:
-        return self.handler.offsets
-
-    @property
-    def reservoir_version(self) -> int:
-        return self.handler.reservoir_version
-
-    @property
-    def model_versions(self) -> dict[str, int]:
-        return self.handler.model_versions
 
     def refit_due(self) -> bool:
         return self.handler.refit_due()

@@ -64,7 +64,7 @@ from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.champion import ChampionPolicy, ChampionRace
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
@@ -406,6 +406,13 @@ class Evaluator(StreamRuntime):
     """The stream runtime running the evaluator handler."""
 
     handler: EvaluatorHandler
+    champion = FromHandler[str]()
+    rolling = FromHandler[RollingScores]()
+    history = FromHandler[deque[QueryScores]]()
+    queries_evaluated = FromHandler[int]()
+    dead_letters = FromHandler[int]()
+    cache = FromHandler[ScorerCache]()
+    offsets = FromHandler[dict[int, int]]()
 
     def __init__(
         self, settings: Settings, options: EvaluatorOptions | None = None, **services: Any
@@ -425,31 +432,3 @@ class Evaluator(StreamRuntime):
     def publish(self) -> bool:
         """Publish the scores record now; False if fenced or a transient error deferred it."""
         return self.checkpoint()
-
-    @property
-    def champion(self) -> str:
-        return self.handler.champion
-
-    @property
-    def rolling(self) -> RollingScores:
-        return self.handler.rolling
-
-    @property
-    def history(self) -> deque[QueryScores]:
-        return self.handler.history
-
-    @property
-    def queries_evaluated(self) -> int:
-        return self.handler.queries_evaluated
-
-    @property
-    def dead_letters(self) -> int:
-        return self.handler.dead_letters
-
-    @property
-    def cache(self) -> ScorerCache:
-        return self.handler.cache
-
-    @property
-    def offsets(self) -> dict[int, int]:
-        return self.handler.offsets
