@@ -8,7 +8,7 @@ scale-out's parameter mix (`mix_state`), direct replay, the benchmarks, the demo
 plots, `eval cbir` and `eval stream` (their grids and the paper's numbers) and the chaos
 run. Adding a learner, or a hyper-parameter, touches this module (and the kernel it
 names) and nothing else; `register` adds one at run time, hyper-parameters included
-(tests/test_toy_learner.py declares one in the test file alone).
+(tests/test_learner_registry.py declares one in the test file alone).
 
 A learner learns in one of three ways:
 
