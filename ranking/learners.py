@@ -36,11 +36,13 @@ covariance) to update in place; the result is checked after it (non-finite weigh
 state refuse the batch).
 
 This module imports neither numba nor numpy (both on first use): the command line is
-built from it before `rankstream replay --direct` tunes numpy's start-up.
+built from it before `rankstream replay --direct` tunes numpy's start-up, and the
+kernels would add ~1.6 s to every command (`python -X importtime`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -270,8 +272,6 @@ for _spec in (
 def takes_weights(spec: LearnerSpec) -> bool:
     """Whether the learner learns importance-weighted rows: the linear rules do, and a
     kernel does when it takes a `weights` parameter (None or the rows' weights)."""
-    import inspect
-
     kernel = spec.triplet_kernel or spec.kernel
     return kernel is None or "weights" in inspect.signature(kernel).parameters
 

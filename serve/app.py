@@ -58,6 +58,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import orjson
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -86,6 +87,7 @@ from rankstream.serve.registry import (
     Snapshot,
     UnknownModelError,
 )
+from rankstream.serve.workers import EmbeddedWorkers
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
@@ -427,8 +429,6 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         learning = None
         if workers:
-            from rankstream.serve.workers import EmbeddedWorkers
-
             learning = EmbeddedWorkers(settings)
             learning.start()
         await run_in_threadpool(state.registry.start)
@@ -477,8 +477,6 @@ def serve(
     `on_listening(host, port)` is called once the socket is bound and the app started
     (the port is the real one when settings.api_port is 0).
     """
-    import uvicorn
-
     app = create_app(settings, poll_seconds=poll_seconds, workers=workers)
     grace = settings.api_grace_s
 

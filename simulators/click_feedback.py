@@ -36,10 +36,10 @@ from rankstream.ranking.pdgd import PDGD
 from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.clicks import ClickModel
-from rankstream.simulators.feedback import Arm, JudgedArm, RetrievedQuery
+from rankstream.simulators.feedback import JUDGED, Arm, JudgedArm, RetrievedQuery
 
 RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
-DEFAULT_DISPLAY = 50  # results shown per impression: the judged depth and NDCG@50's
+DEFAULT_DISPLAY = JUDGED  # results shown per impression: the judged depth and NDCG@50's
 DEFAULT_INTERVENTION_SHARE = 0.05
 CLICK_HYPERPARAMETERS: dict[str, dict[str, float]] = {"opar1": {"C": 1e-5}, "arow": {"r": 1e5}}
 """The click pair learners' hyper-parameters. The defaults (C = 1e-4, r = 100) were

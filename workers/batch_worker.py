@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.ranking.triplets import TripletBlock
@@ -283,7 +284,6 @@ class BatchHandler(Handler):
         if self.reservoir.size < 1:
             return {}
         self.checkpoint(runtime)
-        from threadpoolctl import threadpool_limits
 
         sample = self.reservoir.sample()
         published: dict[str, int] = {}

@@ -72,7 +72,7 @@ from rankstream.workers.structured_log import get_logger, log_event
 __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
-UNJUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
+NOT_JUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
 # How much of a query was judged (`rankstream_judged_queries_total{judgments}`), and the
 # summary's count of scored queries whose graded candidates share one grade.
 JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE = "all", "partial", "none"
@@ -202,7 +202,7 @@ class EvaluatorHandler(Handler):
         judgments = judgments_of(query)
         for model, version in sorted(query.model_versions.items()):
             if judgments == JUDGMENTS_NONE:
-                skipped[model] = UNJUDGED  # counted once, as the query's judgments
+                skipped[model] = NOT_JUDGED  # counted once, as the query's judgments
                 continue
             reason = self._score(model, version, query, ndcg, ap)
             if reason is not None:
@@ -211,7 +211,7 @@ class EvaluatorHandler(Handler):
         for model in ndcg:
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
-            if reason != UNJUDGED:
+            if reason != NOT_JUDGED:
                 metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
         self._count(query, judgments)
         result = QueryScores(

@@ -46,8 +46,13 @@ from pathlib import Path
 
 from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators import catalog
-from rankstream.simulators.feedback import FeedbackSimulator
-from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
+from rankstream.simulators.feedback import CALIBRATION_QUERIES, JUDGED, FeedbackSimulator
+from rankstream.simulators.images import (
+    SERVED_CANDIDATES,
+    CandidateRetriever,
+    ImageCollection,
+    ServedCollection,
+)
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
@@ -79,9 +84,9 @@ class SimulateOptions:
     collection_seed: int | None = None  # synthetic only: cached per (images, seed)
     rate: float | None = None  # triplets per second; None = unlimited
     serving: str = CHAMPION
-    candidates: int = 300
-    judged: int = 50
-    calibration_queries: int = 50
+    candidates: int = SERVED_CANDIDATES
+    judged: int = JUDGED
+    calibration_queries: int = CALIBRATION_QUERIES
     partitions: int = 1  # of the topics, when they must be created
     queries_per_message: int = QUERIES_PER_MESSAGE  # judged queries a triplets message
     linger_s: float = DEFAULT_LINGER_S  # the longest a query waits for the others

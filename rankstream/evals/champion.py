@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import norm
 
+from rankstream.demo import DemoOptions, run_demo
 from rankstream.ranking.sequential import VARIANCE_PRIOR, PairedTest, first_switch
 
 OLD_WINDOW, OLD_MARGIN, OLD_MIN_QUERIES = 200, 0.005, 20  # the replaced policy's defaults
@@ -165,8 +166,6 @@ def resampled(incumbent: np.ndarray, challenger: np.ndarray, horizon: int) -> St
 
 def demo_pairs(options: ChampionEvalOptions, progress: bool) -> dict[str, dict[str, Any]]:
     """Every pair of models of one demo run, on the queries both were scored on."""
-    from rankstream.demo import DemoOptions, run_demo
-
     result = run_demo(
         DemoOptions(queries=options.demo_queries, images=options.demo_images, seed=options.seed),
         progress=progress,
