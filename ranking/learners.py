@@ -5,10 +5,11 @@ Everything that names a learner derives from `LEARNERS`: `OnlineRanker` (one att
 per hyper-parameter), the online worker and its CLI options (`--algo`, one
 `--<hyper-parameter>` per entry of `HYPERPARAMETERS`, with its default and help),
 scale-out's parameter mix (`mix_state`), direct replay, the benchmarks, the demo, its
-plots, `eval cbir` and `eval stream` (their grids and the paper's numbers) and the chaos
-run. Adding a learner, or a hyper-parameter, touches this module (and the kernel it
-names) and nothing else; `register` adds one at run time, hyper-parameters included
-(tests/test_learner_registry.py declares one in the test file alone).
+plots, `eval cbir` and `eval stream` (their grids and the paper's numbers), `eval clicks`
+(which learners learn from clicks, and with what) and the chaos run. Adding a learner,
+or a hyper-parameter, touches this module (and the kernel it names) and nothing else;
+`register` adds one at run time, hyper-parameters included (tests/test_learner_registry.py
+declares one in the test file alone).
 
 A learner learns in one of three ways:
 
@@ -129,6 +130,14 @@ class LearnerSpec:
     # ImageCLEF test mAP and Table 3's seconds on 3 million triplets (`eval cbir`)
     paper_map: float | None = None
     paper_seconds: float | None = None
+    # its hyper-parameters when it learns from click pairs, over its defaults (`eval
+    # clicks`; None: no click arm). The defaults were calibrated on judged streams (~800
+    # pairs a query, `eval stream --grid`); a click impression gives tens of pairs, most
+    # between results of one grade, so the click arms were calibrated apart: on
+    # validation seed 100 (never a reported seed), 3,000 impressions each of
+    # informational, almost-random, pbm:1 and pbm:2 users, over C in 1e-6..1e-2 and r in
+    # 1..1e5, warm-started (README, "Learning from clicks").
+    click_hyperparameters: Mapping[str, float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         ways = (self.linear_rule, self.kernel, self.triplet_kernel)
@@ -246,6 +255,7 @@ for _spec in (
     LearnerSpec(
         "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
         in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
+        click_hyperparameters={"C": 1e-5},
     ),
     LearnerSpec(
         "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
@@ -264,6 +274,7 @@ for _spec in (
         triplet_kernel=_arow,
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
+        click_hyperparameters={"r": 1e5},
     ),
 ):  # fmt: skip
     register(_spec)
@@ -317,6 +328,15 @@ def hyperparameters(values: Mapping[str, Any] | None = None) -> dict[str, float]
     return {
         name: h.check(given[name]) if name in given else h.default
         for name, h in HYPERPARAMETERS.items()
+    }
+
+
+def click_hyperparameters() -> dict[str, dict[str, float]]:
+    """The learners with a click arm (`eval clicks`), each with its click hyper-parameters."""
+    return {
+        name: dict(spec.click_hyperparameters)
+        for name, spec in LEARNERS.items()
+        if spec.click_hyperparameters is not None
     }
 
 

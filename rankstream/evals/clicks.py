@@ -42,6 +42,7 @@ import numpy as np
 
 from rankstream.evals.cbir import spread
 from rankstream.plots import plot_ndcg
+from rankstream.ranking import learners
 from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.simulators.catalog import check_name, load_collection
@@ -49,7 +50,6 @@ from rankstream.simulators.click_feedback import RELEVANCE_GRADES, click_arms
 from rankstream.simulators.clicks import PositionBasedClickModel, click_model
 from rankstream.simulators.feedback import BASELINE, experiment_setup, run_arms
 
-CLICK_LEARNERS = ("opar1", "arow")
 FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
 GAINS = {
     "ndcg_gain": "mean over all impressions of (arm's NDCG@50 - Uni-Con's) on the same "
@@ -75,7 +75,9 @@ def run_clicks(
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
     users = click_model(model, RELEVANCE_GRADES)
     sim, scaler, arms = experiment_setup(served.collection, seed, served.index)
-    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))
+    arms.update(
+        click_arms(tuple(learners.click_hyperparameters()), users, scaler, sim.n_judged, seed)
+    )
     label = f"{collection}, {model}, seed {seed}" if progress else False
     ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
     tail = max(1, round(impressions * FINAL_SHARE))
@@ -123,7 +125,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     click_arms_ = [n for n in names if _family(n)[1] != "judged"]
     families: dict[str, Any] = {}
-    for learner in CLICK_LEARNERS:
+    for learner in learners.click_hyperparameters():
         judged = arms[f"{learner} judged"]
         same_family = [f"{learner} naive", f"{learner} ips"]
         ips_minus_naive = [
