@@ -27,6 +27,8 @@ from rankstream.ranking.validation import (
     check_positive,
 )
 
+UNI_CON = "uni_con"  # Uni-Con's name wherever models are named: the store, reports, experiments
+
 
 class LinearScorer:
     """Fitted weights (d,) plus the optional scaler they apply to phi."""

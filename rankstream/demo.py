@@ -50,6 +50,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
+from rankstream.ranking.baselines import UNI_CON as BASELINE
 from rankstream.simulators.feedback import CALIBRATION_QUERIES
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.embedded import EmbeddedTransport
@@ -61,12 +62,10 @@ from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 from rankstream.workers.checkpoint import TrackedModel, learn_together
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation, load_collection
 from rankstream.workers.structured_log import configure_logging
 
 BATCH_MODELS = BATCH_KINDS
-BASELINE = UNI_CON
 
 
 def report_models() -> tuple[str, ...]:

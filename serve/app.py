@@ -66,6 +66,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -96,7 +97,6 @@ from rankstream.workers import metrics
 from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.candidates import FieldError
 from rankstream.workers.feedback_producer import check_feedback
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")

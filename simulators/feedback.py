@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from rankstream.ranking import learners
+from rankstream.ranking.baselines import UNI_CON as BASELINE
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.judgments import feedback_triplets
 from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k, ranked_order
@@ -43,7 +44,6 @@ from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
 JUDGED = 50  # the candidates a user judges: the served top 50 (§5.5)
-BASELINE = "unicon"  # the experiments' name for their Uni-Con arm
 CALIBRATION_QUERIES = 50  # queries whose candidates fit an experiment's scaler
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
@@ -268,7 +268,7 @@ def online_experiment_scores(
     its own judged top 50, and serves the next query with the updated model. Uni-Con
     (equal weights on standardized phi) is scored on the same queries. Features are
     standardized with a scaler fitted on `calibration_phi` (`run_arms` runs the loop).
-    Returns {"ndcg": {"unicon": (n_queries,), name: ...}, "ap": {...}}; a string
+    Returns {"ndcg": {"uni_con": (n_queries,), name: ...}, "ap": {...}}; a string
     `progress` labels the progress bar.
     """
     if BASELINE in variants:
@@ -288,7 +288,7 @@ def experiment_setup(
     calibration_queries: int = CALIBRATION_QUERIES,
 ) -> tuple[FeedbackSimulator, Standardizer, dict[str, Arm]]:
     """The simulator of a seed, the scaler fitted on its calibration queries, and the
-    arms every experiment starts with: {"unicon": Uni-Con on that scaler}."""
+    arms every experiment starts with: {"uni_con": Uni-Con on that scaler}."""
     sim = FeedbackSimulator(collection, seed=seed, index=index)
     scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
     return sim, scaler, {BASELINE: StaticArm(UniCon(scaler=scaler).score)}
@@ -306,7 +306,7 @@ def run_online_experiment(
 ) -> dict[str, np.ndarray]:
     """Per-query NDCG@50 of Uni-Con and of each learner in `algos` (hyper-parameters from
     `ranker_params`, else the defaults) serving its own loop (`online_experiment_scores`).
-    Returns {"unicon": (n_queries,), algo: (n_queries,), ...}."""
+    Returns {"uni_con": (n_queries,), algo: (n_queries,), ...}."""
     params = ranker_params or {}
     variants = {algo: (algo, params.get(algo, {})) for algo in algos}
     return online_experiment_scores(

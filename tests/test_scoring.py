@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.workers.scoring import SCORERS, UNI_CON, ScorerCache, scorer_for
+from rankstream.workers.scoring import SCORERS, ScorerCache, scorer_for
 
 RNG = np.random.default_rng(3)
 PHI = RNG.random((40, 36)).astype(np.float32)

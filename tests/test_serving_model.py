@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON
+from rankstream.workers.scoring import EVALUATOR_RECORD
 from rankstream.workers.serving_model import CHAMPION, ServingModel
 
 RNG = np.random.default_rng(3)

@@ -30,7 +30,6 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
 from rankstream.workers.batch_models import BATCH_KINDS, scorer_from_state
 
-UNI_CON = "uni_con"
 EVALUATOR_RECORD = "evaluator"
 SCORES_KIND = "scores"
 

@@ -211,10 +211,7 @@ def plot_curves(
     curves: Sequence[Mapping[str, np.ndarray]], model: str, collection: str, path: str | Path
 ) -> Path:
     """Learning curves (`plots.plot_ndcg`) of the per-impression NDCG@50, mean over seeds."""
-    mean = {
-        ("uni_con" if name == BASELINE else name): np.mean([c[name] for c in curves], axis=0)
-        for name in curves[0]
-    }
+    mean = {name: np.mean([c[name] for c in curves], axis=0) for name in curves[0]}
     title = f"Learning from {model} clicks on {collection} (NDCG@50, mean of {len(curves)} seeds)"
     return plot_ndcg(mean, path, title=title)
 
