@@ -17,7 +17,7 @@ from rankstream.ranking import learners
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ranking", "stream", "workers", "serve", "simulators", "harness", "rankstream")
-CONSTANT = re.compile(r"[A-Z][A-Z0-9_]+")
+CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 def _sources(*folders: str) -> list[Path]:
