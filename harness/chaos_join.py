@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.stream.settings import Settings
 
 _POLL_S = 0.1
@@ -127,7 +128,7 @@ def join_stream(plan: JoinChaosPlan, width: int) -> list[tuple[str, bytes, bytes
         order = np.arange(plan.shown) if k is None else swap(np.arange(plan.shown), k)
         t = 1_700_000_000.0 + 0.1 * i
         impression = Impression(
-            iid, t, "opar1", 1, {"opar1": 1}, ids[order], phi[order],
+            iid, t, UNI_CON, 1, {UNI_CON: 1}, ids[order], phi[order],
             intervention=None if k is None else swap_intervention(k),
         )  # fmt: skip
         attractive = 0.1 + 0.8 * (phi[order, 0] > 0.5)

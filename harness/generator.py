@@ -33,10 +33,10 @@ import numpy as np
 
 from rankstream.ranking.judgments import feedback_triplets
 from rankstream.ranking.triplets import TripletBlock
+from rankstream.simulators.feedback import JUDGED
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 
 GRADES = 5
-JUDGED = 50  # judged images per query (the simulator's default)
 ALL_RELEVANT = 0.104  # share of blocks whose judged images are all relevant
 RELEVANT_MEAN = 8.5  # mean of the geometric number of relevant images otherwise
 GRADE1_SHARE = 0.24  # share of the other blocks with grade-1 images

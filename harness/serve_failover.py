@@ -31,7 +31,7 @@ from rankstream.stream.settings import Settings
 TIMEOUT_S = 2.0
 START_DEADLINE_S = 120.0  # guards against a hang only
 INTERVAL_S = 0.05  # ~20 requests a second: a steady caller, not a load test
-CANDIDATES = 50
+PROBE_CANDIDATES = 50  # candidates in each probing rank request
 
 
 def _answers(url: str) -> bool:
@@ -49,8 +49,8 @@ class Engine(threading.Thread):
         super().__init__(name="engine", daemon=True)
         rng = np.random.default_rng(seed)
         body = {
-            "candidate_ids": list(range(CANDIDATES)),
-            "phi": rng.random((CANDIDATES, phi_dim)).round(6).tolist(),
+            "candidate_ids": list(range(PROBE_CANDIDATES)),
+            "phi": rng.random((PROBE_CANDIDATES, phi_dim)).round(6).tolist(),
             "model": model,
         }
         self.body = json.dumps(body).encode()

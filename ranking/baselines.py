@@ -10,10 +10,12 @@ path (`ranking.scaling.linear_scores`) and one storage layout with the online ra
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from rankstream.ranking.metrics import average_precision
 from rankstream.ranking.scaling import Standardizer, linear_scores
@@ -24,6 +26,8 @@ from rankstream.ranking.validation import (
     as_relevance,
     check_positive,
 )
+
+UNI_CON = "uni_con"  # Uni-Con's name wherever models are named: the store, reports, experiments
 
 
 class LinearScorer:
@@ -206,8 +210,6 @@ class RankSVM(LinearScorer):
         too thin to split across threads, and on a shared machine OpenBLAS's waiting
         threads made a fit 4-6x slower in wall time.
         """
-        from threadpoolctl import threadpool_limits
-
         Z = self._signed_rows(X, y)
         if Z.shape[0] < 2:
             raise ValueError("RankSVM needs at least 2 pairs")
@@ -238,8 +240,7 @@ class RankSVM(LinearScorer):
             w = _backtrack(Z, w, margins, step, float(gradient @ step), self.C)
             self.n_iter_ += 1
         if not converged:
-            import warnings
-
+            # scikit-learn: ~6 s at import here; only a RankSVM that does not converge needs it
             from sklearn.exceptions import ConvergenceWarning
 
             warnings.warn(

@@ -5,10 +5,11 @@ Everything that names a learner derives from `LEARNERS`: `OnlineRanker` (one att
 per hyper-parameter), the online worker and its CLI options (`--algo`, one
 `--<hyper-parameter>` per entry of `HYPERPARAMETERS`, with its default and help),
 scale-out's parameter mix (`mix_state`), direct replay, the benchmarks, the demo, its
-plots, `eval cbir` and `eval stream` (their grids and the paper's numbers) and the chaos
-run. Adding a learner, or a hyper-parameter, touches this module (and the kernel it
-names) and nothing else; `register` adds one at run time, hyper-parameters included
-(tests/test_toy_learner.py declares one in the test file alone).
+plots, `eval cbir` and `eval stream` (their grids and the paper's numbers), `eval clicks`
+(which learners learn from clicks, and with what) and the chaos run. Adding a learner,
+or a hyper-parameter, touches this module (and the kernel it names) and nothing else;
+`register` adds one at run time, hyper-parameters included (tests/test_learner_registry.py
+declares one in the test file alone).
 
 A learner learns in one of three ways:
 
@@ -36,11 +37,13 @@ covariance) to update in place; the result is checked after it (non-finite weigh
 state refuse the batch).
 
 This module imports neither numba nor numpy (both on first use): the command line is
-built from it before `rankstream replay --direct` tunes numpy's start-up.
+built from it before `rankstream replay --direct` tunes numpy's start-up, and the
+kernels would add ~1.6 s to every command (`python -X importtime`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,6 +133,14 @@ class LearnerSpec:
     # its importance-weighted form for a row of weight s (`ranking.online`'s docstring
     # derives each), for help texts; "" when it learns no weighted rows
     weighted_update: str = ""
+    # its hyper-parameters when it learns from click pairs, over its defaults (`eval
+    # clicks`; None: no click arm). The defaults were calibrated on judged streams (~800
+    # pairs a query, `eval stream --grid`); a click impression gives tens of pairs, most
+    # between results of one grade, so the click arms were calibrated apart: on
+    # validation seed 100 (never a reported seed), 3,000 impressions each of
+    # informational, almost-random, pbm:1 and pbm:2 users, over C in 1e-6..1e-2 and r in
+    # 1..1e5, warm-started (README, "Learning from clicks").
+    click_hyperparameters: Mapping[str, float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         ways = (self.linear_rule, self.kernel, self.triplet_kernel)
@@ -252,6 +263,7 @@ for _spec in (
         "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
         in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
         weighted_update="w += min(s C, l/|x|^2) y x (PA-I with cost s C)",
+        click_hyperparameters={"C": 1e-5},
     ),
     LearnerSpec(
         "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
@@ -273,6 +285,7 @@ for _spec in (
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
         weighted_update="r / s in place of r (k equal observations: noise r / k)",
+        click_hyperparameters={"r": 1e5},
     ),
 ):  # fmt: skip
     register(_spec)
@@ -281,8 +294,6 @@ for _spec in (
 def takes_weights(spec: LearnerSpec) -> bool:
     """Whether the learner learns importance-weighted rows: the linear rules do, and a
     kernel does when it takes a `weights` parameter (None or the rows' weights)."""
-    import inspect
-
     kernel = spec.triplet_kernel or spec.kernel
     return kernel is None or "weights" in inspect.signature(kernel).parameters
 
@@ -328,6 +339,15 @@ def hyperparameters(values: Mapping[str, Any] | None = None) -> dict[str, float]
     return {
         name: h.check(given[name]) if name in given else h.default
         for name, h in HYPERPARAMETERS.items()
+    }
+
+
+def click_hyperparameters() -> dict[str, dict[str, float]]:
+    """The learners with a click arm (`eval clicks`), each with its click hyper-parameters."""
+    return {
+        name: dict(spec.click_hyperparameters)
+        for name, spec in LEARNERS.items()
+        if spec.click_hyperparameters is not None
     }
 
 

@@ -284,6 +284,7 @@ def _as_frame(X: object) -> Any | None:
     Arrays and lists never reach narwhals, so the numpy path imports nothing more."""
     if isinstance(X, np.ndarray | list | tuple):
         return None
+    # narwhals: +0.14 s at import, river's frame helpers +0.2 s; only frames need them
     import narwhals.stable.v2 as nw
 
     frame = nw.from_native(X, eager_only=True, pass_through=True)
@@ -488,6 +489,7 @@ class OnlineRanker(base.MiniBatchClassifier):
 
     def _frame_rows(self, frame: Any) -> tuple[np.ndarray, Placement]:
         """A data frame's rows as a dense (n, d') matrix, its columns read by name."""
+        # frames only (see `_as_frame`)
         from river.utils.dataframe import to_numpy
 
         placement = self._keys.place(list(frame.columns), self._width, self._grows)
@@ -637,6 +639,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         frame = _as_frame(X)
         if frame is None:
             return np.column_stack([1.0 - p, p])
+        # frames only (see `_as_frame`)
         from river.utils.dataframe import to_native_frame
 
         return to_native_frame({False: 1.0 - p, True: p}, like=frame)
@@ -647,6 +650,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         frame = _as_frame(X)
         if frame is None:
             return first
+        # frames only (see `_as_frame`)
         from river.utils.dataframe import to_native_series
 
         return to_native_series(first, name=None, like=frame)

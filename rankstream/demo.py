@@ -37,26 +37,35 @@ measures the other tenants.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
+from rankstream.ranking.baselines import UNI_CON as BASELINE
+from rankstream.simulators.feedback import CALIBRATION_QUERIES
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
+from rankstream.stream.embedded import EmbeddedTransport
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.schema import decode_triplets, encode_triplets
 from rankstream.stream.settings import Settings
+from rankstream.workers.batch_models import BATCH_KINDS, CMDSDMLParams, RankMKLParams
+from rankstream.workers.batch_worker import BatchOptions, BatchWorker
+from rankstream.workers.checkpoint import TrackedModel, learn_together
+from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
+from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.simulator import SimulateOptions, Simulation, load_collection
+from rankstream.workers.structured_log import configure_logging
 
-if TYPE_CHECKING:
-    from rankstream.workers.batch_worker import BatchOptions
-    from rankstream.workers.evaluator import EvaluatorOptions
-    from rankstream.workers.online import WorkerOptions
-    from rankstream.workers.simulator import SimulateOptions
-
-BATCH_MODELS = ("cmds_dml", "rankmkl")
-BASELINE = "uni_con"
+BATCH_MODELS = BATCH_KINDS
 
 
 def report_models() -> tuple[str, ...]:
@@ -92,7 +101,7 @@ class DemoOptions:
     publish_every: int = 10  # queries between evaluator score records (and on a new champion)
     window: int = 200  # evaluator's rolling window (champion choice)
     scaler_rows: int = 2000  # triplets an online model holds back to fit its scaler
-    calibration_queries: int = 50
+    calibration_queries: int = CALIBRATION_QUERIES
 
     def __post_init__(self) -> None:
         positive = (
@@ -117,8 +126,6 @@ class DemoOptions:
 
     def simulate_options(self, **overrides: Any) -> SimulateOptions:
         """The simulator's options for this run: its collection, seeds and size."""
-        from rankstream.workers.simulator import SimulateOptions
-
         fields = {
             "triplets": self.triplets,
             "seed": self.seed,
@@ -136,8 +143,6 @@ class DemoOptions:
     # count, with no timers, so a run is deterministic: the workers' own timers are off.
     def online_options(self) -> WorkerOptions:
         """The online worker's: every online learner, this run's hyper-parameters."""
-        from rankstream.workers.online import WorkerOptions
-
         return WorkerOptions(
             algos=learners.names(),  # every registered online learner
             hyper=self.hyper,
@@ -150,9 +155,6 @@ class DemoOptions:
 
     def batch_options(self) -> BatchOptions:
         """The batch worker's: its reservoir, cMDS-DML's budget, RankMKL's pairs."""
-        from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
-        from rankstream.workers.batch_worker import BatchOptions
-
         return BatchOptions(
             reservoir=self.reservoir,
             refit_records=None,
@@ -168,8 +170,6 @@ class DemoOptions:
 
     def evaluator_options(self) -> EvaluatorOptions:
         """The evaluator's: its window, and a score record every `publish_every` queries."""
-        from rankstream.workers.evaluator import EvaluatorOptions
-
         return EvaluatorOptions(
             window=self.window,
             history=self.queries,
@@ -282,10 +282,6 @@ def compile_learners(algos: tuple[str, ...]) -> dict[str, float]:
     charged to whichever model learned it first), together as the worker runs them (the
     fused linear pass, AROW on its own). Returns this first call's wall and CPU seconds:
     numba's compile, or its on-disk cache load, reported on its own, not as learning."""
-    from rankstream.harness.generator import TripletGenerator
-    from rankstream.stream.schema import decode_triplets, encode_triplets
-    from rankstream.workers.checkpoint import TrackedModel, learn_together
-
     started, cpu_started = time.perf_counter(), time.thread_time()
     block = decode_triplets(encode_triplets(TripletGenerator(seed=0).block(4)))
     models = [TrackedModel(name=algo, algo=algo, scaler_rows=1) for algo in algos]
@@ -308,13 +304,6 @@ class DemoPipeline:
         collection: ImageCollection | None = None,
         index: CandidateRetriever | None = None,
     ) -> None:
-        from rankstream.stream.embedded import EmbeddedTransport
-        from rankstream.stream.embedded_store import EmbeddedModelStore
-        from rankstream.workers.batch_worker import BatchWorker
-        from rankstream.workers.evaluator import Evaluator
-        from rankstream.workers.online import OnlineWorker
-        from rankstream.workers.simulator import Simulation
-
         # no services, whatever the environment says: the demo is the embedded pipeline
         self.settings = dataclasses.replace(
             settings or Settings.from_env(), kafka_bootstrap=None, redis_url=None
@@ -430,9 +419,6 @@ def run_demo(
 
     `collection` (and its `index`) given: served instead of the options' collection.
     """
-    from rankstream.workers.simulator import load_collection
-    from rankstream.workers.structured_log import configure_logging
-
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()
     settings = settings or Settings.from_env()
@@ -476,10 +462,6 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[DemoPipeline], No
     if not enabled:
         yield lambda _pipeline: None
         return
-    import sys
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (
         TextColumn("demo"),

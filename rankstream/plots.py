@@ -67,6 +67,7 @@ def cumulative_mean(values: np.ndarray) -> np.ndarray:
 
 
 def _pyplot():
+    # matplotlib.pyplot: +1.1 s at import, and the Agg backend must be chosen before it
     import matplotlib
 
     matplotlib.use("Agg")

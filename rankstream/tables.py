@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rich.console import Console
+from rich.table import Table
+
 Cell = float | int | str | None
 
 
@@ -22,9 +25,6 @@ def print_method_table(
     `formats` maps a column to a format spec (default ".4f" for floats); missing cells
     print as "-". Example: print_method_table("digits", {"uni_con": {"mAP": 0.62}}).
     """
-    from rich.console import Console
-    from rich.table import Table
-
     formats = formats or {}
     columns: list[str] = []
     for metrics in rows.values():

@@ -65,6 +65,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 import orjson
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -72,6 +73,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.propensity import choose_swap, swap, swap_intervention
 from rankstream.serve.bodies import (
     ARROW,
@@ -98,6 +100,7 @@ from rankstream.serve.registry import (
     Snapshot,
     UnknownModelError,
 )
+from rankstream.serve.workers import EmbeddedWorkers
 from rankstream.stream.click_schema import Click
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
@@ -109,7 +112,6 @@ from rankstream.workers.candidates import FieldError
 from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.impressions import ImpressionLog, served_impression
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
@@ -499,8 +501,6 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         learning = None
         if workers:
-            from rankstream.serve.workers import EmbeddedWorkers
-
             learning = EmbeddedWorkers(settings)
             learning.start()
         await run_in_threadpool(state.registry.start)
@@ -549,8 +549,6 @@ def serve(
     `on_listening(host, port)` is called once the socket is bound and the app started
     (the port is the real one when settings.api_port is 0).
     """
-    import uvicorn
-
     app = create_app(settings, poll_seconds=poll_seconds, workers=workers)
     grace = settings.api_grace_s
 

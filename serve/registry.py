@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
@@ -36,7 +37,6 @@ from rankstream.workers.pins import is_pin_record, pins
 from rankstream.workers.scoring import (
     EVALUATOR_RECORD,
     SCORERS,
-    UNI_CON,
     Scorer,
     ScorerCache,
     scorer_for,

@@ -23,6 +23,8 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import fft
+from skimage.feature import graycoprops
+from skimage.filters import gabor_kernel
 
 BatchDescriptor = Callable[[np.ndarray], np.ndarray]
 
@@ -277,8 +279,6 @@ def lbp_histograms(images: np.ndarray, grid: tuple[int, int] = (2, 2)) -> np.nda
 @lru_cache(maxsize=32)
 def gabor_bank(frequencies: tuple[float, ...], orientations: int) -> tuple[np.ndarray, ...]:
     """Complex scikit-image Gabor kernels, frequency-major, built once per parameter set."""
-    from skimage.filters import gabor_kernel
-
     return tuple(
         gabor_kernel(frequency, theta=np.pi * k / orientations)
         for frequency in frequencies
@@ -343,8 +343,6 @@ def glcm_texture(
     result is invariant to flips and rotations by 90 degrees. Length
     `len(distances) * 6`, distance-major.
     """
-    from skimage.feature import graycoprops
-
     batch = as_batch(images)
     n, h, w = batch.shape
     grey = np.minimum((np.clip(batch, 0.0, 1.0) * levels).astype(np.int64), levels - 1)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from rankstream.simulators.collection import load_served
 from rankstream.simulators.feedback import SERVED_CANDIDATES
 
 if TYPE_CHECKING:
@@ -233,6 +234,7 @@ def build_cbir_testbed(
 ) -> CBIRTestBed:
     """The test bed of a labelled collection: phi from its descriptor matrices
     (`simulators.similarity.PhiMap`), every other image a candidate, binary relevance."""
+    # the numba similarity kernels: +1 s at import; only building phi needs them
     from rankstream.simulators.similarity import PhiMap
 
     labels = np.asarray(labels)
@@ -365,8 +367,6 @@ def load_synthetic_testbed(
     see `served_testbed` for queries and candidates (relevance: 2 same topic, 1 same
     super-topic, 0 otherwise).
     """
-    from rankstream.simulators.collection import load_served
-
     if cache_dir is None:
         raise ValueError("the synthetic test bed needs a cache_dir for its collection")
     if progress is not None:

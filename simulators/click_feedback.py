@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from rankstream.ranking import learners as ranking_learners
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, click_pairs
 from rankstream.ranking.metrics import ranked_order
@@ -36,18 +37,11 @@ from rankstream.ranking.pdgd import PDGD
 from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.clicks import ClickModel
-from rankstream.simulators.feedback import Arm, JudgedArm, RetrievedQuery
+from rankstream.simulators.feedback import JUDGED, Arm, JudgedArm, RetrievedQuery
 
 RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
-DEFAULT_DISPLAY = 50  # results shown per impression: the judged depth and NDCG@50's
+DEFAULT_DISPLAY = JUDGED  # results shown per impression: the judged depth and NDCG@50's
 DEFAULT_INTERVENTION_SHARE = 0.05
-CLICK_HYPERPARAMETERS: dict[str, dict[str, float]] = {"opar1": {"C": 1e-5}, "arow": {"r": 1e5}}
-"""The click pair learners' hyper-parameters. The defaults (C = 1e-4, r = 100) were
-calibrated on judged streams (~800 pairs a query, `eval stream --grid`); a click
-impression gives tens of pairs, most between results of one grade, so the click arms
-were calibrated apart: on validation seed 100 (never a reported seed), 3,000 impressions
-each of informational, almost-random, pbm:1 and pbm:2 users, over C in 1e-6..1e-2 and r
-in 1..1e5, warm-started (README, "Learning from clicks")."""
 
 
 def order_scores(order: np.ndarray, n: int) -> np.ndarray:
@@ -138,7 +132,7 @@ def click_arms(
     judged: int,
     seed: int,
     intervention_share: float = DEFAULT_INTERVENTION_SHARE,
-    click_hyperparameters: Mapping[str, Mapping[str, float]] = CLICK_HYPERPARAMETERS,
+    click_hyperparameters: Mapping[str, Mapping[str, float]] | None = None,
     pdgd_learning_rate: float = PDGD_LEARNING_RATE,
 ) -> dict[str, Arm]:
     """The arms of the click experiment (besides Uni-Con), by name: per learner in
@@ -150,7 +144,8 @@ def click_arms(
     Every learner starts from Uni-Con's weights (all ones on the shared scaler), judged
     and click arms alike, so each starts where the baseline serves and a gain is what
     it learned. The click arms learn with `click_hyperparameters` (per learner, over
-    its defaults; the judged arms keep the defaults they were calibrated with).
+    its defaults; None: each spec's, `ranking.learners.click_hyperparameters`; the
+    judged arms keep the defaults they were calibrated with).
     Each arm's clicks and coins come from its own child stream of `seed`."""
     streams = iter(np.random.SeedSequence([seed, 2]).spawn(3 * len(learners) + 1))
     start = UniCon(scaler=scaler).weights_
@@ -161,6 +156,8 @@ def click_arms(
     def ranker(algo: str, **hyper: float) -> OnlineRanker:
         return OnlineRanker(algo=algo, scaler=scaler, warm_start=start, **hyper)
 
+    if click_hyperparameters is None:
+        click_hyperparameters = ranking_learners.click_hyperparameters()
     arms: dict[str, Arm] = {}
     for algo in learners:
         hyper = dict(click_hyperparameters.get(algo, {}))

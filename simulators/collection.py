@@ -63,6 +63,7 @@ import numpy as np
 from rankstream.simulators.cache_files import atomic_directory
 from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
 from rankstream.simulators.progress import progress_bar
+from rankstream.simulators.retrieval import CandidateIndex
 
 DISTRACTOR = -1
 GENERATOR_VERSION = 2  # bump when the generator changes: old caches then miss (see above)
@@ -84,7 +85,7 @@ class DescriptorSpec:
 
 
 # Named after the descriptor families used in CBIR; only the statistics are synthetic.
-DESCRIPTORS: tuple[DescriptorSpec, ...] = (
+SYNTHETIC_DESCRIPTORS: tuple[DescriptorSpec, ...] = (
     DescriptorSpec("color_histogram", 16, 0.6, "histogram"),
     DescriptorSpec("color_moments", 9, 0.55, "scaled"),
     DescriptorSpec("edge_histogram", 12, 0.58, "histogram"),
@@ -138,7 +139,7 @@ class CollectionParams:
                 "generator": GENERATOR_VERSION,
                 "chunk": CHUNK_SIZE,
                 **asdict(self),
-                "descriptors": [asdict(d) for d in DESCRIPTORS],
+                "descriptors": [asdict(d) for d in SYNTHETIC_DESCRIPTORS],
             },
             sort_keys=True,
         )
@@ -177,9 +178,10 @@ class Collection:
     @property
     def feature_names(self) -> tuple[str, ...]:
         """The 36 phi columns, descriptor-major: "descriptor:measure"."""
+        # +0.9 s of numba kernels at import: generating a collection needs none
         from rankstream.simulators.similarity import SIMILARITIES
 
-        return tuple(f"{d.name}:{m}" for d in DESCRIPTORS for m in SIMILARITIES)
+        return tuple(f"{d.name}:{m}" for d in SYNTHETIC_DESCRIPTORS for m in SIMILARITIES)
 
     @property
     def ground_truth_ids(self) -> np.ndarray:
@@ -206,6 +208,7 @@ class Collection:
         The measures are `simulators.similarity.SIMILARITIES` (all descriptors here are
         non-negative, so chi-square needs no shift).
         """
+        # see feature_names
         from rankstream.simulators.similarity import SIMILARITIES
 
         q = self.features[check_image_id(query_id, self.n_images)]
@@ -276,12 +279,12 @@ def make_params(**params) -> CollectionParams:
 
 def descriptor_slices() -> tuple[slice, ...]:
     """Column slice of each descriptor inside `Collection.features`."""
-    edges = np.cumsum([0] + [d.dim for d in DESCRIPTORS])
+    edges = np.cumsum([0] + [d.dim for d in SYNTHETIC_DESCRIPTORS])
     return tuple(slice(int(a), int(b)) for a, b in itertools.pairwise(edges))
 
 
 def total_dim() -> int:
-    return sum(d.dim for d in DESCRIPTORS)
+    return sum(d.dim for d in SYNTHETIC_DESCRIPTORS)
 
 
 def _topic_sizes(rng: np.random.Generator, n_ground_truth: int, n_topics: int) -> np.ndarray:
@@ -295,15 +298,15 @@ def _topic_sizes(rng: np.random.Generator, n_ground_truth: int, n_topics: int) -
 
 def _latent_model(p: CollectionParams, rng: np.random.Generator):
     """Per-descriptor topic prototypes, per-topic informativeness and Flickr centres."""
-    n_desc = len(DESCRIPTORS)
+    n_desc = len(SYNTHETIC_DESCRIPTORS)
     super_topic_of = (np.arange(p.n_topics) * p.n_super_topics // p.n_topics).astype(np.int8)
     rng.shuffle(super_topic_of)
-    base = np.array([d.quality for d in DESCRIPTORS])
+    base = np.array([d.quality for d in SYNTHETIC_DESCRIPTORS])
     informativeness = np.clip(
         base + p.quality_spread * rng.standard_normal((p.n_topics, n_desc)), 0.0, 1.0
     )
     prototypes, flickr_centres = [], []
-    for d in DESCRIPTORS:
+    for d in SYNTHETIC_DESCRIPTORS:
         shared = rng.standard_normal((p.n_super_topics, d.dim))
         own = rng.standard_normal((p.n_topics, d.dim))
         proto = (
@@ -379,7 +382,7 @@ def _generate_chunk(p, topics, informativeness, prototypes, flickr, rng) -> np.n
     gt_topic = topics[is_gt].astype(np.int64)
     cluster = rng.integers(0, p.n_flickr_clusters, size=len(topics))
     blocks = []
-    for d, spec in enumerate(DESCRIPTORS):
+    for d, spec in enumerate(SYNTHETIC_DESCRIPTORS):
         z = rng.standard_normal((len(topics), spec.dim)) + flickr[d][cluster]
         strength = p.signal * informativeness[gt_topic, d][:, None]
         z[is_gt] += strength * prototypes[d][gt_topic]
@@ -407,8 +410,6 @@ def load_served(
 ) -> ServedCollection:
     """The synthetic collection (default: the paper's 1,007,157 images) and its index,
     built once per parameters and cached under `cache_dir`."""
-    from rankstream.simulators.retrieval import CandidateIndex
-
     collection = Collection.load_or_build(
         cache_dir, progress=progress, n_images=n_images or PAPER_N_IMAGES, seed=collection_seed
     )

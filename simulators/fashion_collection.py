@@ -67,10 +67,11 @@ from rankstream.simulators.fashion_mnist import (
 from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
 from rankstream.simulators.progress import progress_bar
+from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.simulators.similarity import PhiMap
 
 DESCRIPTOR_VERSION = 1  # bump when a descriptor's code changes: old caches then miss
-CHUNK_SIZE = 256  # photos per batch call: large enough to vectorise, small enough for cache
+PHOTOS_PER_CALL = 256  # photos per batch call: large enough to vectorise, small enough for cache
 PARALLEL_MIN_PHOTOS = 8_192  # fewer photos than this are described in-process by default
 
 PHOTO_DESCRIPTORS: dict[str, partial] = {
@@ -131,7 +132,7 @@ def describe_photos(
     images: np.ndarray,
     progress: Progress = False,
     workers: int | None = None,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int = PHOTOS_PER_CALL,
 ) -> dict[str, np.ndarray]:
     """Name -> (n, d) float32 matrix of each of the nine descriptors of uint8 photos (n, h, w).
 
@@ -305,8 +306,6 @@ def load_served(
     index_seed: int = 0,
 ) -> ServedCollection:
     """The collection and its first-stage candidate index, both cached under `cache_dir`."""
-    from rankstream.simulators.retrieval import CandidateIndex
-
     collection = FashionMNISTCollection.load_or_build(cache_dir, progress, directory, limit)
     if callable(progress):
         progress("indexing Fashion-MNIST for candidate retrieval")

@@ -27,24 +27,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from rankstream.ranking import learners
+from rankstream.ranking.baselines import UNI_CON as BASELINE
+from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.judgments import feedback_triplets
 from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k, ranked_order
+from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
-from rankstream.simulators.images import CandidateRetriever, ImageCollection
+from rankstream.simulators.images import SERVED_CANDIDATES, CandidateRetriever, ImageCollection
 from rankstream.simulators.progress import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
-if TYPE_CHECKING:
-    from rankstream.ranking.online import OnlineRanker
-    from rankstream.ranking.scaling import Standardizer
-
-SERVED_CANDIDATES = 300
-"""Candidates the first stage retrieves per query and a model ranks (the paper's §5.5)."""
+JUDGED = 50  # the candidates a user judges: the served top 50 (§5.5)
+CALIBRATION_QUERIES = 50  # queries whose candidates fit an experiment's scaler
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 
@@ -112,7 +112,7 @@ class FeedbackSimulator:
         collection: ImageCollection,
         seed: int = 0,
         candidates: int = SERVED_CANDIDATES,
-        judged: int = 50,
+        judged: int = JUDGED,
         index: CandidateRetriever | None = None,
     ) -> None:
         if not 1 <= judged <= candidates < collection.n_images:
@@ -170,7 +170,7 @@ class FeedbackSimulator:
         query = self.next_query()
         return self.judge(query, score_fn(query.phi))
 
-    def calibration_phi(self, n_queries: int = 50) -> np.ndarray:
+    def calibration_phi(self, n_queries: int = CALIBRATION_QUERIES) -> np.ndarray:
         """Candidate phi (n_queries * K, 36) of queries from their own seed stream.
 
         For fitting a feature Standardizer: label-free, and drawn independently of the
@@ -256,7 +256,7 @@ def online_experiment_scores(
     n_queries: int = 2000,
     seed: int = 0,
     index: CandidateRetriever | None = None,
-    calibration_queries: int = 50,
+    calibration_queries: int = CALIBRATION_QUERIES,
     progress: bool | str = False,
 ) -> dict[str, dict[str, np.ndarray]]:
     """§5.5: per-query NDCG@50 and AP of Uni-Con and of each online ranker serving its own loop.
@@ -268,13 +268,11 @@ def online_experiment_scores(
     its own judged top 50, and serves the next query with the updated model. Uni-Con
     (equal weights on standardized phi) is scored on the same queries. Features are
     standardized with a scaler fitted on `calibration_phi` (`run_arms` runs the loop).
-    Returns {"ndcg": {"unicon": (n_queries,), name: ...}, "ap": {...}}; a string
+    Returns {"ndcg": {"uni_con": (n_queries,), name: ...}, "ap": {...}}; a string
     `progress` labels the progress bar.
     """
-    from rankstream.ranking.online import OnlineRanker
-
-    if "unicon" in variants:
-        raise ValueError("'unicon' names the baseline; pick another variant name")
+    if BASELINE in variants:
+        raise ValueError(f"{BASELINE!r} names the baseline; pick another variant name")
     sim, scaler, arms = experiment_setup(collection, seed, index, calibration_queries)
     judge_rngs = np.random.SeedSequence([seed, 1]).spawn(len(variants))
     for (name, (algo, params)), rng_seed in zip(variants.items(), judge_rngs, strict=True):
@@ -287,16 +285,13 @@ def experiment_setup(
     collection: ImageCollection,
     seed: int,
     index: CandidateRetriever | None,
-    calibration_queries: int,
+    calibration_queries: int = CALIBRATION_QUERIES,
 ) -> tuple[FeedbackSimulator, Standardizer, dict[str, Arm]]:
     """The simulator of a seed, the scaler fitted on its calibration queries, and the
-    arms every experiment starts with: {"unicon": Uni-Con on that scaler}."""
-    from rankstream.ranking.baselines import UniCon
-    from rankstream.ranking.scaling import Standardizer
-
+    arms every experiment starts with: {"uni_con": Uni-Con on that scaler}."""
     sim = FeedbackSimulator(collection, seed=seed, index=index)
     scaler = Standardizer().fit(sim.calibration_phi(calibration_queries))
-    return sim, scaler, {"unicon": StaticArm(UniCon(scaler=scaler).score)}
+    return sim, scaler, {BASELINE: StaticArm(UniCon(scaler=scaler).score)}
 
 
 def run_online_experiment(
@@ -306,12 +301,12 @@ def run_online_experiment(
     seed: int = 0,
     index: CandidateRetriever | None = None,
     ranker_params: Mapping[str, Mapping[str, float]] | None = None,
-    calibration_queries: int = 50,
+    calibration_queries: int = CALIBRATION_QUERIES,
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
     """Per-query NDCG@50 of Uni-Con and of each learner in `algos` (hyper-parameters from
     `ranker_params`, else the defaults) serving its own loop (`online_experiment_scores`).
-    Returns {"unicon": (n_queries,), algo: (n_queries,), ...}."""
+    Returns {"uni_con": (n_queries,), algo: (n_queries,), ...}."""
     params = ranker_params or {}
     variants = {algo: (algo, params.get(algo, {})) for algo in algos}
     return online_experiment_scores(

@@ -59,6 +59,10 @@ def check_image_id(image_id: int, n_images: int) -> int:
     return i
 
 
+SERVED_CANDIDATES = 300
+"""Candidates the first stage retrieves per query and a model ranks (the paper's §5.5)."""
+
+
 def check_image_ids(ids: np.ndarray, n_images: int) -> np.ndarray:
     """Candidate ids as a 1-d integer array, or a ValueError saying what is wrong."""
     arr = np.asarray(ids)
@@ -72,7 +76,7 @@ def check_image_ids(ids: np.ndarray, n_images: int) -> np.ndarray:
 class CandidateRetriever(Protocol):
     """The search engine's first stage: the k images nearest a query, nearest first."""
 
-    def candidates(self, query_id: int, k: int = 300) -> np.ndarray: ...
+    def candidates(self, query_id: int, k: int = SERVED_CANDIDATES) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-DATASETS = ("digits", "pubfig")
+from rankstream.simulators.pubfig import load_pubfig
+
+ORDINAL_DATASETS = ("digits", "pubfig")
 DEFAULT_ATTRIBUTE = "Young"
 N_INK_QUANTILES = 5
 
@@ -40,6 +42,7 @@ def ink_quantile_labels(images: np.ndarray, n_quantiles: int = N_INK_QUANTILES) 
 
 
 def digits_ink() -> OrdinalDataset:
+    # sklearn.datasets: +4 s at import; only this data set needs it
     from sklearn.datasets import load_digits
 
     X, _ = load_digits(return_X_y=True)
@@ -61,7 +64,6 @@ def dense_ranks(values: np.ndarray) -> np.ndarray:
 def pubfig_attribute(
     attribute: str = DEFAULT_ATTRIBUTE, root: Path | str | None = None
 ) -> OrdinalDataset:
-    from rankstream.simulators.pubfig import load_pubfig
 
     data = load_pubfig(root)
     index = data.attribute_index(attribute)
@@ -74,14 +76,14 @@ def pubfig_attribute(
 
 
 def load_ordinal(name: str, attribute: str | None = None) -> OrdinalDataset:
-    """One of `DATASETS` by name; `attribute` applies to pubfig only."""
+    """One of `ORDINAL_DATASETS` by name; `attribute` applies to pubfig only."""
     if name == "digits":
         if attribute is not None:
             raise ValueError("--attribute applies to the pubfig data set only")
         return digits_ink()
     if name == "pubfig":
         return pubfig_attribute(attribute or DEFAULT_ATTRIBUTE)
-    raise ValueError(f"unknown ordinal data set {name!r}; choose one of {list(DATASETS)}")
+    raise ValueError(f"unknown ordinal data set {name!r}; choose one of {list(ORDINAL_DATASETS)}")
 
 
 def per_label_split(

@@ -6,6 +6,9 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
+from rich.progress import Progress
+
 
 @contextmanager
 def progress_bar(enabled: bool, label: str, total: int) -> Iterator[Callable[[], None]]:
@@ -13,8 +16,6 @@ def progress_bar(enabled: bool, label: str, total: int) -> Iterator[Callable[[],
     if not enabled:
         yield lambda: None
         return
-    from rich.console import Console
-    from rich.progress import Progress
 
     with Progress(console=Console(file=sys.stderr), transient=True) as bar:
         task = bar.add_task(label, total=total)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.io import loadmat
 
 DEFAULT_ROOT = Path("/work/shared/datasets/pubfig")
 ROOT_ENV_VAR = "RANKSTREAM_PUBFIG_DIR"
@@ -82,8 +83,6 @@ def _strings(cell: np.ndarray) -> tuple[str, ...]:
 
 def load_pubfig(root: Path | str | None = None) -> PubFigData:
     """Read `data.mat` and pair every row with its image file; errors name what is missing."""
-    from scipy.io import loadmat
-
     folder = resolve_root(root)
     mat_path = folder / "data.mat"
     if not mat_path.is_file():

@@ -17,6 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from skimage import io
+from skimage.color import rgb2gray
+from skimage.transform import resize
+
+from rankstream.simulators.descriptors import gabor_energies, hog_descriptor, lbp_histogram
 
 FEATURE_NAMES = ("lbp", "hog", "gabor")
 
@@ -39,10 +44,6 @@ class FaceFeatureParams:
 
 def load_face(path: Path | str, size: int) -> np.ndarray:
     """A face image as a size x size grayscale float array in [0, 1]."""
-    from skimage import io
-    from skimage.color import rgb2gray
-    from skimage.transform import resize
-
     image = io.imread(str(path))
     if image.ndim == 3:
         image = rgb2gray(image[..., :3])
@@ -56,8 +57,6 @@ def load_face(path: Path | str, size: int) -> np.ndarray:
 
 def describe_face(image: np.ndarray, params: FaceFeatureParams) -> dict[str, np.ndarray]:
     """LBP histogram, HOG and Gabor energies of one grayscale face."""
-    from rankstream.simulators.descriptors import gabor_energies, hog_descriptor, lbp_histogram
-
     return {
         "lbp": lbp_histogram(image, params.lbp_points, params.lbp_radius, params.lbp_grid),
         "hog": hog_descriptor(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rankstream.simulators.cache_files import atomic_directory
+from rankstream.simulators.images import SERVED_CANDIDATES
 from rankstream.simulators.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class CandidateIndex:
         position[order] = np.arange(n, dtype=np.int32)
         return cls(mean, projection, centroids, cell_start, order, codes[order], position)
 
-    def candidates(self, query_id: int, k: int = 300) -> np.ndarray:
+    def candidates(self, query_id: int, k: int = SERVED_CANDIDATES) -> np.ndarray:
         """The k images nearest the query image (excluding it), nearest first, int64."""
         if not 0 <= int(query_id) < len(self.ids):
             raise ValueError(f"query id {query_id} outside [0, {len(self.ids)})")

@@ -55,7 +55,7 @@ WEIGHTED_TRIPLETS_VERSION = 3  # version 2 + a per-triplet weight
 READ_VERSIONS = {"triplets": (1, 2, 3), "queries": (1, 2), "dead-letter": (1,)}
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the broker's message.max.bytes
 _NAME_KEY, _VERSION_KEY = b"rankstream.schema", b"rankstream.version"
-WIDTH_KEY = b"rankstream.phi_dim"
+_WIDTH_KEY = b"rankstream.phi_dim"
 
 # Machine-readable reasons (the `rankstream_dead_letters_total{reason}` label values).
 BAD_BYTES = "bad_bytes"
@@ -213,7 +213,7 @@ def schema_of(name: str, width: int = DEFAULT_PHI_DIM, version: int | None = Non
         version = TRIPLETS_VERSION if name == "triplets" else READ_VERSIONS[name][-1]
     metadata = {_NAME_KEY: name.encode(), _VERSION_KEY: b"%d" % version}
     if name not in _WIDTHLESS:
-        metadata[WIDTH_KEY] = b"%d" % width
+        metadata[_WIDTH_KEY] = b"%d" % width
     return fields_of(name, version, width).with_metadata(metadata)
 
 
@@ -279,13 +279,13 @@ def _version(raw: bytes | None, name: str) -> int:
 
 def _check_width_metadata(metadata: dict, name: str, version: int, width: int) -> None:
     """`rankstream.phi_dim` must name this reader's width (required from triplets v2)."""
-    raw = metadata.get(WIDTH_KEY)
+    raw = metadata.get(_WIDTH_KEY)
     if raw is None:
         if name == "triplets" and version >= 2:
-            raise SchemaError(BAD_SCHEMA, f"no {WIDTH_KEY.decode()} in the schema metadata")
+            raise SchemaError(BAD_SCHEMA, f"no {_WIDTH_KEY.decode()} in the schema metadata")
         return  # older messages: the phi field's type carries the width (checked next)
     if not raw.isdigit():
-        raise SchemaError(BAD_SCHEMA, f"{WIDTH_KEY.decode()} is {raw!r}, not a width")
+        raise SchemaError(BAD_SCHEMA, f"{_WIDTH_KEY.decode()} is {raw!r}, not a width")
     if int(raw) != width:
         raise SchemaError(
             WRONG_WIDTH, f"message phi width is {int(raw)}, this deployment's width is {width}"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.serve.app import create_app
 from rankstream.stream.embedded import reset_embedded
@@ -15,7 +15,7 @@ from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
 from rankstream.workers.baseline import calibrating, publish_unicon
-from rankstream.workers.scoring import UNI_CON, scorer_for
+from rankstream.workers.scoring import scorer_for
 
 RNG = np.random.default_rng(4)
 

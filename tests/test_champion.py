@@ -3,6 +3,7 @@ paired test (`workers.champion`), then that one."""
 
 from __future__ import annotations
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import PairedTest
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex
@@ -12,7 +13,6 @@ from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.online import OnlineWorker, WorkerOptions
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation
 
 # The run is deterministic (fixed seeds, no timers): the paired test switches to ogdr at

@@ -9,8 +9,8 @@ import pytest
 
 import rankstream.simulators.collection as collection_module
 from rankstream.simulators.collection import (
-    DESCRIPTORS,
     DISTRACTOR,
+    SYNTHETIC_DESCRIPTORS,
     Collection,
     build_collection,
     descriptor_slices,
@@ -48,7 +48,7 @@ def test_shape_and_classes(small: Collection) -> None:
     assert set(np.unique(small.topics)) == {DISTRACTOR, *range(20)}
     assert len(small.ground_truth_ids) == 800
     assert len(small.feature_names) == 36 == len(set(small.feature_names))
-    assert small.feature_names[0] == f"{DESCRIPTORS[0].name}:euclidean"
+    assert small.feature_names[0] == f"{SYNTHETIC_DESCRIPTORS[0].name}:euclidean"
 
 
 def test_graded_relevance_follows_the_topic_hierarchy(small: Collection) -> None:
@@ -88,7 +88,7 @@ def test_descriptors_differ_in_informativeness_per_topic(small: Collection) -> N
     everyone = np.arange(N_IMAGES)
     euclid = np.arange(0, 36, 4)
     topics = range(small.params.n_topics)
-    ratio = np.zeros((len(topics), len(DESCRIPTORS)))
+    ratio = np.zeros((len(topics), len(SYNTHETIC_DESCRIPTORS)))
     for topic in topics:
         members = gt[small.topics[gt] == topic]
         for query in rng.choice(members, 5, replace=False):

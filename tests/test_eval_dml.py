@@ -113,6 +113,7 @@ def test_grids_validate_beta_and_ldmlr_iterations():
 def test_eval_chooses_cmds_dml_with_cmdsdmlcv(monkeypatch):
     """One validation loop: the eval's cMDS-DML settings are CMDSDMLCV's choice on the
     eval's validation splits, with its default grids."""
+    import rankstream.evals.dml as dml_eval
     import rankstream.ranking.dml as dml
     from rankstream.evals.dml import DmlEvalConfig, evaluate_k
 
@@ -123,7 +124,7 @@ def test_eval_chooses_cmds_dml_with_cmdsdmlcv(monkeypatch):
             searches.append(self)
             return super().fit(X, y)
 
-    monkeypatch.setattr(dml, "CMDSDMLCV", Recording)
+    monkeypatch.setattr(dml_eval, "CMDSDMLCV", Recording)  # the class the eval calls
     data = load_ordinal("digits")
     config = DmlEvalConfig(n_train=5, repeats=1, pca_components=6, validation_splits=2)
     result = evaluate_k(config, 3, data.X[:300], data.r[:300], s=4)

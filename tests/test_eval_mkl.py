@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import rankstream.evals.mkl as mkl_eval
 import rankstream.simulators.pubfig_features as pubfig_features
 from rankstream.cli import main
 from rankstream.evals.mkl import FEATURES, METHODS, PAPER_TABLE1, MKLEvalConfig, paper_accuracy
@@ -23,7 +24,7 @@ def test_eval_mkl_json_shape(monkeypatch, tmp_path, capsys):
     )
     real = pubfig_features.face_features
     monkeypatch.setattr(
-        pubfig_features,
+        mkl_eval,  # the name the eval calls
         "face_features",
         lambda paths, cache_dir, params=None, progress=None: real(paths, None, small, progress),
     )

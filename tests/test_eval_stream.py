@@ -16,7 +16,7 @@ from rankstream.evals.stream import (
     grid_variants,
 )
 from rankstream.ranking import learners
-from rankstream.simulators.feedback import online_experiment_scores, run_online_experiment
+from rankstream.simulators.feedback import BASELINE, online_experiment_scores, run_online_experiment
 
 SMALL = {"synthetic": {"n_images": 4000}, "fashion-mnist": {"limit": 200}}
 
@@ -111,9 +111,9 @@ def test_run_online_experiment_is_the_ndcg_of_the_named_loop(tmp_path) -> None:
     curves = run_online_experiment(collection, algos=("ogdr",), n_queries=8, seed=3)
     scores = online_experiment_scores(collection, {"ogdr": ("ogdr", {})}, n_queries=8, seed=3)
     np.testing.assert_array_equal(curves["ogdr"], scores["ndcg"]["ogdr"])
-    assert ((scores["ap"]["unicon"] > 0) & (scores["ap"]["unicon"] <= 1)).all()
+    assert ((scores["ap"][BASELINE] > 0) & (scores["ap"][BASELINE] <= 1)).all()
     with pytest.raises(ValueError, match="baseline"):
-        online_experiment_scores(collection, {"unicon": ("ogdr", {})}, n_queries=1)
+        online_experiment_scores(collection, {BASELINE: ("ogdr", {})}, n_queries=1)
 
 
 def test_cli_refuses_bad_options(capsys) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.metrics import average_precision, ndcg_at_k
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
@@ -17,7 +17,7 @@ from rankstream.stream.settings import Settings
 from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON
+from rankstream.workers.scoring import EVALUATOR_RECORD
 from rankstream.workers.serving_model import CHAMPION, ServingModel
 
 RNG = np.random.default_rng(11)

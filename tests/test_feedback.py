@@ -7,7 +7,7 @@ import pytest
 
 from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators.collection import DISTRACTOR, Collection, build_collection
-from rankstream.simulators.feedback import FeedbackSimulator, run_online_experiment
+from rankstream.simulators.feedback import BASELINE, FeedbackSimulator, run_online_experiment
 from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 20_000
@@ -112,9 +112,9 @@ def test_calibration_unicon_band_and_learners_beat_it_by_a_few_percent(collectio
     curves = run_online_experiment(
         collection, algos=("opar1", "ogdr", "arow"), n_queries=300, seed=0, index=index
     )
-    assert set(curves) == {"unicon", "opar1", "ogdr", "arow"}
+    assert set(curves) == {BASELINE, "opar1", "ogdr", "arow"}
     assert all(c.shape == (300,) and np.isfinite(c).all() for c in curves.values())
-    unicon = curves["unicon"]
+    unicon = curves[BASELINE]
     assert 0.72 < unicon.mean() < 0.88
     gain = {algo: (curves[algo][50:] - unicon[50:]).mean() for algo in ("opar1", "ogdr", "arow")}
     assert 0.01 < gain["opar1"] < 0.08 and 0.01 < gain["ogdr"] < 0.08, gain

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rankstream.harness.generator import TripletGenerator
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import PairedTest
 from rankstream.simulators.feedback import RetrievedQuery, judge
 from rankstream.stream.embedded import EmbeddedTransport
@@ -42,7 +43,6 @@ from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.recorder import Recorder, RecorderOptions
 from rankstream.workers.replay import DirectOptions, train_from_log
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.serving_model import ServingModel
 
 ALGOS = ("opr", "opar1", "opar2", "ogdr", "arow")

@@ -26,11 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.store import WIDTH_KEY, FencingError, ModelStore, StoredModel, check_width
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 ROWS, TARGET = "calibration_rows", "calibration_target"

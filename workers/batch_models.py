@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.ranking.validation import as_float_matrix
@@ -223,6 +224,7 @@ class CMDSDMLScorer:
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CMDSDMLScorer:
         _check_kind(meta, CMDS_DML)
+        # cMDS-DML and RankMKL import scikit-learn (+8 s here): a process loads only its kinds
         from rankstream.ranking.dml import CMDSDML
 
         scaler = Standardizer.from_state(meta["scaler"], _unprefixed("scaler", arrays))
@@ -277,6 +279,7 @@ class CMDSDMLChoice:
 
 
 def _dml(params: CMDSDMLParams, tol: float) -> Any:
+    # scikit-learn again (see `CMDSDMLScorer.from_state`)
     from rankstream.ranking.dml import CMDSDML
 
     return CMDSDML(
@@ -300,8 +303,6 @@ def validate_cmds_dml(
     order wins, so an equal score keeps the shorter descent and the smaller K. Uni-Con
     is scored on the same pairs, for the record (meta `validation`).
     """
-    from rankstream.ranking.baselines import UniCon
-
     held = held_out_queries(points.keys[:, 0], params.validation_fraction, params.seed)
     tols = sorted(set(params.tols), reverse=True)
     ks = sorted(set(params.score_neighbors))
@@ -433,6 +434,7 @@ def fit_rankmkl(
     sample: TripletBlock, params: RankMKLParams = RankMKLParams()
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Fit on (a bounded sample of) the reservoir's pairs; state = scaler + RankMKL (+ shift)."""
+    # scikit-learn again (see `CMDSDMLScorer.from_state`)
     from rankstream.ranking.mkl import RankMKL
 
     if params.max_pairs < 1:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.ranking.triplets import TripletBlock
@@ -62,7 +63,7 @@ from rankstream.workers.batch_models import (
     fit_rankmkl,
 )
 from rankstream.workers.batch_options import BatchOptions
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import CadenceTimer
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -235,7 +236,6 @@ class BatchHandler(Handler):
         if self.reservoir.size < 1:
             return {}
         self.checkpoint(runtime)
-        from threadpoolctl import threadpool_limits
 
         sample = self.reservoir.sample()
         published: dict[str, int] = {}
@@ -306,6 +306,11 @@ class BatchWorker(StreamRuntime):
     """The stream runtime running the batch handler."""
 
     handler: BatchHandler
+    reservoir = FromHandler[TripletReservoir]()
+    counters = FromHandler[BatchCounters]()
+    offsets = FromHandler[dict[str, dict[int, int]]]()
+    reservoir_version = FromHandler[int]()
+    model_versions = FromHandler[dict[str, int]]()
 
     def __init__(
         self, settings: Settings, options: BatchOptions | None = None, **services: Any
@@ -315,26 +320,6 @@ class BatchWorker(StreamRuntime):
         handler = BatchHandler(settings, options)
         super().__init__(settings, handler, options.runtime(), **services)
         self.options = options
-
-    @property
-    def reservoir(self) -> TripletReservoir:
-        return self.handler.reservoir
-
-    @property
-    def counters(self) -> BatchCounters:
-        return self.handler.counters
-
-    @property
-    def offsets(self) -> dict[str, dict[int, int]]:
-        return self.handler.offsets
-
-    @property
-    def reservoir_version(self) -> int:
-        return self.handler.reservoir_version
-
-    @property
-    def model_versions(self) -> dict[str, int]:
-        return self.handler.model_versions
 
     def refit_due(self) -> bool:
         return self.handler.refit_due()

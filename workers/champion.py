@@ -38,10 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
 from rankstream.stream.settings import Settings
 from rankstream.workers import metrics
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0

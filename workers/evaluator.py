@@ -65,14 +65,14 @@ from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.champion import ChampionPolicy, ChampionRace
 from rankstream.workers.evaluator_options import EvaluatorOptions
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
-UNJUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
+NOT_JUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
 # How much of a query was judged (`rankstream_judged_queries_total{judgments}`), and the
 # summary's count of scored queries whose graded candidates share one grade.
 JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE = "all", "partial", "none"
@@ -171,7 +171,7 @@ class EvaluatorHandler(Handler):
         judgments = judgments_of(query)
         for model, version in sorted(query.model_versions.items()):
             if judgments == JUDGMENTS_NONE:
-                skipped[model] = UNJUDGED  # counted once, as the query's judgments
+                skipped[model] = NOT_JUDGED  # counted once, as the query's judgments
                 continue
             reason = self._score(model, version, query, ndcg, ap)
             if reason is not None:
@@ -180,7 +180,7 @@ class EvaluatorHandler(Handler):
         for model in ndcg:
             self.rolling.add(model, ndcg[model], ap[model])
         for reason in skipped.values():
-            if reason != UNJUDGED:
+            if reason != NOT_JUDGED:
                 metrics.EVALUATOR_SKIPPED.labels(reason=reason).inc()
         self._count(query, judgments)
         result = QueryScores(
@@ -375,6 +375,13 @@ class Evaluator(StreamRuntime):
     """The stream runtime running the evaluator handler."""
 
     handler: EvaluatorHandler
+    champion = FromHandler[str]()
+    rolling = FromHandler[RollingScores]()
+    history = FromHandler[deque[QueryScores]]()
+    queries_evaluated = FromHandler[int]()
+    dead_letters = FromHandler[int]()
+    cache = FromHandler[ScorerCache]()
+    offsets = FromHandler[dict[int, int]]()
 
     def __init__(
         self, settings: Settings, options: EvaluatorOptions | None = None, **services: Any
@@ -394,31 +401,3 @@ class Evaluator(StreamRuntime):
     def publish(self) -> bool:
         """Publish the scores record now; False if fenced or a transient error deferred it."""
         return self.checkpoint()
-
-    @property
-    def champion(self) -> str:
-        return self.handler.champion
-
-    @property
-    def rolling(self) -> RollingScores:
-        return self.handler.rolling
-
-    @property
-    def history(self) -> deque[QueryScores]:
-        return self.handler.history
-
-    @property
-    def queries_evaluated(self) -> int:
-        return self.handler.queries_evaluated
-
-    @property
-    def dead_letters(self) -> int:
-        return self.handler.dead_letters
-
-    @property
-    def cache(self) -> ScorerCache:
-        return self.handler.cache
-
-    @property
-    def offsets(self) -> dict[int, int]:
-        return self.handler.offsets

@@ -21,7 +21,7 @@ from rankstream.stream.recording_writer import RecordingWriter, WriterCounts
 from rankstream.stream.settings import DEFAULT_PHI_DIM, Settings
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers.recorder_options import RecorderOptions
-from rankstream.workers.runtime import Handler, StreamRuntime
+from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 
 OnCommit = Callable[[Path, WriterCounts], None]
 
@@ -86,6 +86,7 @@ class Recorder(StreamRuntime):
     `counts` what was recorded per topic."""
 
     handler: RecorderHandler
+    writers = FromHandler[dict[str, RecordingWriter]]()
 
     def __init__(
         self,
@@ -101,10 +102,6 @@ class Recorder(StreamRuntime):
         handler = RecorderHandler(directory, topics, options, on_commit, settings.phi_dim)
         super().__init__(settings, handler, options.runtime(), transport=transport)
         self.options = options
-
-    @property
-    def writers(self) -> dict[str, RecordingWriter]:
-        return self.handler.writers
 
     @property
     def counts(self) -> dict[str, WriterCounts]:

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.errors import TRANSIENT
@@ -125,6 +125,32 @@ class Handler:
 
     def summary(self) -> dict[str, Any]:
         return {}
+
+
+T = TypeVar("T")
+
+
+class FromHandler(Generic[T]):
+    """A read-only attribute of a worker that reads its handler's attribute of the same
+    name: the workers (`BatchWorker`, `Evaluator`, `Recorder`, `Simulation`) show their
+    handler's state to the commands and tests, one line an attribute."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> FromHandler[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return getattr(instance.handler, self.name)  # type: ignore[attr-defined]
+
+    def __set__(self, instance: object, value: object) -> None:
+        raise AttributeError(f"{self.name} is the handler's; set it there")
 
 
 @dataclass

@@ -28,8 +28,8 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
+from rankstream.workers.batch_models import BATCH_KINDS, scorer_from_state
 
-UNI_CON = "uni_con"
 EVALUATOR_RECORD = "evaluator"
 SCORES_KIND = "scores"
 
@@ -93,14 +93,11 @@ SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_s
 # --- batch models (the batch worker's kinds; owned with workers/batch_models.py) -------
 def batch_scorer(stored: StoredModel) -> Scorer:
     """cMDS-DML kNN relevance or RankMKL decision values, rebuilt by `workers.batch_models`."""
-    from rankstream.workers.batch_models import scorer_from_state
-
     model = scorer_from_state(stored.kind, stored.meta, stored.arrays)
     return CheckedScorer(stored.name, stored.version, model.score, stored_width(stored))
 
 
-SCORERS["cmds_dml"] = batch_scorer
-SCORERS["rankmkl"] = batch_scorer
+SCORERS.update(dict.fromkeys(BATCH_KINDS, batch_scorer))
 
 
 def scorer_for(stored: StoredModel, width: int = DEFAULT_PHI_DIM) -> Scorer:

@@ -13,11 +13,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.pins import pin_record_name, pinned_model
-from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON, Scorer, ScorerCache
+from rankstream.workers.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
 
 CHAMPION = "champion"

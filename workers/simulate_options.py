@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankstream.simulators import catalog
+from rankstream.simulators.images import SERVED_CANDIDATES
 from rankstream.workers.feedback_batching import (
     DEFAULT_LINGER_S,
     QUERIES_PER_MESSAGE,
@@ -44,7 +45,7 @@ class SimulateOptions:
         "rank with the evaluator's champion or a named model",
         metavar="champion|NAME",
     )
-    candidates: int = option(300, "candidates retrieved per query", metavar="K")
+    candidates: int = option(SERVED_CANDIDATES, "candidates retrieved per query", metavar="K")
     judged: int = option(50, cli=False)
     calibration_queries: int = option(50, cli=False)
     partitions: int = option(1, "partitions of the topics if they must be created")

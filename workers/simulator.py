@@ -47,7 +47,11 @@ from pathlib import Path
 from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators import catalog
 from rankstream.simulators.feedback import FeedbackSimulator
-from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
+from rankstream.simulators.images import (
+    CandidateRetriever,
+    ImageCollection,
+    ServedCollection,
+)
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
@@ -55,7 +59,7 @@ from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
 from rankstream.workers.feedback_producer import FeedbackProducer
-from rankstream.workers.runtime import Handler, StreamRuntime
+from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.serving_model import Served, ServingModel
 from rankstream.workers.simulate_options import SimulateOptions
@@ -255,6 +259,13 @@ class SimulatorHandler(Handler):
 class Simulation:
     """The simulator handler on a stream runtime; `step()` serves one query."""
 
+    simulator = FromHandler[FeedbackSimulator]()
+    served_by = FromHandler[dict[str, int]]()
+    serving = FromHandler[ServingModel]()
+    triplets_produced = FromHandler[int]()
+    queries_produced = FromHandler[int]()
+    done = FromHandler[bool]()
+
     def __init__(
         self,
         settings: Settings,
@@ -299,36 +310,12 @@ class Simulation:
         self.runtime.handler = self.handler
 
     @property
-    def simulator(self) -> FeedbackSimulator:
-        return self.handler.simulator
-
-    @property
     def store(self) -> ModelStore:
         return self.runtime.store
 
     @property
     def transport(self) -> Transport:
         return self.runtime.transport
-
-    @property
-    def served_by(self) -> dict[str, int]:
-        return self.handler.served_by
-
-    @property
-    def serving(self) -> ServingModel:
-        return self.handler.serving
-
-    @property
-    def triplets_produced(self) -> int:
-        return self.handler.triplets_produced
-
-    @property
-    def queries_produced(self) -> int:
-        return self.handler.queries_produced
-
-    @property
-    def done(self) -> bool:
-        return self.handler.done
 
     def start(self) -> None:
         """Create the topics and publish Uni-Con; idempotent."""

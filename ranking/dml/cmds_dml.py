@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from rankstream.ranking.dml.base import OrdinalMetricLearner, Preprocessing
 from rankstream.ranking.dml.cmds_descent import cmds_staged_descent
@@ -281,8 +282,6 @@ class CMDSDML(OrdinalMetricLearner):
     # --- model store: JSON meta + plain arrays, never pickle -------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(meta, arrays) that `from_state` turns back into an identical fitted model."""
-        from sklearn.utils.validation import check_is_fitted
-
         check_is_fitted(self, "components_")
         meta = {
             "kind": STATE_KIND,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+import scipy.sparse as sp
 
 
 @numba.njit(cache=True)
@@ -92,8 +93,6 @@ def oriented_pairs(pairs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def incidence_matrix(pairs: np.ndarray, n: int, y: np.ndarray | None = None):
     """The sparse p x n matrix A of eq. (6), rows (phi_left - phi_right) after the flips."""
-    import scipy.sparse as sp
-
     p = pairs.shape[0]
     y = pair_signs(p) if y is None else y
     left, right = oriented_pairs(pairs, y)

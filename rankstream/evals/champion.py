@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom, norm
 
+from rankstream.demo import DemoOptions, run_demo
 from rankstream.evals.champion_options import ChampionEvalOptions
 from rankstream.ranking.sequential import switch_times
 
@@ -215,8 +216,6 @@ def resampled(incumbent: np.ndarray, challenger: np.ndarray, horizon: int) -> St
 
 def demo_pairs(options: ChampionEvalOptions, progress: bool) -> dict[str, dict[str, Any]]:
     """Every pair of models of one demo run, on the queries both were scored on."""
-    from rankstream.demo import DemoOptions, run_demo
-
     result = run_demo(
         DemoOptions(queries=options.demo_queries, images=options.demo_images, seed=options.seed),
         progress=progress,

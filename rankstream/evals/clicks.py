@@ -41,15 +41,16 @@ from typing import Any
 import numpy as np
 
 from rankstream.evals.cbir import spread
+from rankstream.plots import plot_ndcg
+from rankstream.ranking import learners
+from rankstream.ranking.metrics import ranked_order
+from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import RELEVANCE_GRADES, click_arms
 from rankstream.simulators.clicks import PositionBasedClickModel, click_model
-from rankstream.simulators.feedback import experiment_setup, run_arms
+from rankstream.simulators.feedback import BASELINE, experiment_setup, run_arms
 
-CLICK_LEARNERS = ("opar1", "arow")
-BASELINE = "unicon"
 FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
-CALIBRATION_QUERIES = 50
 GAINS = {
     "ndcg_gain": "mean over all impressions of (arm's NDCG@50 - Uni-Con's) on the same "
     "impression: what learning cost and gave along the way (the paper's Fig. 3 measure)",
@@ -73,8 +74,10 @@ def run_clicks(
     """One collection, click model and seed: (the run's JSON, per-impression NDCG@50)."""
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
     users = click_model(model, RELEVANCE_GRADES)
-    sim, scaler, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
-    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))
+    sim, scaler, arms = experiment_setup(served.collection, seed, served.index)
+    arms.update(
+        click_arms(tuple(learners.click_hyperparameters()), users, scaler, sim.n_judged, seed)
+    )
     label = f"{collection}, {model}, seed {seed}" if progress else False
     ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
     tail = max(1, round(impressions * FINAL_SHARE))
@@ -122,7 +125,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
     click_arms_ = [n for n in names if _family(n)[1] != "judged"]
     families: dict[str, Any] = {}
-    for learner in CLICK_LEARNERS:
+    for learner in learners.click_hyperparameters():
         judged = arms[f"{learner} judged"]
         same_family = [f"{learner} naive", f"{learner} ips"]
         ips_minus_naive = [
@@ -208,12 +211,7 @@ def plot_curves(
     curves: Sequence[Mapping[str, np.ndarray]], model: str, collection: str, path: str | Path
 ) -> Path:
     """Learning curves (`plots.plot_ndcg`) of the per-impression NDCG@50, mean over seeds."""
-    from rankstream.plots import plot_ndcg
-
-    mean = {
-        ("uni_con" if name == BASELINE else name): np.mean([c[name] for c in curves], axis=0)
-        for name in curves[0]
-    }
+    mean = {name: np.mean([c[name] for c in curves], axis=0) for name in curves[0]}
     title = f"Learning from {model} clicks on {collection} (NDCG@50, mean of {len(curves)} seeds)"
     return plot_ndcg(mean, path, title=title)
 
@@ -239,11 +237,8 @@ def propensity_convergence(
     truth (1/k)^eta; reported: the first count from which every later check stayed within
     `tolerance` (relative), None if the last did not, and the errors at the end.
     """
-    from rankstream.ranking.metrics import ranked_order
-    from rankstream.ranking.propensity import PropensityEstimator
-
     served = load_collection(check_name(collection), cache_dir, False, **(options or {}))
-    sim, _, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
+    sim, _, arms = experiment_setup(served.collection, seed, served.index)
     pool = []
     for _ in range(pool_queries):
         query = sim.next_query()

@@ -38,6 +38,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
+from threadpoolctl import threadpool_limits
+
+from rankstream.plots import plot_ordinal_metrics
+from rankstream.ranking.dml import CMDSDML, CMDSDMLCV, LDMLR
+from rankstream.ranking.dml.model_selection import (
+    best_setting,
+    embedding_dimension,
+    knn_mae,
+    validation_maes,
+)
+from rankstream.simulators.ordinal import load_ordinal, per_label_split
 
 # The grids reach past the values the data sets pick where that is affordable; cMDS-DML's
 # are `CMDSDMLCV`'s defaults (`ranking.dml.cmds_dml_cv`). LDMLR is
@@ -83,7 +95,6 @@ def pca_dimension(config: DmlEvalConfig) -> int:
 
 
 def _factories(config: DmlEvalConfig, k: int) -> dict[str, Callable[..., object | None]]:
-    from rankstream.ranking.dml import CMDSDML, LDMLR
 
     pca = pca_dimension(config)
 
@@ -103,10 +114,6 @@ def _factories(config: DmlEvalConfig, k: int) -> dict[str, Callable[..., object 
 
 def _score(transformer: object | None, k: int, X, r, train, test) -> tuple[float, float]:
     """(MAE, seconds to fit the metric) of kNN regression after `transformer` on one split."""
-    from sklearn.base import clone
-
-    from rankstream.ranking.dml.model_selection import knn_mae
-
     start = time.perf_counter()
     fitted = None if transformer is None else clone(transformer).fit(X[train], r[train])
     seconds = time.perf_counter() - start
@@ -116,13 +123,6 @@ def _score(transformer: object | None, k: int, X, r, train, test) -> tuple[float
 def evaluate_k(
     config: DmlEvalConfig, k: int, X, r, progress=None, s: int | None = None
 ) -> dict[str, Any]:
-    from rankstream.ranking.dml import CMDSDMLCV
-    from rankstream.ranking.dml.model_selection import (
-        best_setting,
-        embedding_dimension,
-        validation_maes,
-    )
-    from rankstream.simulators.ordinal import per_label_split
 
     if s is None:
         s = embedding_dimension(np.unique(r).size) if config.s is None else int(config.s)
@@ -191,11 +191,6 @@ def run_dml_eval(
     With `plot_path`, also draws `rankstream.plots.plot_ordinal_metrics` there: MAE per K
     and one fresh split's held-out points embedded by cMDS-DML at the first K's settings.
     """
-    from threadpoolctl import threadpool_limits
-
-    from rankstream.ranking.dml.model_selection import embedding_dimension
-    from rankstream.simulators.ordinal import load_ordinal
-
     if config.repeats < 1 or config.n_train < 2 or not config.ks:
         raise ValueError("repeats >= 1, n_train >= 2 and at least one K are required")
     if config.s is not None and config.s < 1:
@@ -225,8 +220,6 @@ def run_dml_eval(
 
 
 def _plot(config: DmlEvalConfig, data, s: int, by_k: list[dict], path: str | Path) -> Path:
-    from rankstream.plots import plot_ordinal_metrics
-    from rankstream.simulators.ordinal import per_label_split
 
     k = by_k[0]["K"]
     train, test = per_label_split(

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.plots import plot_interleaving
 from rankstream.ranking.interleaving import credit, outcome, team_draft_many
 from rankstream.ranking.metrics import NDCG_K
 from rankstream.ranking.sequential import ChampionTest, first_refusal, first_switch
@@ -53,10 +54,9 @@ from rankstream.simulators.feedback import experiment_setup
 from rankstream.simulators.progress import progress_bar
 
 TARGETS = (0.005, 0.01, 0.02)
-SHOWN = 50  # results per impression, the dashboards' NDCG@50 cut-off
+SHOWN = NDCG_K  # results per impression, the dashboards' NDCG@50 cut-off
 DEPTH = 2 * SHOWN  # how deep a ranking is kept: a team draft of SHOWN never reads further
 METHODS = ("interleaving", "ab")
-CALIBRATION_QUERIES = 50
 CONSISTENT_AT = (
     1,
     2,
@@ -105,7 +105,7 @@ def build_pool(
     progress: bool = False,
 ) -> QueryPool:
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
-    sim, scaler, _ = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
+    sim, scaler, _ = experiment_setup(served.collection, seed, served.index)
     z, rel = [], []
     for _ in range(pool_queries):
         query = sim.next_query()
@@ -313,8 +313,6 @@ def evaluate_interleaving(
             per_case["ab_over_interleaving"] = {key: _ratio(per_case[key]) for key in pairs}
             result["click_models"][name] = per_case
     if plot_path is not None:
-        from rankstream.plots import plot_interleaving
-
         result["plot"] = str(plot_interleaving(result, plot_path))
     return result
 

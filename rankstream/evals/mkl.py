@@ -34,6 +34,8 @@ import numpy as np
 from rankstream.ranking.metrics import pairwise_accuracy
 from rankstream.ranking.mkl import RankMKL, concat_groups
 from rankstream.ranking.pairs import preference_pairs, sample_pairs
+from rankstream.simulators.pubfig import load_pubfig
+from rankstream.simulators.pubfig_features import face_features
 
 FEATURES = ("gist", "color", "lbp", "hog", "gabor")
 METHODS = ("rankmkl", "concat", *FEATURES)
@@ -208,8 +210,6 @@ def feature_table(
     data, cache_dir: Path | str | None, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, np.ndarray]:
     """GIST and colour from data.mat plus LBP, HOG and Gabor from the face images."""
-    from rankstream.simulators.pubfig_features import face_features
-
     faces = face_features(data.image_paths, cache_dir, progress=progress)
     return {"gist": data.gist, "color": data.color, **faces}
 
@@ -236,8 +236,6 @@ def evaluate_pubfig(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict:
     """Table 1 on PubFig: accuracy (%) of every method on every requested attribute."""
-    from rankstream.simulators.pubfig import load_pubfig
-
     started = time.perf_counter()
     data = load_pubfig()
     attributes = config.attributes or data.attribute_names

@@ -35,9 +35,8 @@ import numpy as np
 from rankstream.evals.cbir import paper_table2_imageclef, spread
 from rankstream.ranking import learners
 from rankstream.simulators.catalog import check_name, load_collection
-from rankstream.simulators.feedback import Variant, online_experiment_scores
+from rankstream.simulators.feedback import BASELINE, Variant, online_experiment_scores
 
-BASELINE = "unicon"  # online_experiment_scores' name for Uni-Con
 VALIDATION_SEEDS = (100, 101)
 PAPER_STREAM = {
     "uni_con_ndcg_at_50": 0.80,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.simulators.collection import build_collection
@@ -18,7 +19,6 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
 from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000

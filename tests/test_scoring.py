@@ -1,17 +1,15 @@
-"""Stored models as scorers (the kind registry) and the champion policy."""
+"""Stored models as scorers: the kind registry and the cache (`workers/scoring.py`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD, SCORERS, UNI_CON, ScorerCache, scorer_for
-from rankstream.workers.serving_model import CHAMPION, ServingModel
+from rankstream.workers.scoring import SCORERS, ScorerCache, scorer_for
 
 RNG = np.random.default_rng(3)
 PHI = RNG.random((40, 36)).astype(np.float32)
@@ -80,38 +78,3 @@ def test_cache_returns_exact_versions_and_none_once_trimmed() -> None:
     np.testing.assert_array_equal(cache.get("opr", 2).score(PHI), weights[1])
     np.testing.assert_array_equal(cache.get("opr", 3).score(PHI), weights[2])
     assert cache.scorable("opr") is True and cache.scorable("nope") is None
-
-
-def test_serving_model_follows_the_evaluator_record_and_counts_switches() -> None:
-    store = EmbeddedModelStore()
-    _save_linear(store, UNI_CON, UniCon(scaler=_scaler()))
-    ranker = OnlineRanker(algo="opar2", scaler=_scaler(), warm_start=RNG.standard_normal(36))
-    _save_linear(store, "opar2", ranker, kind="online")
-    store.save("reservoir", kind="reservoir", meta={}, arrays={}, offsets={}, expected_version=0)
-    serving = ServingModel(store, CHAMPION)
-    before = sample_value("rankstream_serving_switches_total")
-    served = serving.refresh()
-    assert (served.name, served.version) == (UNI_CON, 1)
-    assert served.model_versions == {UNI_CON: 1, "opar2": 1}  # only scorable models
-    store.save(
-        EVALUATOR_RECORD,
-        kind="scores",
-        meta={"champion": "opar2"},
-        arrays={},
-        offsets={},
-        expected_version=0,
-    )
-    served = serving.refresh()
-    assert served.name == "opar2"
-    np.testing.assert_array_equal(served.scorer.score(PHI), ranker.score(PHI))
-    assert sample_value("rankstream_serving_model_info", {"model": "opar2"}) == 1
-    assert sample_value("rankstream_serving_model_info", {"model": UNI_CON}) == 0
-    assert sample_value("rankstream_serving_switches_total") == before + 2
-    assert EVALUATOR_RECORD not in served.model_versions
-
-
-def test_a_named_model_that_is_missing_is_an_error() -> None:
-    store = EmbeddedModelStore()
-    _save_linear(store, UNI_CON, UniCon(scaler=_scaler()))
-    with pytest.raises(LookupError, match="opr"):
-        ServingModel(store, "opr").refresh()
