@@ -28,13 +28,13 @@ bad values), so nothing of a bad batch is sent: the records are built, then sent
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 
 from rankstream.stream.click_schema import Click, encode_clicks, impression_key
 from rankstream.stream.connect import open_transport
 from rankstream.stream.settings import Settings
-from rankstream.stream.transport import Producer, Transport
+from rankstream.stream.transport import Producer
 from rankstream.workers import metrics
+from rankstream.workers.owned_producer import OwnedProducer
 
 
 def by_impression(clicks: Sequence[Click]) -> dict[str, list[Click]]:
@@ -48,15 +48,14 @@ def by_impression(clicks: Sequence[Click]) -> dict[str, list[Click]]:
     return groups
 
 
-class ClickProducer:
+class ClickProducer(OwnedProducer):
     """Clicks -> one clicks message per impression (module docstring); thread-safe as
     its transport's producer is."""
 
     def __init__(self, settings: Settings, producer: Producer) -> None:
+        super().__init__(producer)
         self.settings = settings
-        self.producer = producer
         self.clicks_sent = 0
-        self._owned: list[Producer | Transport] = []
 
     @classmethod
     def open(cls, settings: Settings) -> ClickProducer:
@@ -65,7 +64,7 @@ class ClickProducer:
         transport.ensure_topics({settings.clicks_topic: 1})
         producer = transport.producer()
         self = cls(settings, producer)
-        self._owned = [producer, transport]
+        self._own(producer, transport)
         return self
 
     def send(self, clicks: Sequence[Click]) -> int:
@@ -90,27 +89,3 @@ class ClickProducer:
         rows = self.send(clicks)
         self.flush(timeout)
         return rows
-
-    def close(self, timeout: float | None = None) -> None:
-        """Flush and close the producer and transport if `open` made them; with
-        `timeout`, give up waiting for acknowledgements after that many seconds."""
-        owned, self._owned = self._owned, []
-        if not owned:
-            self.producer.flush(timeout)
-            return
-        producer, transport = owned
-        try:
-            producer.close(timeout)
-        finally:
-            transport.close()
-
-    def __enter__(self) -> ClickProducer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

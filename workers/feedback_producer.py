@@ -54,7 +54,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -72,7 +71,7 @@ from rankstream.stream.schema import (
 )
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import check_name
-from rankstream.stream.transport import Producer, Transport
+from rankstream.stream.transport import Producer
 from rankstream.workers import metrics
 from rankstream.workers.candidates import (
     FieldError,
@@ -85,6 +84,7 @@ from rankstream.workers.feedback_batching import (
     QUERIES_PER_MESSAGE,
     check_batching,
 )
+from rankstream.workers.owned_producer import OwnedProducer
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class _Pending:
     triplets_out: bool  # its triplets were handed over (at once when it has none)
 
 
-class FeedbackProducer:
+class FeedbackProducer(OwnedProducer):
     """Judged queries -> triplets + judged-query messages, batched (module docstring);
     thread-safe."""
 
@@ -176,8 +176,8 @@ class FeedbackProducer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_batching(queries_per_message, linger_s)
+        super().__init__(producer)
         self.settings = settings
-        self.producer = producer
         self.seed = int(seed)
         self.queries_per_message = queries_per_message
         self.linger_s = float(linger_s)
@@ -189,7 +189,6 @@ class FeedbackProducer:
         self._pending: list[_Pending] = []
         self._oldest = 0.0  # when the oldest pending query was queued
         self._lock = threading.RLock()
-        self._owned: list[Producer | Transport] = []
 
     @classmethod
     def open(cls, settings: Settings, **options: Any) -> FeedbackProducer:
@@ -198,7 +197,7 @@ class FeedbackProducer:
         transport.ensure_topics({settings.triplets_topic: 1, settings.queries_topic: 1})
         producer = transport.producer()
         self = cls(settings, producer, **options)
-        self._owned = [producer, transport]
+        self._own(producer, transport)
         return self
 
     @property
@@ -315,23 +314,4 @@ class FeedbackProducer:
         try:
             self.send_pending()
         finally:
-            owned, self._owned = self._owned, []
-            if owned:
-                producer, transport = owned
-                try:
-                    producer.close(timeout)
-                finally:
-                    transport.close()
-            else:
-                self.producer.flush(timeout)
-
-    def __enter__(self) -> FeedbackProducer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+            super().close(timeout)
