@@ -130,3 +130,10 @@ def test_ab_click_counts_follow_the_users_clicks(cache) -> None:
     drawn = comparison.ab(50_000, rng)  # two arms of one ranker: CTR differences
     assert abs(drawn.mean()) < 4 * drawn.std() / np.sqrt(drawn.size)
     assert drawn.std() == pytest.approx(np.sqrt(2) * simulated.std(), rel=0.03)
+
+
+def test_a_horizon_shorter_than_the_burn_in_is_refused(cache) -> None:
+    with pytest.raises(ValueError, match="under the test's 100 pairs"):
+        evaluate_interleaving(
+            "synthetic", ["perfect"], cache, PairedTest(), horizons={"ab": 150}, options=SMALL
+        )

@@ -301,6 +301,12 @@ def evaluate_interleaving(
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     limits = {**HORIZONS, **(horizons or {})}
+    for method, limit in limits.items():
+        if limit // PER_PAIR[method] < test.min_pairs:
+            raise ValueError(
+                f"a {method} horizon of {limit} impressions is under the test's "
+                f"{test.min_pairs} pairs ({PER_PAIR[method]} impressions a pair)"
+            )
     pool = build_pool(collection, cache_dir, seed, pool_queries, options, progress)
     pairs = ranker_pairs(pool, targets, seed)
     base = np.ones(pool.z.shape[2])
