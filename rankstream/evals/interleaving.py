@@ -251,6 +251,9 @@ def summarise(runs: Sequence[Run], per_pair: int, horizon: int, alpha: float) ->
     with that mean and sd (known) decides correctly in half of all runs,
     (z_{1-alpha} sd / mean)^2: the yardstick of the sequential test's median (an
     always-valid test pays for being looked at after every pair; about 2x at alpha 0.01).
+    The outcomes are each run's up to its switch, so where runs switch the mean is
+    biased up by the stopping (and the yardstick low): a run that switched early had
+    outcomes that looked good early.
     """
     count = len(runs)
     impressions = [np.inf if r.switch is None else r.switch * per_pair for r in runs]
