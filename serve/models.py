@@ -4,8 +4,12 @@ Each entry: name, kind, newest stored version, the version served by default (th
 when pinned), triplets seen by that version, and the evaluator's rolling NDCG@50 / MAP
 and how many judged queries they cover (a trend), and for each challenger its race
 against the champion (`workers.champion`): paired queries, mean NDCG@50 difference with
-its always-valid confidence interval, the test's statistic and its decision. Pin records
-(`workers.pins`) are not models and are left out; the model they pin says `pinned: true`.
+its always-valid confidence interval, the test's statistic and its decision, and its
+interleaving race on click traffic (`workers.interleaving`): impressions interleaved,
+wins/losses/ties, the statistic, the decision and which evidence decides it
+(docs/CONTRACTS.md "Champion"; null for a model with no interleaved impressions this
+race). Pin records (`workers.pins`) are not models and are left out; the model they pin
+says `pinned: true`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "rolling_map": scores.get("rolling_map", {}).get(name),
         "scored_queries": scores.get("counts", {}).get(name),
         "race": scores.get("race", {}).get("challengers", {}).get(name),
+        "interleaving": scores.get("interleaving", {}).get("challengers", {}).get(name),
     }
 
 
@@ -41,6 +46,12 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "champion": snapshot.champion,
         "window": snapshot.scores.get("window"),
         "queries_evaluated": snapshot.scores.get("queries_evaluated", 0),
-        "race": {k: v for k, v in snapshot.scores.get("race", {}).items() if k != "challengers"},
+        "race": _settings(snapshot.scores.get("race", {})),
+        "interleaving": _settings(snapshot.scores.get("interleaving", {})),
         "models": [model_entry(snapshot, name) for name in names],
     }
+
+
+def _settings(race: dict[str, Any]) -> dict[str, Any]:
+    """A race's incumbent and test settings, without its per-challenger entries."""
+    return {k: v for k, v in race.items() if k != "challengers"}

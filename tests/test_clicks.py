@@ -287,3 +287,21 @@ def test_every_click_experiment_arm_starts_from_uni_con() -> None:
     for name, arm in arms.items():
         model = arm.model if name == "pdgd" else arm.ranker
         np.testing.assert_array_equal(model.weights, np.ones(4), err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["navigational", "informational", "pbm:1.5"])
+def test_click_count_distribution_is_what_clicks_many_samples(name) -> None:
+    """Exact P(k clicks) per list against 200,000 simulated users per list: within 5
+    standard errors (plus 5 users, for counts too rare for the normal approximation) of
+    every count's frequency (fixed seed)."""
+    users = click_model(name, 3)
+    rng = np.random.default_rng(11)
+    grades = rng.integers(0, 3, (4, 12))
+    exact = users.click_count_distribution(grades)
+    assert exact.shape == (4, 13) and np.allclose(exact.sum(axis=1), 1.0)
+    users_each = 200_000
+    counts = users.clicks_many(np.repeat(grades, users_each, axis=0), rng).sum(axis=1)
+    seen = np.stack([np.bincount(row, minlength=13) for row in counts.reshape(4, -1)])
+    seen = seen / users_each
+    standard_error = np.sqrt(exact * (1 - exact) / users_each)
+    assert (np.abs(seen - exact) <= 5 * standard_error + 5 / users_each).all()

@@ -52,7 +52,12 @@ def test_interleaving_decides_correctly_and_sooner_than_ab(result) -> None:
     assert ab["median_impressions"] is not None
     assert 2 * inter["median_impressions"] < ab["median_impressions"]
     ratio = result["click_models"]["perfect"]["ab_over_interleaving"]["0.05"]
-    assert ratio == ab["median_impressions"] / inter["median_impressions"]
+    assert ratio == {
+        "ratio": ab["median_impressions"] / inter["median_impressions"],
+        "lower_bound": False,
+    }
+    # the fixed-sample yardstick: the sequential test needs more pairs than it
+    assert 0 < inter["fixed_sample_pairs"] < inter["median_impressions"]
 
 
 def test_aa_runs_make_no_false_decision_and_the_report_is_json(result) -> None:
@@ -97,3 +102,39 @@ def test_a_seed_gives_the_same_evaluation(cache) -> None:
 def test_an_unknown_click_model_is_refused_before_loading(cache) -> None:
     with pytest.raises(ValueError, match="unknown click model"):
         evaluate_interleaving("synthetic", ["nobody"], cache, PairedTest(), options=SMALL)
+
+
+def test_an_ab_that_never_switches_gives_its_horizon_as_a_lower_bound() -> None:
+    from rankstream.evals.interleaving import _ratio
+
+    cells = {
+        "interleaving": {"median_impressions": 1000.0, "horizon_impressions": 5000},
+        "ab": {"median_impressions": None, "horizon_impressions": 20000},
+    }
+    assert _ratio(cells) == {"ratio": 20.0, "lower_bound": True}
+    cells["interleaving"]["median_impressions"] = None
+    assert _ratio(cells) is None
+
+
+def test_ab_click_counts_follow_the_users_clicks(cache) -> None:
+    """The A/B arm draws click counts from their exact distribution: the same CTR mean
+    and spread as simulating every click (`clicks_many`), to a few standard errors."""
+    pool = build_pool("synthetic", cache, 0, 100, SMALL)
+    users = click_model("informational", 3)
+    comparison = Comparison(pool, np.ones(36), np.ones(36), users)
+    rng = np.random.default_rng(3)
+    queries = rng.integers(0, 100, 50_000)
+    ranking = comparison.rankings[0]
+    grades = np.take_along_axis(pool.relevance[queries], ranking[queries, :50], 1)
+    simulated = users.clicks_many(grades, rng).mean(axis=1)
+    drawn = comparison.ab(50_000, rng)  # two arms of one ranker: CTR differences
+    assert abs(drawn.mean()) < 4 * drawn.std() / np.sqrt(drawn.size)
+    assert drawn.std() == pytest.approx(np.sqrt(2) * simulated.std(), rel=0.03)
+
+
+def test_a_horizon_shorter_than_the_burn_in_is_refused(cache) -> None:
+    test = PairedTest(min_pairs=100)  # the default test by betting has no burn-in
+    with pytest.raises(ValueError, match="under the test's 100 pairs"):
+        evaluate_interleaving(
+            "synthetic", ["perfect"], cache, test, horizons={"ab": 150}, options=SMALL
+        )

@@ -358,6 +358,34 @@ def test_models_lists_versions_kinds_and_rolling_scores(store) -> None:
     assert entry["kind"] == "online" and entry["version"] == 1 and entry["triplets_seen"] == 1000
     assert entry["rolling_ndcg_at_50"] == 0.9 and entry["scored_queries"] == 30
     assert one["kept_versions"] == [1] and missing.status_code == 404
+    assert entry["interleaving"] is None and listing["interleaving"] == {}
+
+
+def test_models_show_each_challengers_interleaving_race(store) -> None:
+    """The evaluator record's meta `interleaving` (an `InterleavingRace.summary()`) is
+    what /v1/models shows per challenger and for the race (docs/CONTRACTS.md)."""
+    from rankstream.workers.champion import ChampionPolicy
+    from rankstream.workers.interleaving import InterleavingRace
+
+    _save(store, "opar1", np.ones(PHI_DIM))
+    race = InterleavingRace(ChampionPolicy())
+    race.observe("opar1", [1, 0, -1, 1], judged_pairs=2)
+    current = store.latest_versions().get(EVALUATOR_RECORD, 0)
+    meta = {"champion": "uni_con", "interleaving": race.summary()}
+    store.save(EVALUATOR_RECORD, kind="scores", meta=meta, arrays={}, offsets={},
+               expected_version=current)  # fmt: skip
+    with _client(store) as client:
+        listing = _eventually(
+            lambda: (reply := client.get("/v1/models").json())["interleaving"] and reply
+        )
+    entry = {m["name"]: m for m in listing["models"]}["opar1"]
+    assert {k: entry["interleaving"][k] for k in ("impressions", "wins", "losses", "ties")} == {
+        "impressions": 4, "wins": 2, "losses": 1, "ties": 1,
+    }  # fmt: skip
+    assert entry["interleaving"]["decision"] == "undecided"
+    assert entry["interleaving"]["decided_by"] == "judgments"
+    assert listing["interleaving"]["incumbent"] == "uni_con"
+    assert listing["interleaving"]["alpha"] == 0.01 and "challengers" not in listing["interleaving"]
 
 
 def test_readiness_waits_for_a_loadable_champion() -> None:

@@ -45,8 +45,30 @@ from rankstream.workers import metrics
 from rankstream.workers.structured_log import get_logger, log_event
 
 DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0
+JUDGMENTS, CLICKS = "judgments", "clicks"  # the two kinds of evidence a race can rest on
 
 log = get_logger("rankstream.champion")
+
+
+def deciding_evidence(judged_pairs: int) -> str:
+    """Which evidence may switch a challenger in: its judged pairs against the incumbent
+    if it has any, else its interleaved clicks (docs/CONTRACTS.md "Champion").
+
+    Judged NDCG@50 is the quality every report and dashboard states; clicks are a proxy
+    for it, bent by position and by how users stop (`rankstream eval interleaving`: an
+    A/B test of click-through rate refuses a ranker truly 0.01 better). So where both
+    arrive, the judged race decides and the interleaving race is shown beside it; clicks
+    decide only a challenger no judged query has paired with the incumbent yet. Each
+    switch is made by one test at alpha: a deployment with one kind of evidence keeps
+    alpha; a race that changes kind midway (clicks first, then judgments) spends at most
+    alpha on each.
+
+    >>> deciding_evidence(0), deciding_evidence(1)
+    ('clicks', 'judgments')
+    """
+    if judged_pairs < 0:
+        raise ValueError(f"judged pairs are counted from 0, got {judged_pairs}")
+    return JUDGMENTS if judged_pairs > 0 else CLICKS
 
 
 @dataclass(frozen=True)
@@ -95,11 +117,21 @@ class ChampionRace:
         winner = max(winners, key=lambda m: evidence[m].ci_low)
         self._log("champion switched", winner, evidence[winner], query)
         metrics.CHAMPION_SWITCHES.inc()
-        self.incumbent = winner
+        self.restart(winner)
+        return winner
+
+    def restart(self, incumbent: str) -> None:
+        """`incumbent` is the champion now (this race's winner, or the interleaving
+        race's, `workers.interleaving`): every race starts over against it."""
+        self.incumbent = incumbent
         self.races.clear()
         self.refused.clear()
         self._export({})
-        return winner
+
+    def judged_pairs(self) -> dict[str, int]:
+        """Per challenger, the judged queries paired with the incumbent's this race:
+        what `deciding_evidence` asks of the interleaving race's challengers."""
+        return {m: s.n for m, s in sorted(self.races.items())}
 
     def fall_back(self, query: int = 0, reason: str = "not in the store") -> str | None:
         """The incumbent is gone: the default serves and every race starts over.
@@ -119,10 +151,7 @@ class ChampionRace:
             queries_evaluated=query,
         )
         metrics.CHAMPION_SWITCHES.inc()
-        self.incumbent = self.policy.default
-        self.races.clear()
-        self.refused.clear()
-        self._export({})
+        self.restart(self.policy.default)
         return self.incumbent
 
     def evidence(self) -> dict[str, Evidence]:

@@ -20,25 +20,34 @@ traffic need before it picks the better one, and how often does it pick wrongly.
 * **A/B.** Impressions alternate between the two arms, each showing its own top 50 to an
   independent user and query; the k-th impressions of the two arms form a pair, and the
   difference of their click-through rates (clicks / results shown, in [-1, 1]) is the
-  paired difference of the same test. Impressions counted: both arms' (2 per pair).
+  paired difference of the same test. Impressions counted: both arms' (2 per pair). A
+  CTR needs only how many results were clicked, so each arm's click count is drawn from
+  its exact distribution for the query's list (`click_count_distribution` of the same
+  users), which lets an A/B run go to a million impressions in a fraction of a second.
 * **A/A.** Both sides the same ranker (Uni-Con): any switch within the horizon is a
   false decision.
 
-Per method and difference, over `runs` runs: impressions to the first switch (median and
-90th percentile, each a run's own count (inverted CDF); a run with no switch within the
-horizon counts as infinitely long, so a percentile above the horizon is None), the
-share of runs refused before they switched (errors), and the share undecided at the
-horizon. Each run's outcomes
+Every run is raced as the live race is: a refusal is a logged verdict, not the end, so a
+run goes on until it switches or reaches the horizon. Per method and difference, over
+`runs` runs: impressions to the first switch (median and 90th percentile, each a run's
+own count (inverted CDF); a run with no switch within the horizon counts as infinitely
+long, so a percentile above the horizon is None), the share of runs refused before they
+switched (errors), the share undecided at the horizon, and the outcomes' mean and sd with
+the fixed-sample yardstick (`summarise`). `ab_over_interleaving` is A/B's median over
+interleaving's; where A/B's median run never switched correctly it is A/B's horizon over
+interleaving's median, marked as a lower bound. Each run's outcomes
 are generated in doubling chunks up to the horizon and the verdicts computed for the
 whole prefix at once (`first_switch`: the same verdicts as a race fed one at a time).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -164,6 +173,18 @@ class Comparison:
     ) -> None:
         self.pool, self.users = pool, users
         self.rankings = (pool.rankings(champion), pool.rankings(challenger))
+        # Per arm and query, P(at most k clicks) on its top SHOWN: an A/B impression's
+        # CTR needs only how many were clicked, drawn from the exact distribution of
+        # `users.clicks_many` on that list (`click_count_distribution`).
+        self.click_counts = tuple(
+            np.cumsum(
+                users.click_count_distribution(
+                    np.take_along_axis(pool.relevance, ranking[:, :SHOWN], 1)
+                ),
+                axis=1,
+            )
+            for ranking in self.rankings
+        )
 
     def interleaving(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n impressions' outcomes for the challenger (+1 win, 0 tie, -1 loss)."""
@@ -175,13 +196,26 @@ class Comparison:
         return outcome(credit(merged.teams, clicks, 2)).astype(np.float64)
 
     def ab(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """n pairs' differences of click-through rate, challenger arm minus champion arm."""
+        """n pairs' differences of click-through rate, challenger arm minus champion arm:
+        each arm's impression a query of its own and a user who clicks k of the SHOWN."""
         ctr = []
-        for ranking in self.rankings:
+        for cumulative in self.click_counts:
             queries = rng.integers(0, len(self.pool.relevance), n)
-            grades = np.take_along_axis(self.pool.relevance[queries], ranking[queries, :SHOWN], 1)
-            ctr.append(self.users.clicks_many(grades, rng).mean(axis=1))
+            clicks = (rng.random(n)[:, None] >= cumulative[queries, :-1]).sum(axis=1)
+            ctr.append(clicks / SHOWN)
         return ctr[1] - ctr[0]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: pairs to the first switch and first refusal (None: none within the
+    horizon), and the outcomes it generated (their count, sum and sum of squares)."""
+
+    switch: int | None
+    refusal: int | None
+    n: int
+    total: float
+    squares: float
 
 
 def race(
@@ -189,24 +223,20 @@ def race(
     test: ChampionTest,
     horizon: int,
     rng: np.random.Generator,
-    until_switch: bool = False,
-) -> tuple[int | None, int | None]:
-    """(pairs to the first switch, pairs to the first refusal) within `horizon` pairs.
-
-    The run ends at its first verdict: a refusal of a better challenger is already the
-    error being counted. With `until_switch` (A/A, where refusing is right and only a
-    switch is false) it goes on to the horizon, as the live race does.
+) -> Run:
+    """One race of at most `horizon` pairs, run as the live race is: a refusal is a
+    verdict that is logged (and counted here as the error it is when the challenger is
+    better), not the end; the race goes on until it switches or the horizon is reached.
     """
     outcomes = np.empty(0)
-    switch = refusal = None
+    switch = None
     while switch is None and outcomes.size < horizon:
         more = min(max(FIRST_CHUNK, outcomes.size), horizon - outcomes.size)
         outcomes = np.concatenate([outcomes, stream(more, rng)])
         switch = first_switch(test, outcomes)
-        refusal = first_refusal(test, outcomes[:switch] if switch else outcomes)
-        if refusal is not None and not until_switch:
-            return None, refusal
-    return switch, refusal
+    seen = outcomes[:switch] if switch else outcomes
+    refusal = first_refusal(test, seen)
+    return Run(switch, refusal, seen.size, float(seen.sum()), float(seen @ seen))
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -214,28 +244,42 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def summarise(
-    switches: Sequence[int | None], refusals: Sequence[int | None], per_pair: int, horizon: int
-) -> dict[str, Any]:
-    """Impressions to a switch (median, 90th percentile), errors and undecided shares."""
-    runs = len(switches)
-    impressions = [np.inf if s is None else s * per_pair for s in switches]
+def summarise(runs: Sequence[Run], per_pair: int, horizon: int, alpha: float) -> dict[str, Any]:
+    """Impressions to a switch (median, 90th percentile), errors and undecided shares,
+    and what the outcomes were: their mean and sd over every run's pairs, and
+    `fixed_sample_pairs`, the pairs at which a fixed-sample one-sided z-test at `alpha`
+    with that mean and sd (known) decides correctly in half of all runs,
+    (z_{1-alpha} sd / mean)^2: the yardstick of the sequential test's median (an
+    always-valid test pays for being looked at after every pair; about 2x at alpha 0.01).
+    The outcomes are each run's up to its switch, so where runs switch the mean is
+    biased up by the stopping (and the yardstick low): a run that switched early had
+    outcomes that looked good early.
+    """
+    count = len(runs)
+    impressions = [np.inf if r.switch is None else r.switch * per_pair for r in runs]
     refused_first = sum(
-        r is not None and (s is None or r < s) for s, r in zip(switches, refusals, strict=True)
+        r.refusal is not None and (r.switch is None or r.refusal < r.switch) for r in runs
     )
+    n = sum(r.n for r in runs)
+    mean = sum(r.total for r in runs) / n
+    sd = math.sqrt(max(sum(r.squares for r in runs) / n - mean * mean, 0.0))
+    z = NormalDist().inv_cdf(1.0 - alpha)
     return {
-        "runs": runs,
+        "runs": count,
         "horizon_impressions": horizon * per_pair,
         "median_impressions": _percentile(impressions, 50),
         "p90_impressions": _percentile(impressions, 90),
-        "switched": sum(s is not None for s in switches) / runs,
-        "error_rate": refused_first / runs,
-        "undecided": sum(s is None and r is None for s, r in zip(switches, refusals, strict=True))
-        / runs,
+        "switched": sum(r.switch is not None for r in runs) / count,
+        "error_rate": refused_first / count,
+        "undecided": sum(r.switch is None and r.refusal is None for r in runs) / count,
+        "outcome_mean": mean,
+        "outcome_sd": sd,
+        "fixed_sample_pairs": (z * sd / mean) ** 2 if mean > 0 else None,
     }
 
 
 PER_PAIR = {"interleaving": 1, "ab": 2}  # impressions per paired difference
+HORIZONS = {"interleaving": 50_000, "ab": 1_000_000}  # impressions per run at most
 
 
 def evaluate_interleaving(
@@ -254,13 +298,18 @@ def evaluate_interleaving(
 ) -> dict[str, Any]:
     """Every click model, target difference and method, plus A/A (module docstring).
 
-    `horizons`: impressions per run at most, per method (default 40,000 interleaved,
-    100,000 A/B).
+    `horizons`: impressions per run at most, per method (default `HORIZONS`).
     """
     users = {m: click_model(m, RELEVANCE_GRADES) for m in models}  # refuse unknown names first
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
-    limits = {"interleaving": 40_000, "ab": 100_000, **(horizons or {})}
+    limits = {**HORIZONS, **(horizons or {})}
+    for method, limit in limits.items():
+        if limit // PER_PAIR[method] < test.min_pairs:
+            raise ValueError(
+                f"a {method} horizon of {limit} impressions is under the test's "
+                f"{test.min_pairs} pairs ({PER_PAIR[method]} impressions a pair)"
+            )
     pool = build_pool(collection, cache_dir, seed, pool_queries, options, progress)
     pairs = ranker_pairs(pool, targets, seed)
     base = np.ones(pool.z.shape[2])
@@ -293,16 +342,14 @@ def evaluate_interleaving(
                 per_case[key] = {}
                 for method_index, method in enumerate(METHODS):
                     horizon = limits[method] // PER_PAIR[method]
-                    switches, refusals = [], []
+                    done = []
                     for run in range(runs):
                         rng = np.random.default_rng(
                             [seed, model_index, case_index, method_index, run]
                         )
-                        s, r = race(getattr(comparison, method), test, horizon, rng, key == "aa")
-                        switches.append(s)
-                        refusals.append(r)
+                        done.append(race(getattr(comparison, method), test, horizon, rng))
                         advance()
-                    cell = summarise(switches, refusals, PER_PAIR[method], horizon)
+                    cell = summarise(done, PER_PAIR[method], horizon, test.alpha)
                     if key == "aa":
                         cell = {
                             "runs": runs,
@@ -317,8 +364,17 @@ def evaluate_interleaving(
     return result
 
 
-def _ratio(cell: Mapping[str, Any]) -> float | None:
-    """A/B's median impressions to a correct switch over interleaving's; None when either
-    median run made no correct switch (the cells' `switched` and `error_rate` say why)."""
-    ab, inter = cell["ab"]["median_impressions"], cell["interleaving"]["median_impressions"]
-    return ab / inter if ab is not None and inter is not None else None
+def _ratio(cell: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A/B's median impressions to a correct switch over interleaving's.
+
+    `lower_bound` true: the A/B median run made no correct switch within its horizon, so
+    the ratio given is the horizon over interleaving's median, and the true ratio is at
+    least that. None when interleaving's median run made no correct switch either (the
+    cells' `switched` and `error_rate` say why).
+    """
+    ab, inter = cell["ab"], cell["interleaving"]["median_impressions"]
+    if inter is None:
+        return None
+    if ab["median_impressions"] is None:
+        return {"ratio": ab["horizon_impressions"] / inter, "lower_bound": True}
+    return {"ratio": ab["median_impressions"] / inter, "lower_bound": False}

@@ -14,16 +14,31 @@ from rankstream.commands._collection_args import (
 )
 from rankstream.commands._json_output import add_json_argument, print_report
 
+DEFAULT_CLICK_MODELS = ("informational", "navigational")
+
+
+def click_models(given: list[str] | None) -> list[str]:
+    """The click models named, in order, once each: `--click-model a,b --click-model c`.
+
+    >>> click_models(["informational,navigational", "pbm:1", "navigational"])
+    ['informational', 'navigational', 'pbm:1']
+    >>> click_models(None)
+    ['informational', 'navigational']
+    """
+    names = [n.strip() for given_one in given or DEFAULT_CLICK_MODELS for n in given_one.split(",")]
+    return list(dict.fromkeys(n for n in names if n))
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_collection_arguments(parser)
     parser.add_argument(
         "--click-model",
         nargs="+",
-        default=["informational", "navigational"],
+        action="extend",
+        default=None,
         metavar="M",
-        help="one or more of perfect, navigational, informational, almost-random, pbm:ETA "
-        "(default informational navigational)",
+        help="one or more of perfect, navigational, informational, almost-random, pbm:ETA, "
+        "space- or comma-separated, repeatable (default informational,navigational)",
     )
     parser.add_argument("--runs", type=int, default=100, help="runs per case (default 100)")
     parser.add_argument(
@@ -36,14 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interleaving-horizon",
         type=int,
-        default=40_000,
-        help="impressions per interleaving run at most (default 40,000)",
+        default=None,
+        help="impressions per interleaving run at most (default 50,000)",
     )
     parser.add_argument(
         "--ab-horizon",
         type=int,
-        default=100_000,
-        help="impressions per A/B run at most, both arms (default 100,000)",
+        default=None,
+        help="impressions per A/B run at most, both arms (default 1,000,000)",
     )
     parser.add_argument("--queries", type=int, default=500, help="the users' query pool (500)")
     parser.add_argument("--seed", type=int, default=0, help="default 0")
@@ -66,6 +81,13 @@ def print_summary(result: dict[str, Any]) -> None:
                 for m, c in cells.items()
             )
             print(f"{name} dNDCG {pair['ndcg_difference']:.4f}: {row}")
+        for key, ratio in cases["ab_over_interleaving"].items():
+            if ratio is not None:
+                bound = ">= " if ratio["lower_bound"] else ""
+                print(
+                    f"{name} dNDCG {result['pairs'][key]['ndcg_difference']:.4f}: "
+                    f"A/B / interleaving impressions {bound}{ratio['ratio']:.1f}x"
+                )
         aa = cases["aa"]
         print(
             f"{name} A/A false decisions: interleaving {aa['interleaving']['false_decisions']:.3f}"
@@ -83,12 +105,19 @@ def run(args: argparse.Namespace) -> int:
     with collection_checked():
         result = evaluate_interleaving(
             args.collection,
-            args.click_model,
+            click_models(args.click_model),
             collections_cache(),
             ChampionPolicy.from_settings(Settings.from_env()).test,
             runs=args.runs,
             targets=args.differences,
-            horizons={"interleaving": args.interleaving_horizon, "ab": args.ab_horizon},
+            horizons={
+                method: limit
+                for method, limit in (
+                    ("interleaving", args.interleaving_horizon),
+                    ("ab", args.ab_horizon),
+                )
+                if limit is not None
+            },
             seed=args.seed,
             pool_queries=args.queries,
             options=loader_options(args),

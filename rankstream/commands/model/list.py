@@ -1,7 +1,8 @@
 """`rankstream model list`: every stored model, its version, kind, NDCG@50, pin and race.
 
-The race columns are each challenger's paired test against the champion
-(`workers.champion`); `--json` prints GET /v1/models' document.
+The race columns are each challenger's paired test against the champion on judged
+queries (`workers.champion`), the click columns its interleaving race (wins/losses/ties
+and the decision, `workers.interleaving`); `--json` prints GET /v1/models' document.
 """
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ def run(args: argparse.Namespace) -> int:
     race_columns = ("paired_queries", "mean_difference", "ci_low", "ci_high", "decision")
     for column in race_columns:
         table.add_column(column)
+    table.add_column("clicks w/l/t")
+    table.add_column("clicks decision")
     for entry in listing["models"]:
-        race = entry["race"] or {}
+        race, clicks = entry["race"] or {}, entry["interleaving"]
         cells = [entry[c] for c in columns] + [race.get(c) for c in race_columns]
+        cells += [None, None] if clicks is None else [
+            f"{clicks['wins']}/{clicks['losses']}/{clicks['ties']}",
+            f"{clicks['decision']} ({clicks['decided_by']} decide)",
+        ]  # fmt: skip
         table.add_row(*("" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
                         for v in cells))  # fmt: skip
     Console().print(table)
