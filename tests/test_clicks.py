@@ -243,6 +243,24 @@ def test_pdgd_gradient_matches_the_papers_formula_by_hand() -> None:
     np.testing.assert_allclose(model.weights - before, 0.5 * coefficients @ phi[documents])
 
 
+def test_pdgd_weighs_pairs_far_below_the_top_without_underflow() -> None:
+    """Two shown documents 1,000 below the top score: exp f underflows to 0 for both, yet
+    their pair keeps its weight sigma(d) sigma(-d) of their difference d (here 0.25:
+    equal scores), so a learner whose scores spread widely still learns (no 0 / 0)."""
+    scores = np.array([1000.0, 0.0, 0.0])
+    ranking = np.array([0, 1, 2])
+    clicks = np.array([False, True, False])  # doc 1 clicked over doc 0 above, doc 2 below
+    documents, coefficients = document_weights(scores, ranking, clicks)
+    assert np.isfinite(coefficients).all()
+    got = np.zeros(3)
+    np.add.at(got, documents, coefficients)
+    # pair (1 over 2): equal scores, rho = 1/2, weight 1/4 * 1/2; pair (1 over 0): ~0
+    np.testing.assert_allclose(got, [0.0, 0.125, -0.125], atol=1e-12)
+    model = PDGD(warm_start=np.array([1000.0, 0.0]))
+    model.learn(np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), ranking, clicks)
+    assert np.isfinite(model.weights).all() and model.n_updates == 1
+
+
 def test_pdgd_starts_from_its_warm_start() -> None:
     phi = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
     model = PDGD(warm_start=np.array([2.0, -1.0]))
