@@ -14,7 +14,9 @@ is scored on what it showed by the true NDCG@50 (the collection's grades), and l
   randomized interventions estimate online;
 * PDGD, serving Plackett-Luce samples.
 
-Every learner, judged or not, starts from Uni-Con's weights (`click_arms`).
+Every learner, judged or not, starts from Uni-Con's direction (`click_arms`): the click
+pair arms at the hinge margin's scale (`click_feedback.margin_scale`, fitted on the same
+calibration queries as the scaler), the others at Uni-Con's own.
 
 Reported per arm (paired with Uni-Con on the same impressions of the same seed):
 the NDCG@50 gain over all impressions (the online measure the paper's Fig. 3 plots
@@ -42,7 +44,12 @@ import numpy as np
 
 from rankstream.evals.cbir import spread
 from rankstream.simulators.catalog import check_name, load_collection
-from rankstream.simulators.click_feedback import RELEVANCE_GRADES, click_arms
+from rankstream.simulators.click_feedback import (
+    DEFAULT_DISPLAY,
+    RELEVANCE_GRADES,
+    click_arms,
+    margin_scale,
+)
 from rankstream.simulators.clicks import PositionBasedClickModel, click_model
 from rankstream.simulators.feedback import experiment_setup, run_arms
 
@@ -74,7 +81,10 @@ def run_clicks(
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
     users = click_model(model, RELEVANCE_GRADES)
     sim, scaler, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
-    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed))
+    calibration = sim.calibration_phi(CALIBRATION_QUERIES)
+    per_query = calibration.reshape(-1, sim.n_candidates, calibration.shape[1])
+    scale = margin_scale(per_query, scaler, DEFAULT_DISPLAY)
+    arms.update(click_arms(CLICK_LEARNERS, users, scaler, sim.n_judged, seed, scale))
     label = f"{collection}, {model}, seed {seed}" if progress else False
     ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
     tail = max(1, round(impressions * FINAL_SHARE))
@@ -85,6 +95,7 @@ def run_clicks(
         "click_model": model,
         "seed": seed,
         "impressions": impressions,
+        "click_scale": scale,
         "uni_con": {
             "ndcg_at_50": float(base.mean()),
             "final_ndcg_at_50": float(base[-tail:].mean()),
