@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,11 @@ OVERSIZED = "oversized"
 # A message that decoded but the consumer could not process (e.g. a corrupt stored model's
 # scorer raised): dead-lettered so one poison message cannot stop a worker.
 EVALUATION_FAILED = "evaluation_failed"
+# The click join's (`stream.click_schema`): a click whose impression it never saw, one for
+# a candidate its impression did not show, one after the join window closed.
+UNKNOWN_IMPRESSION = "unknown_impression"
+UNKNOWN_CANDIDATE = "unknown_candidate"
+LATE = "late"
 REASONS = (
     BAD_BYTES,
     BAD_SCHEMA,
@@ -68,6 +74,9 @@ REASONS = (
     TIED_RELEVANCE,
     OVERSIZED,
     EVALUATION_FAILED,
+    UNKNOWN_IMPRESSION,
+    UNKNOWN_CANDIDATE,
+    LATE,
 )
 
 
@@ -147,6 +156,24 @@ DEAD_LETTER_FIELDS = pa.schema(
 )
 
 
+# Message kinds declared by other modules (`declare_kind`): name -> (width, version) -> fields
+_DECLARED: dict[str, Callable[[int, int], pa.Schema]] = {}
+_WIDTHLESS = {"dead-letter"}  # kinds without phi: no `rankstream.phi_dim` is written
+
+
+def declare_kind(
+    name: str, versions: tuple[int, ...], fields: Callable[[int, int], pa.Schema], *, width: bool
+) -> None:
+    """Put another message kind on this module's machinery (stamping, `_read`'s checks,
+    the version rule): `stream.click_schema` declares impressions and clicks this way.
+    `fields(width, version)` gives its layout; `width`: whether it carries phi."""
+    READ_VERSIONS[name] = tuple(versions)
+    _DECLARED[name] = fields
+    if not width:
+        _WIDTHLESS.add(name)
+    fields_of.cache_clear()
+
+
 @functools.lru_cache(maxsize=64)
 def fields_of(name: str, version: int, width: int) -> pa.Schema:
     """The fields of message kind `name` at `version` and `width` (unstamped)."""
@@ -156,6 +183,8 @@ def fields_of(name: str, version: int, width: int) -> pa.Schema:
         return queries_fields(width, version)
     if name == "dead-letter":
         return DEAD_LETTER_FIELDS
+    if name in _DECLARED:
+        return _DECLARED[name](width, version)
     raise ValueError(f"unknown message kind {name!r}")
 
 
@@ -173,7 +202,7 @@ def schema_of(name: str, width: int = DEFAULT_PHI_DIM, version: int | None = Non
     if version is None:
         version = TRIPLETS_VERSION if name == "triplets" else READ_VERSIONS[name][-1]
     metadata = {_NAME_KEY: name.encode(), _VERSION_KEY: b"%d" % version}
-    if name != "dead-letter":
+    if name not in _WIDTHLESS:
         metadata[WIDTH_KEY] = b"%d" % width
     return fields_of(name, version, width).with_metadata(metadata)
 

@@ -211,6 +211,17 @@ def _topic_prefix(name: str, value: str) -> str:
     return value
 
 
+def _on_off(name: str, value: str) -> bool:
+    """A switch: on or off."""
+    if value not in ("on", "off"):
+        raise SettingsError(ENV_PREFIX + name, value, "on or off")
+    return value == "on"
+
+
+# What flows, one topic each, named `<topic_prefix>.<kind>`: the one list of topic names.
+TOPIC_KINDS = ("triplets", "queries", "dead-letter", "impressions", "clicks")
+
+
 def default_data_dir() -> str:
     """~/.cache/rankstream: the caches (collections, face features, Kafka jars, services)."""
     return os.path.expanduser("~/.cache/rankstream")
@@ -261,22 +272,46 @@ class Settings:
     # Candidates' phi the empty store's Uni-Con is scaled on before its scaling is final
     # (`workers.baseline`): every ranking request adds its candidates until then.
     unicon_calibration: int = 1000
+    # `rankstream serve` writes every ranking it answers to the impressions topic (what a
+    # click names), from a queue of at most `impression_queue` impressions drained by a
+    # thread: ranking never waits on it; what a full queue drops is counted and logged.
+    impression_logging: bool = True
+    impression_queue: int = 10_000
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
             raise ValueError(f"phi_dim must be an integer >= 1, got {self.phi_dim!r}")
 
+    def topic(self, kind: str) -> str:
+        """The topic of one of `TOPIC_KINDS`."""
+        if kind not in TOPIC_KINDS:
+            raise ValueError(f"unknown topic kind {kind!r}; kinds: {', '.join(TOPIC_KINDS)}")
+        return f"{self.topic_prefix}.{kind}"
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic of this deployment."""
+        return [self.topic(kind) for kind in TOPIC_KINDS]
+
     @property
     def triplets_topic(self) -> str:
-        return f"{self.topic_prefix}.triplets"
+        return self.topic("triplets")
 
     @property
     def queries_topic(self) -> str:
-        return f"{self.topic_prefix}.queries"
+        return self.topic("queries")
 
     @property
     def dead_letter_topic(self) -> str:
-        return f"{self.topic_prefix}.dead-letter"
+        return self.topic("dead-letter")
+
+    @property
+    def impressions_topic(self) -> str:
+        return self.topic("impressions")
+
+    @property
+    def clicks_topic(self) -> str:
+        return self.topic("clicks")
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -322,4 +357,6 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "champion_alpha": ("CHAMPION_ALPHA", _fraction),
     "champion_delta": ("CHAMPION_DELTA", _ndcg_difference),
     "unicon_calibration": ("UNICON_CALIBRATION", _positive_int),
+    "impression_logging": ("IMPRESSION_LOGGING", _on_off),
+    "impression_queue": ("IMPRESSION_QUEUE", _positive_int),
 }

@@ -28,6 +28,9 @@ DEAD_LETTER_REASONS: frozenset[str] = frozenset(
         "tied_relevance",
         "oversized",
         "evaluation_failed",
+        "unknown_impression",
+        "unknown_candidate",
+        "late",
         "other",
     }
 )

@@ -1,0 +1,448 @@
+"""Impressions and clicks on the wire: what an engine showed, and what its users clicked.
+
+An *impression* is one served ranking as the user saw it: its id (the one `/v1/rank`
+answers), when, which model and version served it, every stored model's version then,
+the candidates in displayed order (top first) with their phi (each once, as the triplets
+wire does), and, for a randomized logging policy or an interleaved list, the probability
+of the order shown, the intervention made, and which team put each result there. A
+*click* names an impression and one of its candidates (optionally its displayed rank,
+when and how long the user dwelt). The click join (`workers/`) pairs them by impression
+id into weighted triplets.
+
+Both travel as Arrow IPC stream messages with the conventions of `stream.schema` (its
+stamping, version rule, whole-message refusals and reasons are reused, not copied):
+`rankstream.impressions` version 1, one row per impression, keyed by the impression id;
+`rankstream.clicks` version 1, one row per click, keyed by its first row's impression
+id, so an impression and its clicks land on the same partition number when both topics
+have equally many partitions. docs/WIRE.md writes the layouts down for other producers.
+
+A clicks row with a null `candidate_id` says "shown, session over, nothing clicked"
+(`Click.no_click`): the join can count such an impression at once instead of waiting out
+its window.
+
+Validation lives in one place, the records themselves: `Impression` and `Click` refuse
+bad values when built (`InvalidRecordError`, naming the field and a dead-letter reason), so
+the HTTP API, the Python producer and the decoder all refuse the same things. Decoding
+has the two tiers of `stream.schema`: a whole-message problem raises `SchemaError`; a bad
+row (NaN phi, a repeated candidate, a position below 1, ...) is left out and listed in
+`Decoded.rejects` by its row number, so one bad record never costs its neighbours.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from rankstream.stream.schema import (
+    BAD_SCHEMA,
+    LATE,
+    MAX_MESSAGE_BYTES,
+    NON_FINITE,
+    UNKNOWN_CANDIDATE,
+    UNKNOWN_IMPRESSION,
+    SchemaError,
+    _list_parts,
+    _phi,
+    _read,
+    _write,
+    declare_kind,
+    phi_type,
+    schema_of,
+)
+from rankstream.stream.settings import DEFAULT_PHI_DIM
+
+__all__ = [
+    "CLICKS_VERSION",
+    "IMPRESSIONS_VERSION",
+    "LATE",
+    "UNKNOWN_CANDIDATE",
+    "UNKNOWN_IMPRESSION",
+    "Click",
+    "Decoded",
+    "Impression",
+    "InvalidRecordError",
+    "clicks_fields",
+    "decode_clicks",
+    "decode_impressions",
+    "encode_clicks",
+    "encode_impressions",
+    "impression_key",
+    "impressions_fields",
+]
+
+IMPRESSIONS_VERSION = 1
+CLICKS_VERSION = 1
+MAX_ID_CHARS = 200  # an impression or request id: 1-200 visible ASCII characters
+_VISIBLE = re.compile(r"[\x21-\x7e]{1,200}")
+_INT32_MAX = 2**31 - 1
+
+
+def impressions_fields(width: int, version: int = IMPRESSIONS_VERSION) -> pa.Schema:
+    """The fields of an impressions message of `version` at feature width `width`."""
+    if version != 1:
+        raise ValueError(f"impressions version {version} does not exist; the version is 1")
+    return pa.schema(
+        [
+            ("impression_id", pa.string()),
+            ("time", pa.float64()),
+            ("model", pa.string()),
+            ("version", pa.int64()),
+            ("model_versions", pa.map_(pa.string(), pa.int64())),
+            ("candidate_ids", pa.list_(pa.int64())),
+            ("phi", pa.list_(phi_type(width))),
+            ("query_id", pa.int64()),
+            ("request_id", pa.string()),
+            ("shown_probability", pa.float64()),
+            ("intervention", pa.string()),
+            ("teams", pa.list_(pa.int8())),
+            ("team_models", pa.list_(pa.string())),
+        ]
+    )
+
+
+def clicks_fields(width: int = 0, version: int = CLICKS_VERSION) -> pa.Schema:
+    """The fields of a clicks message of `version` (no phi: `width` is unused)."""
+    if version != 1:
+        raise ValueError(f"clicks version {version} does not exist; the version is 1")
+    return pa.schema(
+        [
+            ("impression_id", pa.string()),
+            ("candidate_id", pa.int64()),
+            ("position", pa.int32()),
+            ("time", pa.float64()),
+            ("dwell", pa.float64()),
+        ]
+    )
+
+
+declare_kind("impressions", (1,), impressions_fields, width=True)
+declare_kind("clicks", (1,), clicks_fields, width=False)
+_IMPRESSION_NULLABLE = frozenset(
+    {"query_id", "request_id", "shown_probability", "intervention", "teams"}
+)
+_CLICK_NULLABLE = frozenset({"candidate_id", "position", "time", "dwell"})
+
+
+class InvalidRecordError(ValueError):
+    """An impression or click with a bad value: `field` names it, `reason` is the
+    dead-letter reason a decoder files it under (`non_finite` for NaN/Inf phi, else
+    `bad_schema`)."""
+
+    def __init__(self, field: str, message: str, reason: str = BAD_SCHEMA) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.reason = field, message, reason
+
+
+def impression_key(impression_id: str) -> bytes:
+    """The Kafka key of an impression and of a clicks message: the impression id, UTF-8."""
+    return impression_id.encode()
+
+
+def _check_id(value: object, name: str, required: bool = True) -> None:
+    if value is None and not required:
+        return
+    if not isinstance(value, str) or not _VISIBLE.fullmatch(value):
+        raise InvalidRecordError(name, f"must be 1-{MAX_ID_CHARS} visible ASCII characters")
+
+
+def _check_int(value: object, name: str, low: int, high: int = 2**63 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InvalidRecordError(name, f"must be an integer, got {type(value).__name__}")
+    if not low <= int(value) <= high:
+        raise InvalidRecordError(name, f"{int(value)} is outside {low}..{high}")
+    return int(value)
+
+
+def _check_float(value: object, name: str, low: float = -math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidRecordError(name, f"must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < low:
+        raise InvalidRecordError(name, f"{number!r} must be finite and >= {low:g}")
+    return number
+
+
+@dataclass(frozen=True)
+class Impression:
+    """One served ranking as the user saw it (module docstring); checked when built."""
+
+    impression_id: str  # server-made (uuid4 hex), unique
+    time: float  # unix seconds when served
+    model: str  # what served it (for an interleaved list: the champion)
+    version: int  # its version
+    model_versions: Mapping[str, int]  # every stored model's version at serving time
+    candidate_ids: np.ndarray  # int64, in DISPLAYED order (what the user saw, top first)
+    phi: np.ndarray  # float32 (n, d), row i = candidate_ids[i]; each once
+    query_id: int | None = None  # echoed if the caller sent one
+    request_id: str | None = None
+    shown_probability: float | None = None  # P(this order) under a randomized logging policy
+    intervention: str | None = None  # e.g. "swap:1-4" (1-based ranks), None if none
+    teams: np.ndarray | None = None  # int8 per position: index into team_models, -1 none
+    team_models: tuple[str, ...] = ()  # interleaving teams (issue 27), () if not interleaved
+
+    def __post_init__(self) -> None:
+        _check_id(self.impression_id, "impression_id")
+        object.__setattr__(self, "time", _check_float(self.time, "time"))
+        if not isinstance(self.model, str) or not self.model:
+            raise InvalidRecordError("model", "must be a model name")
+        object.__setattr__(self, "version", _check_int(self.version, "version", 0))
+        if not isinstance(self.model_versions, Mapping):
+            raise InvalidRecordError("model_versions", "must map model names to versions")
+        versions = {}
+        for name, version in self.model_versions.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidRecordError("model_versions", f"{name!r} is not a model name")
+            versions[name] = _check_int(version, "model_versions", 0)
+        object.__setattr__(self, "model_versions", versions)
+        ids = _int_array(self.candidate_ids, "candidate_ids", np.int64)
+        n = len(ids)
+        if n < 1:
+            raise InvalidRecordError("candidate_ids", "an impression shows at least one candidate")
+        ordered = np.sort(ids)
+        if (ordered[1:] == ordered[:-1]).any():
+            raise InvalidRecordError("candidate_ids", "a candidate is shown once per impression")
+        object.__setattr__(self, "candidate_ids", ids)
+        object.__setattr__(self, "phi", _phi_matrix(self.phi, n))
+        if self.query_id is not None:
+            object.__setattr__(self, "query_id", _check_int(self.query_id, "query_id", -(2**63)))
+        _check_id(self.request_id, "request_id", required=False)
+        if self.shown_probability is not None:
+            p = _check_float(self.shown_probability, "shown_probability", 0.0)
+            if not 0.0 < p <= 1.0:
+                raise InvalidRecordError("shown_probability", f"{p!r} must be in (0, 1]")
+            object.__setattr__(self, "shown_probability", p)
+        if self.intervention is not None and (
+            not isinstance(self.intervention, str) or not 1 <= len(self.intervention) <= 200
+        ):
+            raise InvalidRecordError("intervention", "must be 1-200 characters, or None")
+        teams = tuple(self.team_models)
+        if not all(isinstance(name, str) and name for name in teams):
+            raise InvalidRecordError("team_models", "must be model names")
+        object.__setattr__(self, "team_models", teams)
+        if self.teams is not None:
+            team = _int_array(self.teams, "teams", np.int8)
+            if team.shape != (n,):
+                raise InvalidRecordError("teams", f"needs one entry per candidate ({n})")
+            if ((team < -1) | (team >= len(teams))).any():
+                raise InvalidRecordError(
+                    "teams", f"entries index team_models (-1..{len(teams) - 1})"
+                )
+            object.__setattr__(self, "teams", team)
+
+    @property
+    def width(self) -> int:
+        return int(self.phi.shape[1])
+
+
+@dataclass(frozen=True)
+class Click:
+    """A click on one candidate of an impression; `candidate_id` None is the "shown,
+    nothing clicked" row (`no_click`). Checked when built."""
+
+    impression_id: str
+    candidate_id: int | None
+    position: int | None = None  # 1-based displayed rank, if the engine knows it
+    time: float | None = None
+    dwell: float | None = None  # seconds
+
+    def __post_init__(self) -> None:
+        _check_id(self.impression_id, "impression_id")
+        if self.candidate_id is None:
+            if self.position is not None or self.dwell is not None:
+                raise InvalidRecordError("candidate_id", "a no-click row has no position or dwell")
+        else:
+            cid = _check_int(self.candidate_id, "candidate_id", -(2**63))
+            object.__setattr__(self, "candidate_id", cid)
+        if self.position is not None:
+            position = _check_int(self.position, "position", 1, _INT32_MAX)
+            object.__setattr__(self, "position", position)
+        if self.time is not None:
+            object.__setattr__(self, "time", _check_float(self.time, "time"))
+        if self.dwell is not None:
+            object.__setattr__(self, "dwell", _check_float(self.dwell, "dwell", 0.0))
+
+    @classmethod
+    def no_click(cls, impression_id: str, time: float | None = None) -> Click:
+        """The row that says: `impression_id` was shown and its session ended unclicked."""
+        return cls(impression_id, None, time=time)
+
+    @property
+    def clicked(self) -> bool:
+        return self.candidate_id is not None
+
+
+def _int_array(values: object, name: str, dtype: type) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1 or arr.dtype == object or arr.dtype.kind not in "iu":
+        raise InvalidRecordError(name, "must be a list of integers")
+    cast = arr.astype(dtype)
+    if not np.array_equal(cast, arr):
+        raise InvalidRecordError(name, f"has values outside {np.dtype(dtype).name}")
+    return cast
+
+
+def _phi_matrix(values: object, n: int) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype == object or arr.dtype.kind not in "iuf" or arr.ndim != 2:
+        raise InvalidRecordError("phi", "must be a matrix of numbers, one row per candidate")
+    if arr.shape[0] != n or arr.shape[1] < 1:
+        raise InvalidRecordError("phi", f"must have {n} rows of width >= 1, got {arr.shape}")
+    with np.errstate(over="ignore"):  # beyond float32's range becomes Inf: refused
+        phi = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(phi).all():
+        bad = int(np.flatnonzero(~np.isfinite(phi).all(axis=1))[0])
+        raise InvalidRecordError("phi", f"row {bad} holds NaN or Inf", NON_FINITE)
+    return phi
+
+
+# --- encoding ------------------------------------------------------------------------
+def encode_impressions(impressions: Sequence[Impression]) -> bytes:
+    """One `rankstream.impressions` message, a row per impression (all of one width).
+    The API sends one impression a message, keyed `impression_key(impression_id)`."""
+    if not impressions:
+        raise ValueError("an impressions message holds at least one impression")
+    width = impressions[0].width
+    if any(imp.width != width for imp in impressions):
+        raise ValueError("the impressions of one message share one phi width")
+    sizes = np.array([len(imp.candidate_ids) for imp in impressions])
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    ids = pa.array(np.concatenate([imp.candidate_ids for imp in impressions]))
+    phi = np.concatenate([imp.phi for imp in impressions]).reshape(-1)
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(phi), width)
+
+    def column(name: str, kind: pa.DataType) -> pa.Array:
+        return pa.array([getattr(imp, name) for imp in impressions], kind)
+
+    return _write(
+        schema_of("impressions", width, IMPRESSIONS_VERSION),
+        [
+            column("impression_id", pa.string()),
+            column("time", pa.float64()),
+            column("model", pa.string()),
+            column("version", pa.int64()),
+            pa.array(
+                [list(imp.model_versions.items()) for imp in impressions],
+                pa.map_(pa.string(), pa.int64()),
+            ),
+            pa.ListArray.from_arrays(offsets, ids),
+            pa.ListArray.from_arrays(offsets, rows),
+            column("query_id", pa.int64()),
+            column("request_id", pa.string()),
+            column("shown_probability", pa.float64()),
+            column("intervention", pa.string()),
+            pa.array(
+                [None if imp.teams is None else imp.teams for imp in impressions],
+                pa.list_(pa.int8()),
+            ),
+            pa.array([list(imp.team_models) for imp in impressions], pa.list_(pa.string())),
+        ],
+    )
+
+
+def encode_clicks(clicks: Sequence[Click]) -> bytes:
+    """One `rankstream.clicks` message, a row per click (any impressions); key it
+    `impression_key(clicks[0].impression_id)`."""
+    if not clicks:
+        raise ValueError("a clicks message holds at least one click")
+
+    def column(name: str, kind: pa.DataType) -> pa.Array:
+        return pa.array([getattr(click, name) for click in clicks], kind)
+
+    return _write(
+        schema_of("clicks", DEFAULT_PHI_DIM, CLICKS_VERSION),
+        [
+            column("impression_id", pa.string()),
+            column("candidate_id", pa.int64()),
+            column("position", pa.int32()),
+            column("time", pa.float64()),
+            column("dwell", pa.float64()),
+        ],
+    )
+
+
+# --- decoding ------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Decoded(Generic[T]):
+    """The good records of a message, and the rows left out: (row, reason, detail)."""
+
+    records: list[T]
+    rejects: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+def decode_impressions(
+    data: bytes | memoryview | pa.Buffer,
+    *,
+    width: int = DEFAULT_PHI_DIM,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+) -> Decoded[Impression]:
+    """Decode and validate an impressions message at `width` (the deployment's,
+    `Settings.phi_dim`): `SchemaError` for the whole message, bad rows in `rejects`."""
+    batch, _ = _read(data, "impressions", width, max_bytes, nullable=_IMPRESSION_NULLABLE)
+    column = dict(zip(batch.schema.names, batch.columns, strict=True))
+    id_offsets, ids = _list_parts(column["candidate_ids"])
+    phi_offsets, phi_rows = _list_parts(column["phi"])
+    if not np.array_equal(id_offsets, phi_offsets):
+        raise SchemaError(BAD_SCHEMA, "candidate_ids and phi lists differ in length")
+    all_ids = ids.to_numpy(zero_copy_only=False)
+    all_phi = _phi(phi_rows, len(phi_rows), width)
+    teams = column["teams"]
+    if teams.values.null_count:
+        raise SchemaError(BAD_SCHEMA, "field 'teams' holds null entries")
+    scalars = {
+        name: column[name].to_pylist()
+        for name in ("impression_id", "time", "model", "version", "model_versions", "query_id",
+                     "request_id", "shown_probability", "intervention", "team_models")
+    }  # fmt: skip
+    records, rejects = [], []
+    for row in range(batch.num_rows):
+        start, stop = int(id_offsets[row]), int(id_offsets[row + 1])
+        team = teams[row]
+        try:
+            records.append(
+                Impression(
+                    candidate_ids=all_ids[start:stop],
+                    phi=all_phi[start:stop],
+                    teams=None if not team.is_valid else team.values.to_numpy(False),
+                    **{
+                        name: _mapping(values[row]) if name == "model_versions" else values[row]
+                        for name, values in scalars.items()
+                    },
+                )
+            )
+        except InvalidRecordError as exc:
+            rejects.append((row, exc.reason, str(exc)))
+    return Decoded(records, rejects)
+
+
+def _mapping(value: object) -> object:
+    """A decoded map<utf8, int64> (a list of pairs) as a dict; repeated keys refused."""
+    pairs = list(value)  # type: ignore[call-overload]
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise InvalidRecordError("model_versions", "a model is named twice")
+    return mapping
+
+
+def decode_clicks(
+    data: bytes | memoryview | pa.Buffer, *, max_bytes: int = MAX_MESSAGE_BYTES
+) -> Decoded[Click]:
+    """Decode and validate a clicks message: `SchemaError` for the whole message, bad
+    rows (a position below 1, a negative dwell, ...) in `rejects`."""
+    batch, _ = _read(data, "clicks", DEFAULT_PHI_DIM, max_bytes, nullable=_CLICK_NULLABLE)
+    rows = zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)), strict=True)
+    records, rejects = [], []
+    for row, values in enumerate(rows):
+        try:
+            records.append(Click(*values))
+        except InvalidRecordError as exc:
+            rejects.append((row, exc.reason, str(exc)))
+    return Decoded(records, rejects)
