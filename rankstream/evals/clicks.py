@@ -35,8 +35,11 @@ every rank 1..10 stays within a tolerance of the simulator's truth.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -190,18 +193,30 @@ def evaluate_clicks(
     progress: bool = False,
     options: Mapping[str, Any] | None = None,
     plot_path: str | Path | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Every seed (module docstring); JSON-ready, with the plot's path when drawn."""
+    """Every seed (module docstring); JSON-ready, with the plot's path when drawn.
+
+    `jobs` > 1 runs that many seeds at once in worker processes (spawned); a seed's run
+    is the same either way (its own generators), only the progress bars go."""
     if not seeds:
         raise ValueError("need at least one seed")
     if impressions < 10:
         raise ValueError(f"impressions must be >= 10, got {impressions}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     click_model(model, RELEVANCE_GRADES)  # refuse an unknown model before loading anything
-    runs, curves = [], []
-    for seed in seeds:
-        run, ndcg = run_clicks(collection, seed, model, cache_dir, impressions, progress, options)
-        runs.append(run)
-        curves.append(ndcg)
+    args = [(collection, seed, model, cache_dir, impressions) for seed in seeds]
+    if jobs > 1 and len(seeds) > 1:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
+        with ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=context) as pool:
+            done = list(
+                pool.map(run_clicks, *zip(*args, strict=True), repeat(False), repeat(options))
+            )
+    else:
+        done = [run_clicks(*a, progress, options) for a in args]
+    runs = [run for run, _ in done]
+    curves = [ndcg for _, ndcg in done]
     result: dict[str, Any] = {
         "collection": collection,
         "click_model": model,
