@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rankstream.harness.accounting import SeqCounter
+from rankstream.harness.bench_options import IngestBenchOptions
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store, open_transport
@@ -45,13 +46,6 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
-
-
-@dataclass(frozen=True)
-class IngestBenchOptions:
-    queries: int = 2000
-    connections: int = 8
-    repeats: int = 3
 
 
 def feedback_template(rng: np.random.Generator) -> bytes:

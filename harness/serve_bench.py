@@ -19,8 +19,19 @@ Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36
   keeps up; without wrk (not root, no apt) the figure is null and `sustained_note` and
   the progress lines say why.
 
+Impression logging on vs off, in the same run: two serve processes on the same store,
+one as deployed by default (every ranking logged to the impressions topic, on the
+configured transport) and one with `RANKSTREAM_IMPRESSION_LOGGING=off`. Each round
+measures both, one after the other, the order alternating round by round (on first, then
+off first, ...), so drifts in the machine's load fall on both alike, and every run
+starts once the logging server's queue has drained (no run pays for a backlog the one
+before it left, e.g. wrk's flood). Per body format the
+report gives each one's p50/p99 (medians over the rounds), the cost ratios on/off of
+those medians, each round's paired p99 ratio and their median, and the impressions the
+logging server wrote and dropped (its /metrics).
+
 Each is repeated `repeats` times and the medians are reported, with the load average
-seen (the machine is shared). At the end the bench's models are deleted.
+seen (the machine is shared). At the end the bench's models and topics are deleted.
 """
 
 from __future__ import annotations
@@ -38,33 +49,24 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
 from rankstream.simulators.feedback import SERVED_CANDIDATES
-from rankstream.stream.connect import open_store
+from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
-
-
-@dataclass(frozen=True)
-class ServeBenchOptions:
-    arrow_rate: float = 1000.0
-    json_rate: float = 200.0
-    seconds: float = 10.0
-    repeats: int = 3
-    reload_seconds: float = 1.0
-    connections: int = 8
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:
@@ -222,6 +224,47 @@ def _median(runs: list[dict], key: Callable[[dict], float]) -> float:
     return round(statistics.median(key(r) for r in runs), 3)
 
 
+def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
+    """Wait until the logging server's impression queue is empty, so no measurement
+    pays for a backlog the one before it left (wrk's flood)."""
+    deadline = time.monotonic() + seconds
+    while server.impression_counts()["waiting"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
+def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
+    measured = [rps for rps in sustained if rps is not None]
+    return {
+        "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
+        "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
+        "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
+        "errors": sum(r["errors"] for r in runs),
+        "sustained_rps": round(statistics.median(measured), 1)
+        if len(measured) == len(sustained)
+        else None,
+        "runs": runs,
+        "sustained_runs": sustained,
+    }
+
+
+def _cost(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
+    """Logging on / off: ratios of the medians, and the median of the paired rounds'."""
+    paired = [
+        a["latency_ms"]["p99"] / b["latency_ms"]["p99"]
+        for a, b in zip(on["runs"], off["runs"], strict=True)
+        if b["latency_ms"]["p99"] > 0
+    ]
+    return {
+        "p50_ratio": round(on["p50_ms"] / off["p50_ms"], 3) if off["p50_ms"] else None,
+        "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 3) if off["p99_ms"] else None,
+        "p99_ratio_paired_median": round(statistics.median(paired), 3) if paired else None,
+        "p99_ratio_paired": [round(r, 3) for r in paired],
+        "sustained_ratio": round(on["sustained_rps"] / off["sustained_rps"], 3)
+        if on["sustained_rps"] and off["sustained_rps"]
+        else None,
+    }
+
+
 def run_serve_bench(
     settings: Settings, options: ServeBenchOptions, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -232,38 +275,48 @@ def run_serve_bench(
     rng = np.random.default_rng(0)
     directory = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     _publish(store, rng)
-    server = ServeProcess(bench, directory / "serve.log")
+    servers = {
+        "on": ServeProcess(bench, directory / "serve-on.log", RANKSTREAM_IMPRESSION_LOGGING="on"),
+        "off": ServeProcess(
+            bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off"
+        ),
+    }
     load_before = os.getloadavg()
     wrk_note = ensure_wrk(directory)
     if wrk_note is not None:
         progress(wrk_note)
     try:
-        server.wait_ready()
+        for server in servers.values():
+            server.wait_ready()
         bodies = _bodies(directory, rng)
-        reloader = Reloader(store, server.url, options.reload_seconds)
+        reloader = Reloader(store, servers["on"].url, options.reload_seconds)
         reloader.start()
         results: dict[str, Any] = {}
         for kind, rate in (("arrow", options.arrow_rate), ("json", options.json_rate)):
-            runs, sustained = [], []
+            runs: dict[str, list[dict]] = {"on": [], "off": []}
+            sustained: dict[str, list[float | None]] = {"on": [], "off": []}
             for repeat in range(options.repeats):
-                progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s")
-                runs.append(_load(server.port, bodies[kind], kind, rate, options))
-                sustained.append(_wrk(server.port, bodies[kind], kind, options.seconds, directory))
+                for mode in ("on", "off") if repeat % 2 == 0 else ("off", "on"):
+                    port = servers[mode].port
+                    progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
+                             f"impression logging {mode}")  # fmt: skip
+                    runs[mode].append(_load(port, bodies[kind], kind, rate, options))
+                    _settled(servers["on"])
+                    sustained[mode].append(
+                        _wrk(port, bodies[kind], kind, options.seconds, directory)
+                    )
+                    _settled(servers["on"])
+            on, off = (_summary(runs[m], sustained[m]) for m in ("on", "off"))
             results[kind] = {
                 "rate": rate,
-                "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
-                "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
-                "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
-                "errors": sum(r["errors"] for r in runs),
-                "sustained_rps": None
-                if None in sustained
-                else round(statistics.median(sustained), 1),
-                "runs": runs,
-                "sustained_runs": sustained,
+                **on,
                 "sustained_note": wrk_note,
+                "impressions_off": off,
+                "impression_logging_cost": _cost(on, off),
             }
         reloader.stop.set()
         reloader.join()
+        results["impressions"] = servers["on"].impression_counts()
         lags = np.asarray(reloader.lags)
         results["reload"] = {
             "every_s": options.reload_seconds,
@@ -273,10 +326,14 @@ def run_serve_bench(
             "lag_max_s": round(float(lags.max()), 4) if len(lags) else None,
         }
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
         for name in store.names():
             store.delete(name)
         store.close()
+        transport = open_transport(bench)
+        transport.delete_topics(bench.topics)
+        transport.close()
     results["candidates"] = SERVED_CANDIDATES
     results["loadavg_before"] = [round(x, 2) for x in load_before]
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

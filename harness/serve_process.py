@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from rankstream.stream.settings import Settings
 
@@ -73,6 +74,27 @@ class ServeProcess:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def impression_counts(self) -> dict[str, Any]:
+        """Its impressions written, dropped (total, and by reason) and waiting in its
+        queue, from its /metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as reply:
+            text = reply.read().decode()
+        counts: dict[str, Any] = {
+            "logged": 0.0, "dropped": 0.0, "dropped_by_reason": {}, "waiting": 0.0,
+        }  # fmt: skip
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "rankstream_impressions_logged_total":
+                    counts["logged"] += sample.value
+                elif sample.name == "rankstream_impressions_waiting":
+                    counts["waiting"] = sample.value
+                elif sample.name == "rankstream_impressions_dropped_total":
+                    counts["dropped"] += sample.value
+                    counts["dropped_by_reason"][sample.labels["reason"]] = sample.value
+        return counts
 
     def stop(self) -> None:
         self.process.terminate()

@@ -127,6 +127,9 @@ class LearnerSpec:
     # ImageCLEF test mAP and Table 3's seconds on 3 million triplets (`eval cbir`)
     paper_map: float | None = None
     paper_seconds: float | None = None
+    # its importance-weighted form for a row of weight s (`ranking.online`'s docstring
+    # derives each), for help texts; "" when it learns no weighted rows
+    weighted_update: str = ""
 
     def __post_init__(self) -> None:
         ways = (self.linear_rule, self.kernel, self.triplet_kernel)
@@ -186,7 +189,10 @@ def _arow(
     params: dict,
     weights: np.ndarray | None = None,
 ) -> tuple[int, int, int]:
-    """AROW's compiled pass over the normalized form (`ranking.kernels.learn_arow`)."""
+    """AROW's compiled pass over the normalized form (`ranking.kernels.learn_arow`).
+
+    Weighted rows (weight s): r / s in place of r, the loss and confidence terms of
+    AROW's objective weighted by s (an integer s = k is the row learned k times)."""
     from rankstream.ranking.kernels import learn_arow  # numba: on first use only
 
     scales = None if scale is None else scale.reshape((1, -1))
@@ -240,18 +246,22 @@ for _spec in (
     LearnerSpec(
         "opr", "OPR", "tab:blue", "w += y x when y w.x <= 0", (), OPR_RULE,
         in_worker_default=True, paper_map=0.6555, paper_seconds=1154.0,
+        weighted_update="w += s y x when y w.x <= 0 (the perceptron on s times the loss)",
     ),
     LearnerSpec(
         "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
         in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
+        weighted_update="w += min(s C, l/|x|^2) y x (PA-I with cost s C)",
     ),
     LearnerSpec(
         "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
         in_worker_default=True, paper_map=0.6632, paper_seconds=1708.0,
+        weighted_update="w += l/(|x|^2 + 1/(2 s C)) y x (PA-II with cost s C)",
     ),
     LearnerSpec(
         "ogdr", "OGDR", "tab:red", "w += eta y x when l > 0", (_ETA,), OGDR_RULE,
         in_worker_default=True, paper_map=0.6626, paper_seconds=2307.0,
+        weighted_update="w += s eta y x when l > 0 (a gradient step on s l)",
     ),
     LearnerSpec(
         "arow",
@@ -262,6 +272,7 @@ for _spec in (
         triplet_kernel=_arow,
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
+        weighted_update="r / s in place of r (k equal observations: noise r / k)",
     ),
 ):  # fmt: skip
     register(_spec)

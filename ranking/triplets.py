@@ -57,6 +57,9 @@ class TripletBlock:
 
     `rejects` lists rows a decoder dropped (triplet row in the message, reason), so a
     consumer can learn from the good rows and dead-letter the others by index.
+    `weight` is each triplet's importance weight (float32 (n,), finite, > 0: a click
+    pair's inverse propensity, `workers.click_join`); None means every weight is 1 (the
+    judged feedback), which the learners learn bit for bit as the unweighted rule.
     """
 
     seq: np.ndarray  # int64 (n,) producer sequence
@@ -68,6 +71,7 @@ class TripletBlock:
     image_id: np.ndarray  # int64 (m,)
     phi: np.ndarray  # float32 (m, d) phi(query, image) of each table row
     rejects: list[tuple[int, str]] = field(default_factory=list)
+    weight: np.ndarray | None = None  # float32 (n,), None = all 1
 
     @classmethod
     def from_pairs(
@@ -134,8 +138,16 @@ class TripletBlock:
     def select(self, keep: np.ndarray | slice) -> TripletBlock:
         """The triplets `keep` selects (a mask, indices or a slice), sharing the table."""
         return TripletBlock(
-            *(getattr(self, name)[keep] for name in TRIPLET_COLUMNS), self.image_id, self.phi
+            *(getattr(self, name)[keep] for name in TRIPLET_COLUMNS),
+            self.image_id,
+            self.phi,
+            weight=None if self.weight is None else self.weight[keep],
         )
+
+    @property
+    def weighted(self) -> bool:
+        """Whether some triplet's weight is not 1 (then the wire needs version 3)."""
+        return self.weight is not None and bool((np.asarray(self.weight) != 1).any())
 
     def compact(self) -> TripletBlock:
         """The same triplets over only the table rows they reference (in table order)."""
@@ -149,7 +161,7 @@ class TripletBlock:
         remap[used] = np.arange(len(used), dtype=np.int32)
         return TripletBlock(
             self.seq, self.query_id, remap[self.p1], remap[self.p2], self.rel1, self.rel2,
-            self.image_id[used], self.phi[used],
+            self.image_id[used], self.phi[used], weight=self.weight,
         )  # fmt: skip
 
     def pair_columns(self) -> dict[str, np.ndarray]:
@@ -167,9 +179,15 @@ class TripletBlock:
 
     @classmethod
     def concatenate(cls, blocks: list[TripletBlock]) -> TripletBlock:
-        """One block of all triplets and tables, in order (rejects are not carried over)."""
+        """One block of all triplets and tables, in order (rejects are not carried over;
+        weights are, 1 for a block without)."""
         if not blocks:
             raise ValueError("nothing to concatenate")
+        weight = None
+        if any(b.weight is not None for b in blocks):
+            weight = np.concatenate(
+                [np.ones(len(b), np.float32) if b.weight is None else b.weight for b in blocks]
+            ).astype(np.float32)
         starts = np.cumsum([0] + [len(b.image_id) for b in blocks[:-1]]).astype(np.int32)
         join = np.concatenate
         return cls(
@@ -181,4 +199,5 @@ class TripletBlock:
             join([b.rel2 for b in blocks]),
             join([b.image_id for b in blocks]),
             join([b.phi for b in blocks]),
+            weight=weight,
         )

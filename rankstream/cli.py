@@ -5,7 +5,7 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     demo                      the embedded pipeline, no services
     simulate                  the CBIR engine and its users, producing feedback
     serve                     the HTTP API: rank, take feedback
-    worker online|batch|evaluator
+    worker online|batch|evaluator|click-join
                               the long-running workers
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
@@ -73,6 +73,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("worker", "online"): ("worker.online", "consume triplets, update online rankers"),
     ("worker", "batch"): ("worker.batch", "reservoir sample; refit cMDS-DML and RankMKL"),
     ("worker", "evaluator"): ("worker.evaluator", "score judged queries; export NDCG@50"),
+    ("worker", "click-join"): (
+        "worker.click_join",
+        "join impressions and clicks into IPS-weighted triplets",
+    ),
     ("record",): ("record", "write the triplet and query streams to Parquet"),
     ("replay",): ("replay", "feed a recorded log back into Kafka or train from it"),
     ("model", "show"): ("model.show", "print a stored model's summary"),
@@ -84,7 +88,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("services", "up"): ("services.up", "start local Kafka, Redis and Prometheus"),
     ("services", "down"): ("services.down", "stop the local services"),
     ("services", "status"): ("services.status", "print where the local services listen"),
-    ("chaos",): ("chaos", "kill/restart the online worker; check exactly-once"),
+    ("chaos",): ("chaos", "kill/restart the online worker or the click join; check exactly-once"),
 }
 
 
@@ -143,9 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check the `RANKSTREAM_*` settings, run the command; its exit code.
 
     A bad setting or a refused option (`SettingsError`, `UsageError`), whenever it
-    surfaces, is one line `rankstream: ...` on stderr and exit code 2.
+    surfaces, is one line `rankstream: ...` on stderr and exit code 2; a command that
+    could not be done (`CommandError`), one line and exit code 1.
     """
-    from rankstream.commands._usage import UsageError
+    from rankstream.commands._usage import CommandError, UsageError
     from rankstream.stream.settings import Settings, SettingsError
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -154,9 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Settings.from_env()  # every command refuses a bad setting before it starts work
         module = importlib.import_module(f"rankstream.commands.{args._module}")
         return int(module.run(args) or 0)
-    except (SettingsError, UsageError) as exc:
+    except (SettingsError, UsageError, CommandError) as exc:
         print(f"rankstream: {exc}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, CommandError) else 2
 
 
 _program = False  # this process runs `program` (not `main` called in-process)

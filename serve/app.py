@@ -2,8 +2,10 @@
 
 Routes (the OpenAPI document at GET /openapi.json, `serve.openapi`):
 
-    POST /v1/rank            candidates + phi -> ranked ids, scores, model, version
+    POST /v1/rank            candidates + phi -> ranked ids, scores, model, version,
+                             impression_id (the ranking is logged as an impression)
     POST /v1/feedback        a judged query -> triplets + judged query on the stream
+    POST /v1/clicks          clicks on impressions -> the clicks topic
     GET  /v1/models          every stored model: version, kind, triplets, rolling NDCG@50
     GET  /v1/models/{name}   one of them, with its kept versions
     GET  /healthz            live (always 200 while the process answers)
@@ -28,6 +30,11 @@ Bodies are read within `Settings.api_body_deadline_s` (408) and up to
 however stalled its services: requests drain, the producer gets what is left of the
 grace to flush, and a watchdog ends the process if a thread is still stuck.
 
+Every ranking is offered to the impression log (`workers.impressions`: a bounded queue a
+thread drains onto the impressions topic; ranking never waits on it, drops are counted)
+unless `Settings.impression_logging` is off; the answer carries its `impression_id`
+either way. Clicks go through the same idempotent desk as feedback (`serve.feedback`).
+
 Every answer carries `X-Request-ID` (the client's, or a new one), and every log line
 about a request names it. Every refusal, 404 and 405 included, is one JSON shape:
 `{"error": {"code", "message", "field"}}`, values cut to 200 characters (`ERROR_CODES`).
@@ -39,11 +46,11 @@ Bearer <token>` (compared in constant time); a refused request produces nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hmac
 import logging
 import os
-import re
 import socket
 import sys
 import threading
@@ -65,11 +72,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rankstream.ranking.propensity import choose_swap, swap, swap_intervention
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
+    REQUEST_ID,
     BadRequest,
     RankRequest,
+    clicks_digest,
+    clicks_from_arrow,
+    clicks_from_json,
     feedback_from_json,
     media_type,
     rank_from_arrow,
@@ -77,7 +89,7 @@ from rankstream.serve.bodies import (
     ranking_arrow,
     ranking_json,
 )
-from rankstream.serve.feedback import FeedbackDesk, InProgress
+from rankstream.serve.feedback import FeedbackDesk, InProgress, publish_clicks
 from rankstream.serve.models import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
 from rankstream.serve.registry import (
@@ -86,6 +98,7 @@ from rankstream.serve.registry import (
     Snapshot,
     UnknownModelError,
 )
+from rankstream.stream.click_schema import Click
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
@@ -93,14 +106,15 @@ from rankstream.stream.store import ModelStore
 from rankstream.workers import metrics
 from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.candidates import FieldError
+from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.feedback_producer import check_feedback
+from rankstream.workers.impressions import ImpressionLog, served_impression
 from rankstream.workers.scoring import UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
 Handler = Callable[[Request, "ServeState"], Awaitable[tuple[Response, str]]]
 MAX_ECHO = 200  # characters of any value an error answer or a log line repeats
-_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,200}")  # a client's X-Request-ID / Idempotency-Key
 _READY_CACHE_S = 1.0  # /readyz probes the services at most this often
 
 
@@ -112,6 +126,9 @@ class ServeState:
         self.store = store
         self.registry = ModelRegistry(store, poll_seconds=poll_seconds, width=settings.phi_dim)
         self.feedback = FeedbackDesk(settings, store)
+        self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
+        self.impressions = ImpressionLog(settings) if settings.impression_logging else None
+        self.swaps = np.random.default_rng()  # the propensity interventions' coin
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
         self._probe_lock = asyncio.Lock()
@@ -174,10 +191,12 @@ class ServeState:
         return not snapshot.models or (loaded is not None and loaded.calibrating)
 
     def close(self, timeout: float) -> None:
-        """Stop reloading and flush feedback, within `timeout` seconds."""
-        started = time.monotonic()
+        """Stop reloading; flush feedback, clicks and impressions, within `timeout` s."""
+        until = time.monotonic() + timeout
         self.registry.stop(timeout=min(1.0, timeout))
-        self.feedback.close(max(timeout - (time.monotonic() - started), 0.0))
+        for closing in (self.feedback, self.clicks, self.impressions):
+            if closing is not None:
+                closing.close(max(until - time.monotonic(), 0.0))
 
 
 RETRY_AFTER_S = 2  # what a 503 or 409 tells the client to wait before retrying
@@ -208,7 +227,7 @@ def json_response(document: Any, status: int = 200) -> Response:
 def request_id_of(request: Request) -> str:
     """The client's X-Request-ID when it is 1-200 visible ASCII characters, else a new one."""
     given = request.headers.get("x-request-id", "")
-    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
 
 def endpoint(route: str, handler: Handler, *, public: bool = False) -> Callable:
@@ -293,14 +312,37 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     loaded = await _serving_model(state, query)
     scores = loaded.scorer.score(query.phi)
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
+    intervention = None  # a share of the logged rankings swap ranks 1 and k (propensities)
+    if state.impressions is not None and state.settings.intervention_share > 0:
+        k = choose_swap(state.swaps, state.settings.intervention_share, len(order))
+        if k is not None:
+            order, intervention = swap(order, k), swap_intervention(k)
     ids, ranked = query.candidate_ids[order], scores[order]
+    latest = state.registry.snapshot.latest
+    given = request.headers.get("x-request-id")
+    caller = {
+        "query_id": query.query_id,
+        "request_id": query.request_id
+        or (given if given and REQUEST_ID.fullmatch(given) else None),
+    }
+    impression_id = uuid.uuid4().hex
+    if state.impressions is not None:
+        state.impressions.offer(
+            functools.partial(
+                served_impression, impression_id, query.candidate_ids, query.phi, order,
+                loaded.name, loaded.version, latest, time=time.time(),
+                intervention=intervention, **caller,
+            )
+        )  # fmt: skip
+    echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}
     if ARROW in request.headers.get("accept", ""):
-        content = ranking_arrow(ids, ranked, loaded.name, loaded.version)
+        content = ranking_arrow(ids, ranked, loaded.name, loaded.version, echo)
         return _deprecated(Response(content, media_type=ARROW), query.deprecated), loaded.name
     extra = {
         "requested": query.model or "champion",
         "pinned": loaded.pinned,
-        "model_versions": dict(state.registry.snapshot.latest),
+        "model_versions": dict(latest),
+        **echo,
     }
     content = ranking_json(ids, ranked, loaded.name, loaded.version, extra)
     return _deprecated(Response(content, media_type=JSON), query.deprecated), loaded.name
@@ -340,13 +382,42 @@ async def feedback(request: Request, state: ServeState) -> tuple[Response, str]:
 
 def idempotency_key(request: Request, query_id: int) -> str:
     """The store key of this feedback: its `Idempotency-Key` header, else its query id."""
+    given = _idempotency_header(request)
+    return f"query_id:{query_id}" if given is None else f"key:{given}"
+
+
+def _idempotency_header(request: Request) -> str | None:
     given = request.headers.get("idempotency-key")
-    if given is None:
-        return f"query_id:{query_id}"
-    if not _REQUEST_ID.fullmatch(given):
+    if given is not None and not REQUEST_ID.fullmatch(given):
         raise BadRequest(422, "Idempotency-Key: must be 1-200 visible ASCII characters",
                          "Idempotency-Key")  # fmt: skip
-    return f"key:{given}"
+    return given
+
+
+async def clicks(request: Request, state: ServeState) -> tuple[Response, str]:
+    body = await read_body(request, state.settings)
+    kind = media_type(request.headers.get("content-type"))
+    if kind == JSON:
+        posted = clicks_from_json(body)
+    elif kind == ARROW:
+        posted = clicks_from_arrow(body)
+    else:
+        raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
+    key = clicks_key(request, posted)
+    answer = await state.bounded(state.clicks.accept, key, posted)
+    log_event(log, "clicks", request_id=request_id_of(request), key=key[:MAX_ECHO],
+              duplicate=answer["duplicate"], rows=answer["rows"])  # fmt: skip
+    return json_response(answer), "-"
+
+
+def clicks_key(request: Request, posted: list[Click]) -> str:
+    """The store key of these clicks: `Idempotency-Key`, else the first impression's id
+    and a hash of the clicks' content (a retry of the same clicks is a repeat; later
+    clicks on the same impression are not). Apart from feedback's keys."""
+    given = _idempotency_header(request)
+    if given is not None:
+        return f"clicks-key:{given}"
+    return f"clicks:{posted[0].impression_id}:{clicks_digest(posted)}"
 
 
 async def models(request: Request, state: ServeState) -> tuple[Response, str]:
@@ -387,6 +458,7 @@ async def docs(request: Request, state: ServeState) -> tuple[Response, str]:
 ROUTES = {
     "/v1/rank": (rank, ["POST"], False),
     "/v1/feedback": (feedback, ["POST"], False),
+    "/v1/clicks": (clicks, ["POST"], False),
     "/v1/models": (models, ["GET"], False),
     "/v1/models/{name}": (model, ["GET"], False),
     "/healthz": (healthz, ["GET"], True),

@@ -9,7 +9,15 @@ One vocabulary in both encodings (README "Serving API"):
 * a ranking: `model`, `version`, `candidate_ids`, `scores` (best first): JSON fields, or
   an Arrow stream with those two columns and that metadata when `Accept` asks for one;
 * feedback (JSON): `query_id`, `candidate_ids`, `phi`, `relevance`, and `model` /
-  `version` echoing the ranking that was judged.
+  `version` echoing the ranking that was judged;
+* a ranking request may name its `query_id` and `request_id` (JSON fields, or Arrow
+  schema metadata); the ranking echoes them and always carries its `impression_id` (the
+  id the clicks on it name);
+* clicks (JSON or Arrow): `{"impression_id", "clicks": [{"candidate_id", "position"?,
+  "time"?, "dwell"?}, ...]}`, or `{"impressions": [that, ...]}` for a batch; an empty
+  `clicks` list says "shown, nothing clicked". Arrow: one row per click, columns
+  `impression_id`, `candidate_id` (null: the no-click row) and, optionally, `position`,
+  `time`, `dwell` (`stream.click_schema`'s wire layout is such a body).
 
 Strict, like the APIs people trust: an unknown key is a 422 naming it; phi holds JSON
 numbers only (not strings, booleans or nulls); a grade is an integer 0..127 or null.
@@ -21,7 +29,8 @@ column and `?model=&version=` query parameters) are still accepted and listed in
 
 from __future__ import annotations
 
-import functools
+import hashlib
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +40,13 @@ import orjson
 import pyarrow as pa
 
 from rankstream.ranking.judgments import UNJUDGED
+from rankstream.stream.click_schema import Click, InvalidRecordError
 from rankstream.workers.candidates import MAX_GRADE, FieldError, check_candidates
 from rankstream.workers.feedback_producer import Feedback
 
 JSON = "application/json"
 ARROW = "application/vnd.apache.arrow.stream"
+REQUEST_ID = re.compile(r"[\x21-\x7e]{1,200}")  # a request id, Idempotency-Key: visible ASCII
 
 
 # status -> the error code when the raise names none (the OpenAPI document lists them)
@@ -84,9 +95,14 @@ class RankRequest:
     model: str | None  # None: the champion
     version: int | None
     deprecated: tuple[str, ...] = ()  # old names this request used
+    query_id: int | None = None  # the caller's, echoed and logged with the impression
+    request_id: str | None = None
 
 
-RANK_FIELDS = ("candidate_ids", "phi", "model", "version")
+RANK_FIELDS = ("candidate_ids", "phi", "model", "version", "query_id", "request_id")
+CLICKS_FIELDS = ("impression_id", "clicks")
+CLICK_FIELDS = ("candidate_id", "position", "time", "dwell")
+CLICK_COLUMNS = ("impression_id", *CLICK_FIELDS)
 FEEDBACK_FIELDS = (
     "query_id", "candidate_ids", "phi", "relevance", "model", "version", "model_versions",
 )  # fmt: skip
@@ -108,17 +124,38 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return document
 
 
-def _refuse_unknown(document: dict[str, Any], known: tuple[str, ...]) -> None:
+def _refuse_unknown(document: dict[str, Any], known: tuple[str, ...], at: str = "") -> None:
+    """`at`: where `document` sits in the body (`impressions[2].`), prefixed to the field."""
     for key in document:
         if key not in known:
-            raise BadRequest(422, f"unknown field {key!r}; known: {', '.join(known)}", key,
-                             code=UNKNOWN_FIELD)  # fmt: skip
+            raise BadRequest(422, f"unknown field {at + key!r}; known: {', '.join(known)}",
+                             f"{at}{key}", code=UNKNOWN_FIELD)  # fmt: skip
 
 
-def _required(document: dict[str, Any], field: str) -> Any:
+def _required(document: dict[str, Any], field: str, at: str = "") -> Any:
     if field not in document or document[field] is None:
-        raise BadRequest(422, f"{field}: required", field)
+        raise BadRequest(422, f"{at}{field}: required", f"{at}{field}")
     return document[field]
+
+
+def _caller_ids(query_id: object, request_id: object, text: bool = False) -> dict[str, Any]:
+    """A ranking request's own `query_id` (an int64) and `request_id` (1-200 visible ASCII
+    characters), from JSON values or from text (Arrow metadata)."""
+    if query_id is not None:
+        if text and isinstance(query_id, str) and re.fullmatch(r"-?[0-9]{1,19}", query_id):
+            query_id = int(query_id)
+        if (
+            isinstance(query_id, bool)
+            or not isinstance(query_id, int)
+            or not (-(2**63) <= query_id < 2**63)
+        ):
+            raise BadRequest(422, "query_id: must be a 64-bit integer", "query_id")
+    if request_id is not None and (
+        not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id)
+    ):
+        raise BadRequest(422, "request_id: must be 1-200 visible ASCII characters",
+                         "request_id")  # fmt: skip
+    return {"query_id": query_id, "request_id": request_id}
 
 
 def _model_choice(
@@ -179,23 +216,18 @@ def rank_from_json(body: bytes, width: int) -> RankRequest:
     ids = _ids(_required(document, "candidate_ids"))
     phi = _matrix(_required(document, "phi"), "phi", body, document)
     model, version = _model_choice(document.get("model"), document.get("version"))
+    caller = _caller_ids(document.get("query_id"), document.get("request_id"))
     try:
         ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
-    return RankRequest(ids, phi, model, version)
+    return RankRequest(ids, phi, model, version, **caller)
 
 
 def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRequest:
     """An Arrow ranking request; `query` holds the URL's query parameters (the model was
     chosen there before this release: still accepted, deprecated)."""
-    try:
-        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-        table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise BadRequest(400, f"malformed Arrow IPC stream: {exc}") from None
-    metadata = {k.decode(errors="replace"): v.decode(errors="replace")
-                for k, v in (table.schema.metadata or {}).items()}  # fmt: skip
+    table, metadata = _arrow_table(body)
     deprecated: list[str] = []
     names = list(table.column_names)
     if "candidate_id" in names and "candidate_ids" not in names:
@@ -214,10 +246,12 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         raise BadRequest(422, "candidate_ids: must be a non-null integer column", "candidate_ids")
     ids = ids_column.to_numpy()
     phi = _arrow_matrix(table.column("phi"))
+    known = ("model", "version", "query_id", "request_id")
     for key in metadata:
-        if key not in ("model", "version"):
-            raise BadRequest(422, f"unknown schema metadata {key!r}; known: model, version",
+        if key not in known:
+            raise BadRequest(422, f"unknown schema metadata {key!r}; known: {', '.join(known)}",
                              key, code=UNKNOWN_FIELD)  # fmt: skip
+    caller = _caller_ids(metadata.pop("query_id", None), metadata.pop("request_id", None), True)
     model, version = metadata.get("model"), metadata.get("version")
     for key in query:
         if key not in ("model", "version"):
@@ -233,7 +267,19 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
-    return RankRequest(ids, phi, *choice, deprecated=tuple(deprecated))
+    return RankRequest(ids, phi, *choice, deprecated=tuple(deprecated), **caller)
+
+
+def _arrow_table(body: bytes) -> tuple[pa.Table, dict[str, str]]:
+    """An Arrow IPC stream body and its schema metadata as text; 400 when malformed."""
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        table.validate(full=True)  # corrupt offsets/lengths must not reach numpy
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise BadRequest(400, f"malformed Arrow IPC stream: {exc}") from None
+    metadata = {k.decode(errors="replace"): v.decode(errors="replace")
+                for k, v in (table.schema.metadata or {}).items()}  # fmt: skip
+    return table, metadata
 
 
 def _arrow_matrix(column: pa.ChunkedArray) -> np.ndarray:
@@ -273,16 +319,17 @@ def ranking_json(
     )
 
 
-@functools.lru_cache(maxsize=256)
-def _ranking_schema(model: str, version: int) -> pa.Schema:
-    return pa.schema(
-        [("candidate_ids", pa.int64()), ("scores", pa.float64())],
-        metadata={"model": model, "version": str(version)},
-    )
+_RANKING_FIELDS = pa.schema([("candidate_ids", pa.int64()), ("scores", pa.float64())])
 
 
-def ranking_arrow(ids: np.ndarray, scores: np.ndarray, model: str, version: int) -> bytes:
-    schema = _ranking_schema(model, version)
+def ranking_arrow(
+    ids: np.ndarray, scores: np.ndarray, model: str, version: int, extra: Mapping[str, Any]
+) -> bytes:
+    """The ranking as an Arrow stream: model, version and `extra` (impression_id, the
+    caller's query_id/request_id) as schema metadata text."""
+    metadata = {"model": model, "version": str(version)}
+    metadata.update((name, str(value)) for name, value in extra.items())
+    schema = _RANKING_FIELDS.with_metadata(metadata)
     batch = pa.RecordBatch.from_arrays([pa.array(ids), pa.array(scores)], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
@@ -354,3 +401,110 @@ def _model_versions(versions: object, stored: Collection[str]) -> dict[str, int]
             raise BadRequest(422, f"model_versions: {name!r}: {version!r} is not a stored "
                              "version (an integer >= 1)", "model_versions")  # fmt: skip
     return versions
+
+
+# --- clicks -------------------------------------------------------------------------------
+def clicks_from_json(body: bytes) -> list[Click]:
+    """`{"impression_id", "clicks": [...]}` or `{"impressions": [those]}` as Click rows (an
+    empty `clicks` list: the impression's no-click row); 422 naming the field otherwise,
+    e.g. `impressions[1].clicks[0].position`."""
+    document = parse_json(body)
+    if "impressions" in document:
+        _refuse_unknown(document, ("impressions",))
+        entries = document["impressions"]
+        if not isinstance(entries, list) or not entries:
+            raise BadRequest(422, "impressions: must be a non-empty list of "
+                             "{impression_id, clicks}", "impressions")  # fmt: skip
+        places = [f"impressions[{i}]." for i in range(len(entries))]
+    else:
+        entries, places = [document], [""]
+    clicks: list[Click] = []
+    seen: set[str] = set()
+    for entry, at in zip(entries, places, strict=True):
+        if not isinstance(entry, dict):
+            raise BadRequest(422, f"{at[:-1]}: must be an object {{impression_id, clicks}}",
+                             at[:-1])  # fmt: skip
+        _refuse_unknown(entry, CLICKS_FIELDS, at)
+        impression_id = _required(entry, "impression_id", at)
+        rows = _required(entry, "clicks", at)
+        if not isinstance(rows, list):
+            raise BadRequest(422, f"{at}clicks: must be a list (empty: nothing was clicked)",
+                             f"{at}clicks")  # fmt: skip
+        if isinstance(impression_id, str) and impression_id in seen:
+            message = f"{at}impression_id: {impression_id[:80]!r} twice; one entry each"
+            raise BadRequest(422, message, f"{at}impression_id")
+        if isinstance(impression_id, str):
+            seen.add(impression_id)
+        if not rows:
+            clicks.append(_click(at, "", impression_id, None))
+        for j, row in enumerate(rows):
+            where = f"{at}clicks[{j}]."
+            if not isinstance(row, dict):
+                raise BadRequest(422, f"{where[:-1]}: must be an object {{candidate_id, ...}}",
+                                 where[:-1])  # fmt: skip
+            _refuse_unknown(row, CLICK_FIELDS, where)
+            candidate = _required(row, "candidate_id", where)
+            values = (row.get(name) for name in CLICK_FIELDS[1:])
+            clicks.append(_click(at, where, impression_id, candidate, *values))
+    return clicks
+
+
+def _click(at: str, where: str, impression_id: object, *values: object) -> Click:
+    """A Click, or a 422 naming the field at fault (`at`: the impression's place in the
+    body, `where`: the click's)."""
+    try:
+        return Click(impression_id, *values)  # type: ignore[arg-type]
+    except InvalidRecordError as exc:
+        field = f"{at}{exc.field}" if exc.field == "impression_id" else f"{where}{exc.field}"
+        raise BadRequest(422, f"{field}: {exc.message}", field) from None
+
+
+def clicks_from_arrow(body: bytes) -> list[Click]:
+    """One row per click: columns `impression_id` (text), `candidate_id` (integers; null:
+    the no-click row) and, optionally, `position` (integers), `time` and `dwell` (numbers),
+    nulls allowed. The clicks wire message itself (`rankstream.schema` = clicks, version
+    1) is such a body."""
+    table, metadata = _arrow_table(body)
+    for key, value in metadata.items():
+        wire = {"rankstream.schema": "clicks", "rankstream.version": "1"}
+        if key not in wire:
+            raise BadRequest(422, f"unknown schema metadata {key!r}", key, code=UNKNOWN_FIELD)
+        if value != wire[key]:
+            raise BadRequest(422, f"{key}: {value[:40]!r}, expected {wire[key]!r}", key)
+    for name in table.column_names:
+        if name not in CLICK_COLUMNS:
+            raise BadRequest(422, f"unknown column {name!r}; known: {', '.join(CLICK_COLUMNS)}",
+                             name, code=UNKNOWN_FIELD)  # fmt: skip
+    if len(set(table.column_names)) != table.num_columns:
+        raise BadRequest(422, "a column appears twice", "columns")
+    kinds = {"impression_id": (pa.types.is_string, pa.types.is_large_string),
+             "candidate_id": (pa.types.is_integer,), "position": (pa.types.is_integer,),
+             "time": (pa.types.is_integer, pa.types.is_floating),
+             "dwell": (pa.types.is_integer, pa.types.is_floating)}  # fmt: skip
+    columns = {}
+    for name in CLICK_COLUMNS:
+        if name not in table.column_names:
+            if name in ("impression_id", "candidate_id"):
+                raise BadRequest(422, f"{name}: required column", name)
+            continue
+        column = table.column(name)
+        if not any(check(column.type) for check in kinds[name]):
+            raise BadRequest(422, f"{name}: a {column.type} column is not accepted", name)
+        columns[name] = column.to_pylist()
+    if table.num_rows == 0:
+        raise BadRequest(422, "clicks: the body holds no rows", "clicks")
+    clicks = []
+    for row in range(table.num_rows):
+        values = [columns[name][row] if name in columns else None for name in CLICK_COLUMNS]
+        try:
+            clicks.append(Click(*values))
+        except InvalidRecordError as exc:
+            raise BadRequest(422, f"{exc.field}: row {row}: {exc.message}", exc.field) from None
+    return clicks
+
+
+def clicks_digest(clicks: list[Click]) -> str:
+    """A hash of the clicks' content (not their encoding: the same clicks in JSON or Arrow,
+    spaced any way, hash alike): the default idempotency key's second half."""
+    rows = [[c.impression_id, c.candidate_id, c.position, c.time, c.dwell] for c in clicks]
+    return hashlib.sha256(orjson.dumps(rows)).hexdigest()[:32]

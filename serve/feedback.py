@@ -1,4 +1,5 @@
-"""POST /v1/feedback's delivery: once per idempotency key, acknowledged only once on the broker.
+"""POST /v1/feedback's and /v1/clicks' delivery: once per idempotency key, acknowledged
+only once on the broker.
 
 Retries are the normal answer to a timeout, so a retried feedback must not train twice.
 Like Stripe's idempotency keys, each feedback has a key (the `Idempotency-Key` header, by
@@ -23,6 +24,10 @@ then ends one of three ways:
   claim is released. A claim nobody settles (the process died) expires after
   `PENDING_CLAIM_S`.
 
+One desk serves each route: `FeedbackDesk(settings, store)` publishes judged queries with
+a `FeedbackProducer`; `FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)`
+publishes clicks with a `ClickProducer` (their keys are apart: `serve.app` prefixes them).
+
 Everything here runs on worker threads; the HTTP layer bounds how long a request waits
 for it (`Settings.api_deadline_s`).
 """
@@ -33,15 +38,18 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from rankstream.stream.click_schema import Click
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.workers.candidates import FieldError
+from rankstream.workers.click_producer import ClickProducer, by_impression
 from rankstream.workers.feedback_producer import Feedback, FeedbackProducer, Receipt
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -58,9 +66,12 @@ class InProgress(Exception):  # noqa: N818 (an HTTP answer: 409)
     """Another attempt with this key is being delivered; retry after a while."""
 
 
+Publisher = FeedbackProducer | ClickProducer
+
+
 @dataclass
 class _Unsettled:
-    producer: FeedbackProducer  # the one it was sent with
+    producer: Publisher  # the one it was sent with
     key: str
     token: bytes
     answer: dict[str, Any] | None  # None: the send failed after queueing (no receipt)
@@ -79,14 +90,36 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
     }
 
 
-class FeedbackDesk:
-    """Takes feedback for the API: claims its key, produces it, settles the key."""
+def publish_feedback(producer: FeedbackProducer, feedback: Feedback) -> dict[str, Any]:
+    """Queue one judged query; its answer (a FieldError before anything is queued)."""
+    return receipt_document(producer.send(feedback))
 
-    def __init__(self, settings: Settings, store: ModelStore) -> None:
+
+def publish_clicks(producer: ClickProducer, clicks: Sequence[Click]) -> dict[str, Any]:
+    """Hand a request's clicks over; its answer: impressions, clicks, rows."""
+    rows = producer.send(clicks)
+    clicked = sum(click.clicked for click in clicks)
+    return {"impressions": len(by_impression(clicks)), "clicks": clicked, "rows": rows,
+            "duplicate": False}  # fmt: skip
+
+
+class FeedbackDesk:
+    """Takes feedback (judged queries, or clicks) for the API: claims its key, produces
+    it, settles the key."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ModelStore,
+        open_producer: Callable[[Settings], Any] = FeedbackProducer.open,
+        publish: Callable[[Any, Any], dict[str, Any]] = publish_feedback,
+    ) -> None:
         self.settings = settings
         self.store = store
-        self._producer: FeedbackProducer | None = None
-        self._retired: list[FeedbackProducer] = []  # replaced after a failure; closed soon
+        self._open_producer = open_producer
+        self._publish = publish
+        self._producer: Publisher | None = None
+        self._retired: list[Publisher] = []  # replaced after a failure; closed soon
         self._open_lock = threading.Lock()
         self._unsettled: list[_Unsettled] = []
         self._unsettled_lock = threading.Lock()
@@ -96,7 +129,7 @@ class FeedbackDesk:
         self._settler.start()
 
     # --- one request (a worker thread) -------------------------------------------------
-    def accept(self, key: str, feedback: Feedback) -> dict[str, Any]:
+    def accept(self, key: str, feedback: Any) -> dict[str, Any]:
         """The answer for this feedback: its receipt once on the broker, or the first
         answer for `key` marked duplicate. Raises InProgress, or a TRANSIENT error when
         the broker or the store did not answer within the deadline."""
@@ -117,7 +150,7 @@ class FeedbackDesk:
         try:
             # a FieldError is raised before anything is queued; a transport error after:
             # the query then stays queued and goes out with the next send (`ingest`)
-            answer = receipt_document(producer.send(feedback))
+            answer = self._publish(producer, feedback)
             producer.flush(self.settings.api_deadline_s)
         except FieldError:
             self._release(key, token)
@@ -131,7 +164,7 @@ class FeedbackDesk:
         self._store_answer(key, answer)
         return answer
 
-    def _open(self) -> FeedbackProducer:
+    def _open(self) -> Publisher:
         """The producer; a new one once a delivery failed. (kafka-python's idempotent
         producer, once a batch expired in a long broker stall, was seen to hold every
         later batch of that partition back well after the broker came back; a new
@@ -143,7 +176,7 @@ class FeedbackDesk:
                 self._retired.append(self._producer)
                 self._producer = None
             if self._producer is None:
-                self._producer = FeedbackProducer.open(self.settings)
+                self._producer = self._open_producer(self.settings)
             return self._producer
 
     def _release(self, key: str, token: bytes) -> None:
@@ -178,7 +211,7 @@ class FeedbackDesk:
                 except TRANSIENT as exc:
                     log_event(log, "retired producer closed", error=repr(exc)[:200])
 
-    def _settle(self, producer: FeedbackProducer, waiting: list[_Unsettled]) -> None:
+    def _settle(self, producer: Publisher, waiting: list[_Unsettled]) -> None:
         try:
             producer.flush(self.settings.api_deadline_s)
             flushed = True
@@ -219,6 +252,6 @@ class FeedbackDesk:
                           error=repr(exc)[:200])  # fmt: skip
 
 
-def _failures(producer: FeedbackProducer) -> int:
+def _failures(producer: Publisher) -> int:
     """Deliveries the transport gave up on so far (the embedded one never does)."""
     return int(getattr(producer.producer, "failures", 0))

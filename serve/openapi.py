@@ -34,7 +34,7 @@ _WHY = {
     404: "no such route, model or version",
     405: "wrong method for this route",
     408: "the body did not arrive within the body deadline",
-    409: "feedback with this Idempotency-Key is still being delivered (Retry-After)",
+    409: "feedback or clicks with this Idempotency-Key: still being delivered (Retry-After)",
     413: "the body exceeds the size limit",
     415: "unsupported Content-Type",
     422: "a field is missing, unknown or invalid (`field` names it)",
@@ -86,6 +86,11 @@ _RANK_REQUEST: dict[str, Any] = {
         "version": {"type": "integer", "minimum": 1,
                     "description": "an exact stored version of `model` (default: its newest, "
                                    "or its pinned version)"},
+        "query_id": {"type": "integer", "format": "int64",
+                     "description": "yours: echoed, and logged with the impression"},
+        "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                       "description": "yours (default: the X-Request-ID you sent): echoed, "
+                                      "and logged with the impression"},
     },
 }  # fmt: skip
 _RANKING = {
@@ -100,6 +105,55 @@ _RANKING = {
                           "description": "best first"},
         "scores": {"type": "array", "items": {"type": "number"}},
         "model_versions": _VERSIONS,
+        "impression_id": {"type": "string",
+                          "description": "this ranking as shown (logged to the impressions "
+                                         "topic unless impression logging is off): name it "
+                                         "when posting clicks"},
+        "query_id": {"type": "integer", "description": "echoed, when sent"},
+        "request_id": {"type": "string", "description": "echoed, when sent"},
+    },
+}  # fmt: skip
+_CLICK = {
+    "type": "object",
+    "required": ["candidate_id"],
+    "additionalProperties": False,
+    "properties": {
+        "candidate_id": {"type": "integer", "format": "int64",
+                         "description": "a candidate of the impression that was clicked"},
+        "position": {"type": ["integer", "null"], "minimum": 1,
+                     "description": "its displayed rank, 1-based, if known"},
+        "time": {"type": ["number", "null"], "description": "unix seconds of the click"},
+        "dwell": {"type": ["number", "null"], "minimum": 0, "description": "seconds"},
+    },
+}  # fmt: skip
+_IMPRESSION_CLICKS = {
+    "type": "object",
+    "required": ["impression_id", "clicks"],
+    "additionalProperties": False,
+    "properties": {
+        "impression_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                          "description": "what /v1/rank answered"},
+        "clicks": {"type": "array", "items": _CLICK,
+                   "description": "its clicks; empty: shown, session over, nothing clicked"},
+    },
+}  # fmt: skip
+_CLICKS: dict[str, Any] = {
+    "oneOf": [
+        _IMPRESSION_CLICKS,
+        {"type": "object", "required": ["impressions"], "additionalProperties": False,
+         "properties": {"impressions": {"type": "array", "minItems": 1,
+                                        "items": _IMPRESSION_CLICKS}}},
+    ],
+}  # fmt: skip
+_CLICKS_RECEIPT = {
+    "type": "object",
+    "properties": {
+        "impressions": {"type": "integer"},
+        "clicks": {"type": "integer", "description": "clicked rows"},
+        "rows": {"type": "integer", "description": "rows written (a no-click row counts)"},
+        "duplicate": {"type": "boolean",
+                      "description": "true: this Idempotency-Key was seen; this is the first "
+                                     "answer, and nothing was published again"},
     },
 }  # fmt: skip
 _FEEDBACK: dict[str, Any] = {
@@ -174,7 +228,8 @@ def openapi_document(width: int) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "rankstream", "version": "1",
-                 "description": "Rank with the models rankstream learns; send back feedback."},
+                 "description": "Rank with the models rankstream learns; send back feedback "
+                                "and clicks."},
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
         "paths": {
@@ -203,30 +258,51 @@ def _posts(width: int) -> dict[str, Any]:
                 "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
                 arrow: {"schema": {"description": "columns candidate_ids int64, phi "
                                    f"fixed_size_list<float32>[{width}]; schema metadata "
-                                   "model, version (optional, as in JSON)"}},
+                                   "model, version, query_id, request_id (optional, as "
+                                   "in JSON)"}},
             }},
             "responses": _answers(
                 {"content": {"application/json": {"schema": _RANKING},
                              arrow: {"schema": {"description": "columns candidate_ids, "
                                                 "scores (best first); schema metadata "
-                                                "model, version; when Accept asks"}}}},
+                                                "model, version, impression_id (query_id, "
+                                                "request_id when sent); when Accept "
+                                                "asks"}}}},
                 400, 408, 413, 415, 422, 503),
         }},
         "/v1/feedback": {"post": {
             "summary": "A judged query: produced as triplets + judged query once "
                        "the broker acknowledged; once per Idempotency-Key",
-            "parameters": [
-                _REQUEST_ID,
-                {"name": "Idempotency-Key", "in": "header", "required": False,
-                 "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-                 "description": "a repeat within the retention window (default 24 h) "
-                                "gets the first answer with duplicate: true and "
-                                "publishes nothing (default key: the query_id)"},
-            ],
+            "parameters": [_REQUEST_ID, _idempotency_key("the query_id")],
             "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
             "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
         }},
+        "/v1/clicks": {"post": {
+            "summary": "Clicks on impressions (one or a batch): on the clicks topic once the "
+                       "broker acknowledged; once per Idempotency-Key",
+            "parameters": [
+                _REQUEST_ID,
+                _idempotency_key("the first impression_id and a hash of the clicks' content"),
+            ],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": _CLICKS},
+                arrow: {"schema": {"description": "one row per click: impression_id utf8, "
+                                   "candidate_id int64 (null: the impression's no-click "
+                                   "row), optional position int, time and dwell numbers "
+                                   "(docs/WIRE.md's rankstream.clicks message is one)"}},
+            }},
+            "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
+        }},
     }  # fmt: skip
+
+
+def _idempotency_key(default: str) -> dict[str, Any]:
+    """The Idempotency-Key header of a route that publishes; `default`: the key without it."""
+    return {"name": "Idempotency-Key", "in": "header", "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": "a repeat within the retention window (default 24 h) gets the "
+                           "first answer with duplicate: true and publishes nothing "
+                           f"(default key: {default})"}  # fmt: skip
 
 
 def _gets() -> dict[str, Any]:

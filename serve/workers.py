@@ -2,8 +2,9 @@
 
 With no Kafka and no Redis configured, the transport and the model store live inside one
 process, so the workers that learn from the API's feedback must run in the API's
-process: the online worker (every registered online learner) and the evaluator (rolling
-NDCG@50 and the champion the API serves), each on its own thread with its usual stream
+process: the online worker (every registered online learner), the evaluator (rolling
+NDCG@50 and the champion the API serves) and the click join (impressions and clicks into
+weighted triplets for the online worker), each on its own thread with its usual stream
 runtime and cadences. With services configured they are separate processes (compose
 runs them) and `rankstream serve` starts none (`--workers auto`).
 """
@@ -14,6 +15,8 @@ import threading
 import time
 
 from rankstream.stream.settings import Settings
+from rankstream.workers.click_join import ClickJoin
+from rankstream.workers.click_join_options import JoinOptions
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import StreamRuntime
@@ -23,7 +26,7 @@ log = get_logger("rankstream.serve.workers")
 
 
 class EmbeddedWorkers:
-    """The online worker and the evaluator on threads of this process."""
+    """The online worker, the evaluator and the click join on threads of this process."""
 
     def __init__(self, settings: Settings) -> None:
         # Saves are in-memory here: checkpoint and publish every second, so what the
@@ -31,6 +34,7 @@ class EmbeddedWorkers:
         self.runtimes: list[StreamRuntime] = [
             OnlineWorker(settings, WorkerOptions(checkpoint_seconds=1.0)),
             Evaluator(settings, EvaluatorOptions(publish_seconds=1.0)),
+            ClickJoin(settings, JoinOptions(checkpoint_seconds=1.0)),
         ]
         self.threads: list[threading.Thread] = []
 

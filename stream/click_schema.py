@@ -30,6 +30,7 @@ row (NaN phi, a repeated candidate, a position below 1, ...) is left out and lis
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -304,45 +305,93 @@ def _phi_matrix(values: object, n: int) -> np.ndarray:
 # --- encoding ------------------------------------------------------------------------
 def encode_impressions(impressions: Sequence[Impression]) -> bytes:
     """One `rankstream.impressions` message, a row per impression (all of one width).
-    The API sends one impression a message, keyed `impression_key(impression_id)`."""
+    The API sends one impression a message, keyed `impression_key(impression_id)`.
+
+    Written for the serving path's budget (one message a ranking): the stream's schema
+    message is cached per width and the record batch appended to it (the bytes pyarrow's
+    stream writer writes), and the columns that are nearly always alike (no teams, the
+    same model versions) are cached arrays."""
     if not impressions:
         raise ValueError("an impressions message holds at least one impression")
     width = impressions[0].width
     if any(imp.width != width for imp in impressions):
         raise ValueError("the impressions of one message share one phi width")
-    sizes = np.array([len(imp.candidate_ids) for imp in impressions])
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-    ids = pa.array(np.concatenate([imp.candidate_ids for imp in impressions]))
-    phi = np.concatenate([imp.phi for imp in impressions]).reshape(-1)
+    schema, head = _impressions_head(width)
+    n = len(impressions)
+    if n == 1:
+        ids, phi = impressions[0].candidate_ids, impressions[0].phi.reshape(-1)
+        offsets = np.array([0, len(ids)], np.int32)
+    else:
+        sizes = np.array([len(imp.candidate_ids) for imp in impressions])
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+        ids = np.concatenate([imp.candidate_ids for imp in impressions])
+        phi = np.concatenate([imp.phi for imp in impressions]).reshape(-1)
     rows = pa.FixedSizeListArray.from_arrays(pa.array(phi), width)
 
     def column(name: str, kind: pa.DataType) -> pa.Array:
-        return pa.array([getattr(imp, name) for imp in impressions], kind)
+        values = [getattr(imp, name) for imp in impressions]
+        if all(value is None for value in values):
+            return _nulls(n, kind)
+        return pa.array(values, kind)
 
-    return _write(
-        schema_of("impressions", width, IMPRESSIONS_VERSION),
+    teams = [imp.teams for imp in impressions]
+    team_models = [imp.team_models for imp in impressions]
+    batch = pa.RecordBatch.from_arrays(
         [
             column("impression_id", pa.string()),
             column("time", pa.float64()),
             column("model", pa.string()),
             column("version", pa.int64()),
-            pa.array(
-                [list(imp.model_versions.items()) for imp in impressions],
-                pa.map_(pa.string(), pa.int64()),
-            ),
-            pa.ListArray.from_arrays(offsets, ids),
+            _versions([tuple(imp.model_versions.items()) for imp in impressions]),
+            pa.ListArray.from_arrays(offsets, pa.array(ids)),
             pa.ListArray.from_arrays(offsets, rows),
             column("query_id", pa.int64()),
             column("request_id", pa.string()),
             column("shown_probability", pa.float64()),
             column("intervention", pa.string()),
-            pa.array(
-                [None if imp.teams is None else imp.teams for imp in impressions],
-                pa.list_(pa.int8()),
-            ),
-            pa.array([list(imp.team_models) for imp in impressions], pa.list_(pa.string())),
+            _nulls(n, _TEAMS)
+            if all(team is None for team in teams)
+            else pa.array([None if t is None else t.tolist() for t in teams], _TEAMS),
+            _no_teams(n)
+            if not any(team_models)
+            else pa.array([list(names) for names in team_models], _TEAM_MODELS),
         ],
+        schema=schema,
     )
+    return head + batch.serialize().to_pybytes() + _END_OF_STREAM
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's end marker
+_VERSIONS = pa.map_(pa.string(), pa.int64())
+_TEAMS = pa.list_(pa.int8())
+_TEAM_MODELS = pa.list_(pa.string())
+
+
+@functools.lru_cache(maxsize=16)
+def _impressions_head(width: int) -> tuple[pa.Schema, bytes]:
+    """The stamped schema of impressions at `width` and its IPC schema message."""
+    schema = schema_of("impressions", width, IMPRESSIONS_VERSION)
+    return schema, schema.serialize().to_pybytes()
+
+
+@functools.lru_cache(maxsize=64)
+def _nulls(n: int, kind: pa.DataType) -> pa.Array:
+    return pa.nulls(n, kind)
+
+
+@functools.lru_cache(maxsize=16)
+def _no_teams(n: int) -> pa.Array:
+    return pa.array([[]] * n, _TEAM_MODELS)
+
+
+def _versions(rows: list[tuple[tuple[str, int], ...]]) -> pa.Array:
+    return _versions_row(rows[0]) if len(rows) == 1 else pa.array(rows, _VERSIONS)
+
+
+@functools.lru_cache(maxsize=256)
+def _versions_row(items: tuple[tuple[str, int], ...]) -> pa.Array:
+    """One row of model versions (they change only when a model is saved: cached)."""
+    return pa.array([items], _VERSIONS)
 
 
 def encode_clicks(clicks: Sequence[Click]) -> bytes:

@@ -38,6 +38,7 @@ def replay_log(
     skip_bad: bool = False,
     on_message: Callable[[RecordedMessage], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ReplayCounts:
     """Send every recorded message of the kinds in `topics` (kind -> target topic).
 
@@ -45,6 +46,7 @@ def replay_log(
     and keys. A message goes to its recorded partition when the target topic has it
     (created with as many partitions as the recording used), else by key. `speed`:
     1.0 keeps the recorded pace, 2.0 twice as fast, None as fast as possible.
+    `sleep` and `clock` are the pacing's time (a test passes a fake pair).
     """
     if speed is not None and not (speed > 0 and np.isfinite(speed)):
         raise ValueError(f"speed must be a finite number > 0 (or None), got {speed}")
@@ -59,15 +61,16 @@ def replay_log(
         for kind in topics
     ]
     producer = transport.producer()
-    started = time.monotonic()
+    started = clock()
     first_ts: int | None = None
     try:
         for message in heapq.merge(*streams, key=lambda m: m.timestamp_ms):
             if speed is not None:
                 first_ts = message.timestamp_ms if first_ts is None else first_ts
                 due = started + (message.timestamp_ms - first_ts) / 1000 / speed
-                if due > time.monotonic():
-                    sleep(due - time.monotonic())
+                wait = due - clock()
+                if wait > 0:
+                    sleep(wait)
             partition = message.partition if message.partition in available[message.kind] else None
             producer.send(topics[message.kind], message.value, key=message.key, partition=partition)
             counts.messages[message.kind] += 1
@@ -77,7 +80,7 @@ def replay_log(
         producer.flush()
     finally:
         producer.close()
-    counts.seconds = time.monotonic() - started
+    counts.seconds = clock() - started
     return counts
 
 

@@ -3,7 +3,8 @@
 Each file is written to a temporary name, fsynced and renamed, so a file that exists is
 complete (its layout and footer: `stream.recording_files`). Only what a worker would
 learn from is recorded: a triplet message that fails to decode (at the recorder's
-width) is counted and left out, and rejected triplets (NaN/Inf, ties) are dropped,
+width), or one of weighted triplets (version 3: recordings carry no weights), is counted
+and left out, and rejected triplets (NaN/Inf, ties) are dropped,
 exactly as `workers.online` dead-letters them; replaying the log therefore trains the
 same weights as the original stream.
 """
@@ -35,6 +36,7 @@ from rankstream.stream.recording_files import (
     read_log_file,
 )
 from rankstream.stream.schema import (
+    UNKNOWN_VERSION,
     SchemaError,
     decode_query,
     decode_triplets,
@@ -173,6 +175,8 @@ class RecordingWriter:
     def _triplet_rows(self, message: Message) -> tuple[pa.RecordBatch, int]:
         """One row per group of the message's good triplets (format 2)."""
         block = decode_triplets(message.value, width=self.width)
+        if block.weighted:  # format 2 has no weight column: never replay them unweighted
+            raise SchemaError(UNKNOWN_VERSION, "weighted triplets (version 3) are not recorded")
         self.counts.rejected_rows += len(block.rejects)
         groups = group_triplets(block)
         columns = [

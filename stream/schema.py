@@ -14,6 +14,13 @@ its triplets as int16 rows of that table (`p1`, `p2`) with their grades (`rel1`,
 triplets over 50 images is ~40 bytes a triplet instead of version 1's 326. Version 1
 (one row per triplet with `phi1`, `phi2`) is still read.
 
+Triplets, version 3: version 2's layout plus `weight` (list<float32>, one per triplet,
+finite and > 0), each triplet's importance weight (the click join's inverse-propensity
+weights, `workers.click_join`). A writer writes version 3 only when some weight is not
+1, so judged feedback stays version 2, byte for byte; a reader of versions 1-2 refuses
+version 3 (`unknown_version`) instead of learning weighted pairs as unweighted ones. A
+version 1 or 2 triplet has weight 1.
+
 Decoding validates in two tiers. A problem with the whole message (not Arrow, truncated,
 wrong name/version, wrong field types, wrong width, nulls, inconsistent groups, too
 big) raises `SchemaError(reason, detail)`. A problem with single triplets (an image
@@ -43,8 +50,9 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.transport import Message
 from rankstream.stream.triplet_groups import TripletGroups, group_triplets
 
-TRIPLETS_VERSION = 2  # the version this code writes; READ_VERSIONS says what it reads
-READ_VERSIONS = {"triplets": (1, 2), "queries": (1, 2), "dead-letter": (1,)}
+TRIPLETS_VERSION = 2  # what this code writes for unweighted triplets (3 when weighted)
+WEIGHTED_TRIPLETS_VERSION = 3  # version 2 + a per-triplet weight
+READ_VERSIONS = {"triplets": (1, 2, 3), "queries": (1, 2), "dead-letter": (1,)}
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the broker's message.max.bytes
 _NAME_KEY, _VERSION_KEY = b"rankstream.schema", b"rankstream.version"
 WIDTH_KEY = b"rankstream.phi_dim"
@@ -100,7 +108,8 @@ def triplets_fields(width: int, version: int = TRIPLETS_VERSION) -> pa.Schema:
                 ("phi2", phi_type(width)),
             ]
         )
-    if version == 2:
+    if version in (2, 3):
+        weight = [("weight", pa.list_(pa.float32()))] if version == 3 else []
         return pa.schema(
             [
                 ("query_id", pa.int64()),
@@ -111,9 +120,10 @@ def triplets_fields(width: int, version: int = TRIPLETS_VERSION) -> pa.Schema:
                 ("p2", pa.list_(pa.int16())),
                 ("rel1", pa.list_(pa.int8())),
                 ("rel2", pa.list_(pa.int8())),
+                *weight,
             ]
         )
-    raise ValueError(f"triplets version {version} does not exist; versions are 1 and 2")
+    raise ValueError(f"triplets version {version} does not exist; versions are 1, 2 and 3")
 
 
 def queries_fields(width: int, version: int = 2) -> pa.Schema:
@@ -395,10 +405,14 @@ def block_key(block: TripletBlock) -> bytes:
     return triplet_key(int(block.query_id[0]) if len(block) else 0)
 
 
-def encode_triplets(block: TripletBlock, *, version: int = TRIPLETS_VERSION) -> bytes:
+def encode_triplets(block: TripletBlock, *, version: int | None = None) -> bytes:
     """One `rankstream.triplets` message at the block's width; ValueError for shapes,
-    NaN/Inf, ties or rows outside the table. `version=1` writes the pair layout (for
-    tests and the benchmark's comparison; readers of both exist)."""
+    NaN/Inf, ties, rows outside the table or weights that are not finite and > 0.
+
+    The version is 3 when some weight is not 1, else 2 (judged feedback: byte for byte
+    what it was before weights existed). `version=1` writes the pair layout (for tests
+    and the benchmark's comparison; readers of both exist); an explicit version that
+    cannot carry the block's weights is refused."""
     n = len(np.asarray(block.seq))
     rel1 = _checked_ints(block.rel1, np.int8, "rel1", n)
     rel2 = _checked_ints(block.rel2, np.int8, "rel2", n)
@@ -411,6 +425,14 @@ def encode_triplets(block: TripletBlock, *, version: int = TRIPLETS_VERSION) -> 
         rows = _checked_ints(getattr(block, name), np.int64, name, n)
         if n and (rows.min() < 0 or rows.max() >= m):
             raise ValueError(f"{name} must index the {m} rows of the image table")
+    weight = _checked_weights(block.weight, n)
+    weighted = weight is not None and bool((weight != 1).any())
+    if version is None:
+        version = WEIGHTED_TRIPLETS_VERSION if weighted else TRIPLETS_VERSION
+    if version not in (1, 2, 3):
+        raise ValueError(f"cannot write triplets version {version}; versions are 1, 2 and 3")
+    if weighted and version != WEIGHTED_TRIPLETS_VERSION:
+        raise ValueError(f"triplets version {version} has no weights; weighted ones are version 3")
     checked = TripletBlock(
         _checked_ints(block.seq, np.int64, "seq", n),
         _checked_ints(block.query_id, np.int64, "query_id", n),
@@ -420,15 +442,17 @@ def encode_triplets(block: TripletBlock, *, version: int = TRIPLETS_VERSION) -> 
         rel2,
         _checked_ints(block.image_id, np.int64, "image_id", m),
         phi,
+        weight=np.ones(n, np.float32) if version == 3 and weight is None else weight,
     )
     if version == 1:
         return _encode_pairs(checked)
-    if version != 2:
-        raise ValueError(f"cannot write triplets version {version}; versions are 1 and 2")
     groups = group_triplets(checked)
     width = phi.shape[1]
+    weights = []
+    if version == WEIGHTED_TRIPLETS_VERSION:
+        weights = [_list_column(groups.triplet_offsets, pa.array(groups.weight, pa.float32()))]
     return _write(
-        schema_of("triplets", width, 2),
+        schema_of("triplets", width, version),
         [
             pa.array(groups.query_id),
             pa.array(groups.first_seq),
@@ -441,8 +465,25 @@ def encode_triplets(block: TripletBlock, *, version: int = TRIPLETS_VERSION) -> 
                 _list_column(groups.triplet_offsets, pa.array(getattr(groups, name)))
                 for name in ("p1", "p2", "rel1", "rel2")
             ),
+            *weights,
         ],
     )
+
+
+def _checked_weights(weight: np.ndarray | None, n: int) -> np.ndarray | None:
+    """float32 (n,) weights, finite and > 0 (as float32: a float64 that rounds to 0 or
+    overflows is refused too), or None."""
+    if weight is None:
+        return None
+    w = np.asarray(weight)
+    if w.shape != (n,) or w.dtype.kind not in "fiu":
+        raise ValueError(f"weight must be ({n},) numbers, got {w.dtype} {w.shape}")
+    with np.errstate(over="ignore"):  # an overflow is refused just below, as inf
+        w32 = w.astype(np.float32)
+    bad = np.flatnonzero(~(np.isfinite(w32) & (w32 > 0)))
+    if bad.size:
+        raise ValueError(f"weight[{bad[0]}] = {w[bad[0]]}; weights must be finite and > 0")
+    return w32
 
 
 def _encode_pairs(block: TripletBlock) -> bytes:
@@ -469,8 +510,10 @@ def decode_triplets(
     width: int = DEFAULT_PHI_DIM,
     max_bytes: int = MAX_MESSAGE_BYTES,
 ) -> TripletBlock:
-    """Decode and validate one triplets message of version 1 or 2 at `width` (the
-    deployment's, `Settings.phi_dim`); bad triplets are dropped into `rejects`."""
+    """Decode and validate one triplets message of version 1, 2 or 3 at `width` (the
+    deployment's, `Settings.phi_dim`); bad triplets are dropped into `rejects`. A weight
+    that is not finite and > 0 refuses the whole message (`non_finite` / `bad_schema`):
+    it is the producer's arithmetic that failed, not one image."""
     batch, version = _read(data, "triplets", width, max_bytes)
     if version == 1:
         return _decode_pairs(batch, width)
@@ -478,6 +521,8 @@ def decode_triplets(
     problem = groups.problem()
     if problem is not None:
         raise SchemaError(BAD_SCHEMA, problem)
+    if groups.weight is not None:
+        _check_decoded_weights(groups.weight)
     block = groups.to_block()
     finite = np.isfinite(block.phi).all(axis=1)
     if finite.all():
@@ -497,6 +542,12 @@ def _groups(batch: pa.RecordBatch, width: int) -> TripletGroups:
         offsets, rest[name] = _list_parts(column[name])
         if not _same_offsets(triplet_offsets, offsets):
             raise SchemaError(BAD_SCHEMA, f"p1 and {name} lists differ in length")
+    weight = None
+    if "weight" in column:
+        offsets, weight = _list_parts(column["weight"])
+        if not _same_offsets(triplet_offsets, offsets):
+            raise SchemaError(BAD_SCHEMA, "p1 and weight lists differ in length")
+        weight = numpy_view(weight)
     return TripletGroups(
         query_id=_ints(column["query_id"]),
         first_seq=_ints(column["first_seq"]),
@@ -508,7 +559,18 @@ def _groups(batch: pa.RecordBatch, width: int) -> TripletGroups:
         p2=_ints(rest["p2"]),
         rel1=_ints(rest["rel1"]),
         rel2=_ints(rest["rel2"]),
+        weight=weight,
     )
+
+
+def _check_decoded_weights(weight: np.ndarray) -> None:
+    finite = np.isfinite(weight)
+    if not finite.all():
+        t = int(np.flatnonzero(~finite)[0])
+        raise SchemaError(NON_FINITE, f"triplet {t} has weight {float(weight[t])}")
+    if (weight <= 0).any():
+        t = int(np.flatnonzero(weight <= 0)[0])
+        raise SchemaError(BAD_SCHEMA, f"triplet {t} has weight {float(weight[t])}; must be > 0")
 
 
 def _same_offsets(a: np.ndarray, b: np.ndarray) -> bool:

@@ -82,6 +82,14 @@ def _fraction(name: str, value: str) -> float:
     return number
 
 
+def _share(name: str, value: str) -> float:
+    """A share of traffic: 0 (none) up to, not including, 1."""
+    number = _number(value)
+    if number is None or not 0.0 <= number < 1.0:
+        raise SettingsError(ENV_PREFIX + name, value, "a number >= 0 and < 1")
+    return number
+
+
 def _ndcg_difference(name: str, value: str) -> float:
     """A positive NDCG difference, at most 1."""
     number = _number(value)
@@ -275,8 +283,20 @@ class Settings:
     # `rankstream serve` writes every ranking it answers to the impressions topic (what a
     # click names), from a queue of at most `impression_queue` impressions drained by a
     # thread: ranking never waits on it; what a full queue drops is counted and logged.
+    # 1,000 impressions of 300 x 36 phi hold ~43 MB (a second of a busy server: Kafka's
+    # producer buffers 32 MB more behind it).
     impression_logging: bool = True
-    impression_queue: int = 10_000
+    impression_queue: int = 1000
+    # The click join (`workers.click_join`): an impression's clicks join it for this long
+    # (event time), and a click that overtook its impression waits this long for it.
+    click_window_s: float = 1800.0
+    click_grace_s: float = 60.0
+    # The share of logged rankings `rankstream serve` answers with ranks 1 and k swapped
+    # at random (`ranking.propensity.choose_swap`), from which the click join estimates
+    # propensities. Off by default (the answer's scores then always descend): a deployment
+    # that learns from clicks sets a small share, e.g. 0.05; without it the join's weights
+    # use the 1/rank prior.
+    intervention_share: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
@@ -359,4 +379,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "unicon_calibration": ("UNICON_CALIBRATION", _positive_int),
     "impression_logging": ("IMPRESSION_LOGGING", _on_off),
     "impression_queue": ("IMPRESSION_QUEUE", _positive_int),
+    "click_window_s": ("CLICK_WINDOW_SECONDS", _positive_seconds),
+    "click_grace_s": ("CLICK_GRACE_SECONDS", _positive_seconds),
+    "intervention_share": ("INTERVENTION_SHARE", _share),
 }

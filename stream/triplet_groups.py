@@ -45,6 +45,7 @@ class TripletGroups:
     p2: np.ndarray  # int16 (n,)
     rel1: np.ndarray  # int8 (n,)
     rel2: np.ndarray  # int8 (n,)
+    weight: np.ndarray | None = None  # float32 (n,) importance weights; None = all 1
 
     def __len__(self) -> int:
         return len(self.query_id)
@@ -72,6 +73,8 @@ class TripletGroups:
             return "first_seq, image_id and phi lengths disagree"
         if not (len(self.p2) == len(self.rel1) == len(self.rel2) == n):
             return "p1, p2, rel1 and rel2 lengths disagree"
+        if self.weight is not None and len(self.weight) != n:
+            return "p1 and weight lengths disagree"
         if n == 0:
             return None
         if g == 1:  # one judged query: the common message, checked with scalars
@@ -107,6 +110,7 @@ class TripletGroups:
                 rel2=self.rel2,
                 image_id=self.image_id,
                 phi=self.phi,
+                weight=self.weight,
             )
         counts = self.triplet_counts
         image_start = np.repeat(self.image_offsets[:-1].astype(np.int32), counts)
@@ -120,6 +124,7 @@ class TripletGroups:
             rel2=self.rel2,
             image_id=self.image_id,
             phi=self.phi,
+            weight=self.weight,
         )
 
 
@@ -147,6 +152,7 @@ def group_triplets(block: TripletBlock) -> TripletGroups:
     group's table keeps the block's table order.
     """
     block = block.compact()  # only referenced rows: a slice of a big chunk stays cheap
+    weight = None if block.weight is None else np.asarray(block.weight, np.float32)
     n, m = len(block), len(block.image_id)
     starts = group_starts(block)
     g = len(starts)
@@ -166,6 +172,7 @@ def group_triplets(block: TripletBlock) -> TripletGroups:
             (p2 - local).astype(np.int16),
             np.asarray(block.rel1, np.int8),
             np.asarray(block.rel2, np.int8),
+            weight,
         )
     canonical = _canonical_rows(block)
     group_of = np.repeat(np.arange(g, dtype=np.int64), np.diff(triplet_offsets))
@@ -185,6 +192,7 @@ def group_triplets(block: TripletBlock) -> TripletGroups:
         local[n:].astype(np.int16),
         np.asarray(block.rel1, np.int8),
         np.asarray(block.rel2, np.int8),
+        weight,
     )
 
 

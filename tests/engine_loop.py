@@ -34,17 +34,33 @@ import urllib.request
 import numpy as np
 
 
-def call(url: str, path: str, body: dict | None, token: str | None) -> dict:
-    """One request; JSON in and out; raises on any status but 200."""
+def call(url: str, path: str, body: dict | None, token: str | None, attempts: int = 30) -> dict:
+    """One request; JSON in and out; raises on any status but 200.
+
+    A 503 is the API's "not now" (a wait on Kafka or the store passed its deadline) and a
+    409 "the first attempt is still in flight": the engine waits (`Retry-After`, else 1 s)
+    and sends the same request again, at most `attempts` times. Feedback is idempotent by
+    its query id, so a repeat is never counted twice; it gets the first attempt's answer.
+    """
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url + path, data=data, method="GET" if body is None else "POST"
-    )
-    request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.load(reply)
+    attempt = 1
+    while True:
+        request = urllib.request.Request(
+            url + path, data=data, method="GET" if body is None else "POST"
+        )
+        request.add_header("Content-Type", "application/json")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return json.load(reply)
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (409, 503) or attempt == attempts:
+                raise
+            retry_after = float(exc.headers.get("Retry-After") or 1)
+            print(f"{path}: {exc.code}, retry {attempt} in {retry_after:g} s", file=sys.stderr)
+            time.sleep(min(retry_after, 10.0))
+            attempt += 1
 
 
 def wait_live(url: str, seconds: float = 60) -> None:

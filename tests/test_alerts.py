@@ -24,6 +24,7 @@ WANTED = {
     "DeadLettersArriving",
     "CheckpointTooOld",
     "WorkerDown",
+    "ClickJoinLagging",
 }
 
 

@@ -93,8 +93,9 @@ def test_every_default_is_shown_in_help(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "batch", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "reservoir sampling seed (default: 0)" in text
-    assert "(default 5000)" in text and "(default: 5000)" not in text  # never twice
+    assert "reservoir sampling seed (RankMKL's pair sampling too) (default 0;" in text
+    assert "(default 5000;" in text and "(default: 5000)" not in text  # never twice
+    assert "$RANKSTREAM_BATCH_RESERVOIR" in text  # and the variable that sets it
 
 
 def test_the_embedded_store_is_named_when_no_services_are_configured():

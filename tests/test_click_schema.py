@@ -107,6 +107,22 @@ def test_an_impression_round_trips_exactly_with_every_optional_field():
     assert decoded.records[0].teams is None and decoded.records[0].team_models == ()
 
 
+@pytest.mark.parametrize("count", [0, 2])
+def test_the_fast_impression_writer_writes_what_pyarrows_stream_writer_writes(count):
+    """encode_impressions appends a record batch to a cached schema message: the bytes
+    must be exactly a standard IPC stream of the same table."""
+    impressions = [
+        _impression(seed=seed, teams=np.array([0, -1, 0, 0]), team_models=("a",))
+        for seed in range(count)
+    ] + [_impression(seed=9)]
+    message = encode_impressions(impressions)
+    table = pa.ipc.open_stream(message).read_all()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert message == sink.getvalue().to_pybytes()
+
+
 def test_the_wire_layout_is_the_documented_one():
     message = encode_impressions([_impression()])
     schema = pa.ipc.open_stream(message).schema

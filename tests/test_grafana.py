@@ -128,6 +128,13 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
         "rankstream_checkpoint_seconds",
         "rankstream_refit_seconds",
         "rankstream_dead_letters_total",
+        # the click join (issue 26): impressions, clicks, CTR@k, MRR, lag, propensities
+        "rankstream_join_impressions_total",
+        "rankstream_join_clicks_total",
+        "rankstream_join_impressions_clicked_at_total",
+        "rankstream_join_reciprocal_rank_total",
+        "rankstream_join_lag_seconds",
+        "rankstream_click_propensity",
     }
     assert wanted <= read, f"no panel for {wanted - read}"
     gain = [q for _, _, q in dashboard_queries() if 'model="uni_con"' in q]

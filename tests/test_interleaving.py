@@ -165,3 +165,19 @@ def test_ties_count_as_zero_differences() -> None:
     race = InterleavingRace(ChampionPolicy())
     race.observe("arow", [1, 0, 0, -1])
     assert race.races["arow"].n == 4 and race.races["arow"].mean == 0.0
+
+
+def test_a_race_saved_by_the_msprt_starts_over() -> None:
+    """An interleaving state from before the test by betting (counts and [n, mean, m2])
+    keeps its incumbent; the race and its counts start over (no wealth to restore)."""
+    old = {
+        "incumbent": "opar1",
+        "races": {"arow": {"counts": {"wins": 5, "losses": 2, "ties": 3}, "stats": [10, 0.3, 6.1]}},
+    }
+    race = InterleavingRace.from_state(ChampionPolicy(), old)
+    assert race.incumbent == "opar1" and race.races["arow"].n == 0
+    assert race.counts["arow"] == {"wins": 0, "losses": 0, "ties": 0}
+    race.observe("arow", [1, -1, 0])
+    assert (
+        InterleavingRace.from_state(ChampionPolicy(), race.to_state()).summary() == race.summary()
+    )

@@ -1,7 +1,8 @@
 """Every Grafana panel's query returns data from a real Prometheus scraping the pipeline.
 
 The harness's Prometheus (Debian package) scrapes the natively-run simulator, online
-worker, batch worker and evaluator, each a `rankstream` subprocess on the session's
+worker, batch worker, evaluator and click join (fed a paced stream of impressions and
+clicks), each a `rankstream` subprocess on the session's
 Kafka and Redis with its own metrics port, registered with `add_scrape_target`. A few
 undecodable messages go to the triplets topic so the dead-letter panel has something
 to show. The test then evaluates each panel's PromQL (Grafana's `$__rate_interval` set
@@ -26,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_grafana import dashboard_queries
@@ -45,6 +47,7 @@ PIPELINE: dict[str, list[str]] = {
         "--refit-seconds", "5", "--mkl-pairs", "300",
     ],
     "evaluator": ["worker", "evaluator", "--window", "50"],
+    "click-join": ["worker", "click-join"],
     "simulator": [
         "simulate", "--serving", "champion", "--images", "20000",
         "--triplets", "100000000", "--rate", "1500",
@@ -128,6 +131,26 @@ def _send_undecodable_triplets(settings: Settings, count: int = 3) -> None:
         transport.close()
 
 
+def _start_click_stream(settings: Settings, seconds: float):  # type: ignore[no-untyped-def]
+    """Impressions and their clicks for the click join, paced over `seconds` (its rates
+    stay defined while the test waits), with an unknown impression's click early on."""
+    from rankstream.harness.chaos_join import JoinChaosPlan, StreamProducer, join_stream
+    from rankstream.stream.click_schema import Click, encode_clicks
+    from rankstream.stream.connect import open_transport
+
+    transport = open_transport(settings)
+    try:
+        transport.ensure_topics({settings.impressions_topic: 1, settings.clicks_topic: 1})
+    finally:
+        transport.close()
+    messages = join_stream(JoinChaosPlan(impressions=2_000, kills=0), settings.phi_dim)
+    unknown = encode_clicks([Click("f" * 32, 5, time=1.0)])  # long before any impression
+    messages.insert(4, ("click", b"f" * 32, unknown))
+    producer = StreamProducer(settings, messages, rate=len(messages) / seconds)
+    producer.start()
+    return producer
+
+
 def _query(prometheus_url: str, expr: str) -> list[dict]:
     url = f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
@@ -168,6 +191,15 @@ def test_every_dashboard_query_returns_data(services, pipeline) -> None:
     settings, workers = pipeline
     queries = dashboard_queries(window=WINDOW)
     _send_undecodable_triplets(settings)
+    clicks = _start_click_stream(settings, DATA_DEADLINE_S)
+    try:
+        _wait_for_every_panel(services, workers, queries)
+    finally:
+        clicks.stop()
+
+
+def _wait_for_every_panel(services: Any, workers: list[Worker], queries: list) -> None:
+    """Until every (panel, query) returns a finite sample from these workers' series."""
     jobs = [w.job for w in workers]
     queries = [(title, ref, scoped(expr, jobs)) for title, ref, expr in queries]
     empty: list[str] = []

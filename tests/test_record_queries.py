@@ -63,14 +63,25 @@ def _record(tmp_path):
 def test_replay_merges_kinds_by_time_keeps_keys_and_paces(tmp_path):
     directory = _record(tmp_path)
     transport = EmbeddedTransport()
+    now = [100.0]  # a fake clock that only the fake sleep advances
     sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
     counts = replay_log(
-        transport, directory, {"triplets": "a.t", "queries": "a.q"}, speed=2.0, sleep=sleeps.append
+        transport,
+        directory,
+        {"triplets": "a.t", "queries": "a.q"},
+        speed=2.0,
+        sleep=sleep,
+        clock=lambda: now[0],
     )
     assert counts.messages == {"triplets": 4, "queries": 3} and counts.rows == 403
-    # The fake sleep never advances the clock: each wait is the message's due time,
-    # so the last (600 ms after the first, at 2x) waits just under 0.3 s.
-    assert 0.2 < max(sleeps) <= 0.3 and sleeps == sorted(sleeps)
+    # Merged by time, one message every 100 recorded ms, at 2x: a 50 ms wait before each
+    # but the first, and the run lasts the recording's 600 ms / 2.
+    assert sleeps == pytest.approx([0.05] * 6) and counts.seconds == pytest.approx(0.3)
     consumer = transport.consumer()
     consumer.assign([("a.t", 0), ("a.q", 0)])
     got = consumer.poll(timeout_ms=10, max_records=100)

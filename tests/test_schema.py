@@ -298,11 +298,13 @@ def test_bad_and_truncated_bytes_are_refused():
 
 def test_unknown_version_and_foreign_schemas_are_refused():
     v1 = schema_of("triplets", version=1)
-    v3 = v1.with_metadata({**v1.metadata, b"rankstream.version": b"3"})
-    assert "knows version(s) 1, 2" in str(_expect("unknown_version", _raw(_columns(), v3)))
+    v4 = v1.with_metadata({**v1.metadata, b"rankstream.version": b"4"})
+    assert "knows version(s) 1, 2, 3" in str(_expect("unknown_version", _raw(_columns(), v4)))
     v2 = schema_of("triplets")
+    as_v4 = v2.with_metadata({**v2.metadata, b"rankstream.version": b"4"})
+    _expect("unknown_version", _raw_groups([_group()], as_v4))
     as_v3 = v2.with_metadata({**v2.metadata, b"rankstream.version": b"3"})
-    _expect("unknown_version", _raw_groups([_group()], as_v3))
+    _expect("bad_schema", _raw_groups([_group()], as_v3))  # v3 without its weight column
     _expect("bad_schema", _raw(_columns(), v1.remove_metadata()))
     _expect("bad_schema", _raw_groups([_group()], v2.remove_metadata()))
     query = encode_query(_query())
@@ -405,8 +407,8 @@ def test_the_encoder_refuses_bad_input_with_value_errors():
     block = TripletBlock.from_pairs(**cols)
     with pytest.raises(ValueError, match="index the 8 rows"):
         encode_triplets(dataclasses.replace(block, p2=block.p2 + 1))
-    with pytest.raises(ValueError, match="version 3"):
-        encode_triplets(block, version=3)
+    with pytest.raises(ValueError, match="version 4"):
+        encode_triplets(block, version=4)
 
 
 def _query(k: int = 8) -> JudgedQuery:

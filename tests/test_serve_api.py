@@ -115,7 +115,9 @@ def test_arrow_bodies_and_answers_carry_the_same_ranking(store) -> None:
     assert table.column_names == ["candidate_ids", "scores"]
     assert table.column("candidate_ids").to_pylist() == as_json["candidate_ids"]
     assert table.column("scores").to_pylist() == as_json["scores"]
-    assert table.schema.metadata == {b"model": b"uni_con", b"version": b"1"}
+    metadata = dict(table.schema.metadata)
+    assert len(metadata.pop(b"impression_id")) == 32  # the impression it was logged as
+    assert metadata == {b"model": b"uni_con", b"version": b"1"}
     assert as_json_from_arrow["candidate_ids"] == as_json["candidate_ids"]
     assert "deprecation" not in reply.headers
 

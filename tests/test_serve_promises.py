@@ -60,9 +60,14 @@ def _feedback(**change) -> dict:
     return {k: v for k, v in {**body, **change}.items() if v is not ...}
 
 
-def _triplet_messages(prefix: str = "promises") -> list:
+def _clicks(**change) -> dict:
+    body = {"impression_id": "i-1", "clicks": [{"candidate_id": 12, "position": 2}]}
+    return {**body, **change}
+
+
+def _triplet_messages(prefix: str = "promises", kind: str = "triplets") -> list:
     transport = embedded_transport()
-    topic = f"{prefix}.triplets"
+    topic = f"{prefix}.{kind}"
     consumer = transport.consumer()
     consumer.assign([(topic, p) for p in transport.partitions_for(topic)])
     return consumer.poll(timeout_ms=0, max_records=1000)
@@ -120,6 +125,24 @@ BAD_INPUTS = [
      "query_id"),
     ("no candidate judged", "/v1/feedback", _feedback(relevance=[None] * 4), 422,
      "invalid_field", "relevance"),
+    ("`query_id: 1.5` (ranking)", "/v1/rank", _rank(query_id=1.5), 422, "invalid_field",
+     "query_id"),
+    ("a 201-character `request_id`", "/v1/rank", _rank(request_id="r" * 201), 422,
+     "invalid_field", "request_id"),
+    ("a click's `candidate_id: \"7\"`", "/v1/clicks",
+     _clicks(clicks=[{"candidate_id": "7"}]), 422, "invalid_field", "clicks[0].candidate_id"),
+    ("a click's `position: 0`", "/v1/clicks", _clicks(clicks=[{"candidate_id": 7,
+     "position": 0}]), 422, "invalid_field", "clicks[0].position"),
+    ("a click's `dwell: -1`", "/v1/clicks", _clicks(clicks=[{"candidate_id": 7, "dwell": -1}]),
+     422, "invalid_field", "clicks[0].dwell"),
+    ("an unknown key `colour` in a click", "/v1/clicks",
+     _clicks(clicks=[{"candidate_id": 7, "colour": 1}]), 422, "unknown_field",
+     "clicks[0].colour"),
+    ("`impression_id` with a space", "/v1/clicks", _clicks(impression_id="a b"), 422,
+     "invalid_field", "impression_id"),
+    ("one impression twice in a batch", "/v1/clicks",
+     {"impressions": [_clicks(), _clicks()]}, 422, "invalid_field",
+     "impressions[1].impression_id"),
     ("`{not json`", "/v1/rank", b"{not json", 400, "malformed_body", None),
     ("a JSON array body", "/v1/feedback", b"[1, 2]", 400, "malformed_body", None),
 ]  # fmt: skip
@@ -141,7 +164,7 @@ def test_each_bad_input_gets_one_error_shape_naming_its_field(
     assert set(reply.json()) == {"error"} and set(error) == {"code", "message", "field"}
     assert (error["code"], error["field"]) == (code, field), error
     assert len(error["message"]) <= 200
-    assert _triplet_messages() == []
+    assert _triplet_messages() == [] and _triplet_messages(kind="clicks") == []
 
 
 def _readme_table_rows() -> list[str]:
@@ -264,7 +287,8 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )  # fmt: skip
 FIELDS = {
-    "/v1/rank": ["candidate_ids", "phi", "model", "version"],
+    "/v1/rank": ["candidate_ids", "phi", "model", "version", "query_id", "request_id"],
+    "/v1/clicks": ["impression_id", "clicks", "impressions"],
     "/v1/feedback": ["query_id", "candidate_ids", "phi", "relevance", "model", "version",
                      "model_versions", "served_by", "served_version"],
 }  # fmt: skip
@@ -291,7 +315,9 @@ def property_client():
 @given(case=CASES, query_id=st.integers(0, 10**9))
 def test_random_json_in_any_field_is_never_a_server_error(property_client, case, query_id):
     route, field, value = case
-    base = _rank() if route == "/v1/rank" else _feedback(query_id=query_id)
+    base = {"/v1/rank": _rank(), "/v1/clicks": _clicks(impression_id=f"i-{query_id}")}.get(
+        route, _feedback(query_id=query_id)
+    )
     body = {k: v for k, v in base.items() if k not in ("served_by", "model")} if (
         field == "served_by") else base  # fmt: skip
     reply = property_client.post(route, content=json.dumps({**body, field: value}),

@@ -5,8 +5,9 @@ the broker (or Redis) is paused, then resumed: no client timeout, every feedback
 answered 200 or 503 within the deadline (plus a margin for this noisy 2-core machine),
 /readyz 503 during the pause, ranking served from memory all along, feedback 200 again
 within 30 s of the resume, and every acknowledged query's triplets on the topic exactly
-once. SIGTERM during a pause ends serve within 15 s. Two serve processes on one Redis,
-given the same feedback under one key, publish one set of triplets.
+once, and every ranking's impression either on the impressions topic or counted as
+dropped (never lost silently). SIGTERM during a pause ends serve within 15 s. Two serve
+processes on one Redis, given the same feedback under one key, publish one set of triplets.
 
 The pause lasts `RANKSTREAM_STALL_SECONDS` (default 15 s, so `make test` checks the promise
 on every run); `make stall-test` runs the issue's 75 s.
@@ -32,6 +33,7 @@ import pytest
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.stream.click_schema import decode_impressions
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
@@ -110,6 +112,40 @@ def _triplets_per_query(settings, expect: set[int], seconds: float = 60.0) -> Co
     return counts
 
 
+def _impressions_settled(server: ServeProcess, ranks: int, seconds: float = 60.0) -> dict:
+    """The server's impression counters once each of `ranks` impressions was handed to
+    the broker or dropped (a hang guard of `seconds`, never the thing tested)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        counts = server.impression_counts()
+        reasons = counts["dropped_by_reason"]
+        offered = counts["logged"] + counts["dropped"] - reasons.get("delivery_failed", 0)
+        if offered >= ranks or time.monotonic() > deadline:
+            assert offered == ranks, (ranks, counts)
+            return counts
+        time.sleep(0.2)
+
+
+def _impression_ids(settings, seconds: float = 30.0) -> set[str]:
+    """Every impression id on the impressions topic (read until 3 idle polls)."""
+    transport = open_transport(settings)
+    consumer = transport.consumer()
+    topic = settings.impressions_topic
+    consumer.assign([(topic, p) for p in transport.partitions_for(topic)])
+    for _, partition in consumer.assignment():
+        consumer.seek_to_beginning(topic, partition)
+    ids: set[str] = set()
+    deadline, idle = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline and idle < 3:
+        messages = consumer.poll(timeout_ms=1000)
+        for message in messages:
+            ids.update(i.impression_id for i in decode_impressions(message.value).records)
+        idle = idle + 1 if not messages else 0
+    consumer.close()
+    transport.close()
+    return ids
+
+
 class Client:
     """Posts feedback every second (each on its own thread), ranks and asks /readyz."""
 
@@ -118,6 +154,7 @@ class Client:
         self.feedback: list[tuple[int, float, float, int | None, dict | None]] = []
         self.ready: list[tuple[float, int]] = []
         self.ranks: list[int] = []
+        self.impressions: list[str] = []  # the impression id of every ranking answered
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=40)
         self._next_id = 1
@@ -142,6 +179,8 @@ class Client:
         with self._lock:
             self.ready.append((time.monotonic(), ready.status_code))
             self.ranks.append(ranked.status_code)
+            if ranked.status_code == 200:
+                self.impressions.append(ranked.json()["impression_id"])
 
     def run_for(self, seconds: float) -> None:
         until = time.monotonic() + seconds
@@ -179,6 +218,7 @@ def _stall(services, service_settings, tmp_path: Path, paused: str) -> None:
         resumed = time.monotonic()
         back_within = client.until_accepted(RESUME_WITHIN_S)
         client.drain()
+        impressions = _impressions_settled(server, len(client.impressions))
         log = (tmp_path / "serve.log").read_text()
 
     answers = client.feedback
@@ -196,6 +236,14 @@ def _stall(services, service_settings, tmp_path: Path, paused: str) -> None:
     assert back_within <= RESUME_WITHIN_S, "feedback not accepted within 30 s of the resume"
     assert "Traceback" not in log
 
+    # every ranking's impression: handed to the broker or dropped and counted, and every
+    # one handed over and not counted as failed is on the topic (serve has flushed)
+    logged = _impression_ids(service_settings)
+    found = len(set(client.impressions) & logged)
+    failed = impressions["dropped_by_reason"].get("delivery_failed", 0)
+    assert found + impressions["dropped"] >= len(client.impressions), (found, impressions)
+    assert found >= impressions["logged"] - failed, (found, impressions)
+
     acknowledged = {a[0]: a[4]["triplets"] for a in answers if a[3] == 200}
     counts = _triplets_per_query(service_settings, set(acknowledged))
     wrong = {q: (counts.get(q, 0), n) for q, n in acknowledged.items() if counts.get(q, 0) != n}
@@ -205,7 +253,9 @@ def _stall(services, service_settings, tmp_path: Path, paused: str) -> None:
         f"{Counter(a[3] for a in answers)}, slowest answer {slowest:.2f}s, readyz 503 "
         f"{len(ready_during)}/{len(ready_during)} during, {len(client.ranks)} ranks all 200, "
         f"feedback 200 again {back_within:.1f}s after the resume, {len(acknowledged)} "
-        "acknowledged queries' triplets consumed exactly once"
+        "acknowledged queries' triplets consumed exactly once; impressions: "
+        f"{found} of {len(client.impressions)} on the topic, dropped "
+        f"{impressions['dropped_by_reason'] or 0}"
     )
 
 

@@ -57,6 +57,8 @@ GOOD = {
     "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": ("SSL", "kafka_security_protocol", None),
     "RANKSTREAM_API_MAX_BODY_BYTES": ("1024", "api_max_body_bytes", 1024),
     "RANKSTREAM_API_DEADLINE_SECONDS": ("2.5", "api_deadline_s", 2.5),
+    "RANKSTREAM_IMPRESSION_LOGGING": ("off", "impression_logging", False),
+    "RANKSTREAM_IMPRESSION_QUEUE": ("50", "impression_queue", 50),
     "RANKSTREAM_IDEMPOTENCY_RETENTION_SECONDS": ("3600", "idempotency_retention_s", 3600.0),
 }
 
@@ -82,6 +84,8 @@ BAD = {
     "RANKSTREAM_API_TOKEN": ("   ", "non-blank text"),
     "RANKSTREAM_API_DEADLINE_SECONDS": ("nan", "a number of seconds > 0"),
     "RANKSTREAM_API_GRACE_SECONDS": ("-1", "a number of seconds > 0"),
+    "RANKSTREAM_IMPRESSION_LOGGING": ("yes", "on or off"),
+    "RANKSTREAM_IMPRESSION_QUEUE": ("0", "an integer >= 1"),
 }
 
 
@@ -125,3 +129,13 @@ def test_a_bad_sentinel_url_is_refused_naming_the_variable(monkeypatch, url):
     monkeypatch.setenv("RANKSTREAM_REDIS_URL", url)
     with pytest.raises(ValueError, match="RANKSTREAM_REDIS_URL must be redis\\+sentinel://"):
         Settings.from_env()
+
+
+def test_every_topic_is_named_from_the_one_list_of_kinds():
+    from rankstream.stream.settings import TOPIC_KINDS
+
+    settings = Settings(topic_prefix="p")
+    assert settings.topics == [f"p.{kind}" for kind in TOPIC_KINDS]
+    assert (settings.impressions_topic, settings.clicks_topic) == ("p.impressions", "p.clicks")
+    with pytest.raises(ValueError, match="unknown topic kind"):
+        settings.topic("nope")

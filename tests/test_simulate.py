@@ -359,13 +359,55 @@ def test_clicking_users_send_impressions_and_their_clicks_as_an_engine_would(
             assert click.impression_id == impression.impression_id
             if click.clicked:
                 assert impression.candidate_ids[click.position - 1] == click.candidate_id
+        assert not clicks[-1].clicked  # the session-over row closes every impression
         total += len(got)
     assert summary["clicks"] == total > 0
 
 
+def test_the_click_join_turns_the_simulated_clicks_into_weighted_triplets(
+    embedded_settings, world
+) -> None:
+    """The route an engine's clicks take: the simulator's impressions and clicks, joined
+    by the click join (`workers.click_join`) into weighted triplets for the learners, one
+    group per impression with a click, each pair a shown result of that impression."""
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.workers.click_join import ClickJoin
+    from rankstream.workers.click_join_options import JoinOptions
+
+    options = dataclasses.replace(CLICK_OPTIONS, feedback="clicks:informational", queries=20)
+    summary = _simulate(embedded_settings, world, options).summary()
+    transport, store = open_transport(embedded_settings), open_store(embedded_settings)
+    topics = (embedded_settings.impressions_topic, embedded_settings.clicks_topic)
+    ends = {topic: transport.end_offsets(topic) for topic in topics}
+
+    def read_everything(runtime) -> bool:
+        seen = runtime.handler.offsets
+        return all(seen.get(t, {}).get(p) == e for t, pe in ends.items() for p, e in pe.items())
+
+    assert (
+        ClickJoin(embedded_settings, JoinOptions(), transport=transport, store=store).run(
+            until=read_everything
+        )
+        == 0
+    )
+    shown = {}
+    for message in _read(embedded_settings, embedded_settings.impressions_topic):
+        (impression,) = decode_impressions(message.value).records
+        shown[impression.query_id] = set(impression.candidate_ids.tolist())
+    blocks = [
+        decode_triplets(m.value) for m in _read(embedded_settings, embedded_settings.triplets_topic)
+    ]
+    assert blocks and summary["clicks"] > 0
+    for block in blocks:
+        weight = np.ones(len(block)) if block.weight is None else block.weight  # v2: all 1
+        assert (weight >= 1.0).all()  # 1 / P(examined), P <= 1
+        for query, p1, p2 in zip(block.query_id, block.p1_id, block.p2_id, strict=True):
+            assert {int(p1), int(p2)} <= shown[int(query)]
+
+
 def test_the_feedback_option_is_checked() -> None:
-    with pytest.raises(ValueError, match="no triplets"):
-        dataclasses.replace(CLICK_OPTIONS, triplets=100)
+    with pytest.raises(ValueError, match="number of queries"):
+        dataclasses.replace(CLICK_OPTIONS, queries=None)
     with pytest.raises(ValueError, match="unknown click model"):
         dataclasses.replace(CLICK_OPTIONS, feedback="clicks:nobody")
     with pytest.raises(ValueError, match="judged"):
@@ -381,5 +423,5 @@ def test_cli_simulates_clicking_users(monkeypatch, tmp_path, capsys) -> None:
     assert main([*args, "--images", "4000", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["queries"] == 5 and summary["triplets"] == 0 and summary["clicks"] > 0
-    assert main([*args, "--triplets", "10", "--images", "4000"]) == 2
-    assert "no triplets" in capsys.readouterr().err
+    assert main(["simulate", "--feedback", "clicks:informational", "--images", "4000"]) == 2
+    assert "number of queries" in capsys.readouterr().err

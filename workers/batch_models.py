@@ -34,6 +34,7 @@ from rankstream.ranking.triplets import TripletBlock
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import WIDTH_KEY
+from rankstream.workers.options import option
 
 MEASURES_PER_DESCRIPTOR = 4
 CMDS_DML, RANKMKL = "cmds_dml", "rankmkl"
@@ -367,10 +368,14 @@ def fit_cmds_dml(
 class RankMKLParams:
     """`max_pairs` bounds the training pairs (RankMKL's kernels are n x n over their points)."""
 
-    kernel: str = "linear"
-    C: float = 1.0
-    max_pairs: int = 1500
-    seed: int = 0
+    kernel: str = option(
+        "linear", "RankMKL base kernel per descriptor group", choices=("linear", "chi2")
+    )
+    C: float = option(1.0, cli=False)
+    max_pairs: int = option(
+        1500, "RankMKL trains on at most P reservoir pairs", name="pairs", metavar="P"
+    )
+    seed: int = option(0, cli=False)  # `worker batch` sets the reservoir's
 
 
 class RankMKLScorer:

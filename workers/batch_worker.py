@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,16 +56,14 @@ from rankstream.stream.store import Fence, check_width, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.batch_models import (
-    BATCH_KINDS,
     CMDS_DML,
     RANKMKL,
-    CMDSDMLParams,
-    RankMKLParams,
     fit_cmds_dml,
     fit_rankmkl,
 )
+from rankstream.workers.batch_options import BatchOptions
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
-from rankstream.workers.runtime_options import Cadence, CadenceTimer, RuntimeOptions
+from rankstream.workers.runtime_options import CadenceTimer
 from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["EXIT_FENCED", "EXIT_OK", "BatchHandler", "BatchOptions", "BatchWorker"]
@@ -74,52 +72,6 @@ RESERVOIR_NAME = "reservoir"
 RESERVOIR_KIND = "reservoir"
 
 log = get_logger("rankstream.worker.batch")
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    """What `rankstream worker batch` can be told, beyond the environment's Settings."""
-
-    reservoir: int = 5000
-    refit_seconds: float | None = 60.0  # None: refit only when asked (the embedded demo)
-    refit_records: int | None = 5000
-    exit_when_idle: float | None = None
-    models: tuple[str, ...] = BATCH_KINDS
-    seed: int = 0  # the reservoir's sampling seed and RankMKL's pair sampling
-    min_triplets: int = 50  # no refit before the reservoir holds this many rows
-    persist_seconds: float | None = 5.0  # None: persist only when asked
-    keep_reservoir_versions: int = 2  # reservoirs are big; keep few snapshots
-    cmds_dml: CMDSDMLParams = field(default_factory=CMDSDMLParams)
-    rankmkl: RankMKLParams = field(default_factory=RankMKLParams)
-    poll_ms: int = 200
-    max_poll_records: int = 500
-    partitions: int = 1  # created with this many partitions when the topic is missing
-
-    def __post_init__(self) -> None:
-        if self.reservoir < 1:
-            raise ValueError(f"reservoir must be >= 1, got {self.reservoir}")
-        if (
-            not self.models
-            or set(self.models) - set(BATCH_KINDS)
-            or len(set(self.models)) != len(self.models)
-        ):
-            raise ValueError(f"models must be distinct names from {BATCH_KINDS}, got {self.models}")
-        if self.min_triplets < 1:
-            raise ValueError(f"min_triplets must be >= 1, got {self.min_triplets}")
-        self.refit_cadence()  # checked there, and the runtime's options too
-        self.runtime()
-
-    def refit_cadence(self) -> Cadence:
-        return Cadence(records=self.refit_records, seconds=self.refit_seconds)
-
-    def runtime(self) -> RuntimeOptions:
-        """The runtime's checkpoint is the reservoir's persist."""
-        return RuntimeOptions(
-            checkpoint=Cadence(seconds=self.persist_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-        )
 
 
 Fitter = Callable[[TripletBlock, BatchOptions], tuple[dict[str, Any], dict[str, np.ndarray]]]

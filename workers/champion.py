@@ -4,9 +4,10 @@ Uni-Con is the first incumbent. On every judged query the evaluator scored, each
 model scored on the same query (each at the version it was stamped with) adds one
 paired difference d = NDCG@50(challenger) - NDCG@50(incumbent) to its race; a query the
 incumbent was not scored on adds nothing. Each race is the always-valid one-sided test
-of `ranking.sequential.PairedTest` (mSPRT, error rate `alpha`, mixture scale and refusal
-bar `delta`): a challenger replaces the incumbent only once its test says "switch" (with
-several at once, the one with the highest lower confidence bound). Every race starts
+of `ranking.sequential.PairedTest` (a test by betting, exactly valid for differences in
+[-1, 1]; error rate `alpha`, refusal bar `delta`): a challenger replaces the
+incumbent only once its test says "switch" (with several at once, the one with the
+highest lower confidence bound). Every race starts
 over when the champion changes, since its pairs were against the old incumbent. A
 switch, and each race's first refusal, is logged with the statistics that decided it.
 
@@ -17,9 +18,13 @@ on a query and is no longer in the store): Uni-Con becomes the incumbent, every 
 starts over against it, and the fall-back is logged and counted as a switch. Without
 it the races would wait forever for pairs against a model no query is scored with.
 
-A race needs only its running count, mean and sum of squared deviations
-(`ranking.sequential.RaceState`), so its memory is bounded whatever its length; the
-state travels in the evaluator's scores record and is restored on restart.
+A race needs only a few running numbers (`ranking.sequential.BettingState`: count, mean,
+sum of squared deviations, its two log-wealths and their bets' sums), so its memory is
+bounded whatever its length; the state travels in the evaluator's scores record and is
+restored on restart. A record of the mSPRT before it ([n, mean, m2] per race) restores
+the incumbent and the refusals, and each race starts over at wealth 1: a wealth is the
+product of bets placed pair by pair and cannot be rebuilt from the three moments, and a
+race started afresh at a time that does not depend on its data is as valid as any.
 
 The rolling means (`workers.evaluator.RollingScores`) no longer decide anything: they
 were means over different queries (Uni-Con's from the stream's start, a learned model's
@@ -33,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence, PairedTest, RaceState
+from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
 from rankstream.stream.settings import Settings
 from rankstream.workers import metrics
 from rankstream.workers.scoring import UNI_CON
@@ -49,7 +54,7 @@ class ChampionPolicy:
     """The first incumbent and the test every challenger must pass."""
 
     default: str = UNI_CON
-    test: PairedTest = field(default_factory=PairedTest)
+    test: ChampionTest = field(default_factory=PairedTest)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChampionPolicy:
@@ -58,15 +63,7 @@ class ChampionPolicy:
 
     def describe(self) -> dict[str, Any]:
         """The test and its settings, as every race's summary shows them."""
-        test = self.test
-        return {
-            "test": "msprt",
-            "alpha": test.alpha,
-            "delta": test.delta,
-            "min_pairs": test.min_pairs,
-            "variance_prior": test.variance_prior,
-            "threshold": test.threshold,
-        }
+        return self.test.describe()
 
 
 class ChampionRace:
@@ -75,17 +72,17 @@ class ChampionRace:
     def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
         self.policy = policy
         self.incumbent = incumbent or policy.default
-        self.races: dict[str, RaceState] = {}
+        self.races: dict[str, Any] = {}  # the test's state per challenger
         self.refused: set[str] = set()  # races whose refusal was logged
 
     def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
         """Add one query's paired differences; the new champion if one won, else None."""
         if self.incumbent not in ndcg:
             return None
-        base = ndcg[self.incumbent]
+        base, test = ndcg[self.incumbent], self.policy.test
         for model, value in sorted(ndcg.items()):
             if model != self.incumbent:
-                self.races[model] = self.races.get(model, RaceState()).add(value - base)
+                self.races[model] = test.add(self.races.get(model, test.start()), value - base)
         evidence = self.evidence()
         self._export(evidence)
         for model, seen in evidence.items():
@@ -140,19 +137,32 @@ class ChampionRace:
         }
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-able: the incumbent and each race's sufficient statistics."""
+        """JSON-able: the incumbent and each race's state (`test.to_json`)."""
         return {
             "incumbent": self.incumbent,
-            "races": {m: [s.n, s.mean, s.m2] for m, s in sorted(self.races.items())},
+            "races": {m: self.policy.test.to_json(s) for m, s in sorted(self.races.items())},
             "refused": sorted(self.refused),
         }
 
     @classmethod
     def from_state(cls, policy: ChampionPolicy, state: Mapping[str, Any]) -> ChampionRace:
+        """The race saved by `to_state`; an older test's races start over (module docstring)."""
         race = cls(policy, str(state.get("incumbent") or policy.default))
-        for model, (n, mean, m2) in state.get("races", {}).items():
-            race.races[model] = RaceState(int(n), float(mean), float(m2))
         race.refused = set(state.get("refused", []))
+        restarted = []
+        for model, saved in state.get("races", {}).items():
+            race.races[model] = policy.test.from_json(saved)
+            if saved and saved[0] > 0 and race.races[model] == policy.test.start():
+                restarted.append(model)  # an older test's race: it starts over
+                race.refused.discard(model)
+        if restarted:
+            log_event(
+                log,
+                "champion races restarted",
+                level=logging.WARNING,
+                reason=f"saved by an older test than {policy.test.name}",
+                challengers=sorted(restarted),
+            )
         race._export(race.evidence())
         return race
 

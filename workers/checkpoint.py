@@ -38,12 +38,14 @@ MODEL_KIND = "online"
 
 @dataclass(frozen=True)
 class _Rows:
-    """One message's triplets in normalized form: x_i = phi[p1[i]] - phi[p2[i]], label y_i."""
+    """One message's triplets in normalized form: x_i = phi[p1[i]] - phi[p2[i]], label y_i,
+    importance weight w_i (None: all 1, the unweighted rule bit for bit)."""
 
     phi: np.ndarray
     p1: np.ndarray
     p2: np.ndarray
     y: np.ndarray
+    w: np.ndarray | None = None
 
 
 @dataclass
@@ -213,9 +215,11 @@ def learn_together(
     Models whose scaler is fitted share one compiled pass over the triplets in their
     normalized form (`ranking.online.learn_many_together`: x = phi[p1] - phi[p2] is
     gathered inside the loop; bit-identical to one `learn_many` each); the others hold
-    the message until their scaler can be fitted.
+    the message until their scaler can be fitted. A weighted block (triplets version 3,
+    the click join's) is learned in each rule's importance-weighted form
+    (`ranking.online`); an unweighted one exactly as before weights existed.
     """
-    rows = _Rows(block.phi, block.p1, block.p2, block.y())
+    rows = _Rows(block.phi, block.p1, block.p2, block.y(), block.weight)
     return _learn_rows(models, topic, partition, offset, rows)
 
 
@@ -228,7 +232,9 @@ def _learn_rows(
     if ready:
         before = [m.n_updates for m in ready]
         errors = (
-            learn_many_together([m.ranker for m in ready], rows.phi, rows.p1, rows.p2, rows.y)
+            learn_many_together(
+                [m.ranker for m in ready], rows.phi, rows.p1, rows.p2, rows.y, rows.w
+            )
             if len(rows.y)
             else [None] * len(ready)
         )

@@ -2,10 +2,11 @@
 
 An engine that feeds rankstream clicks serves a ranking (`/v1/rank` logs it as an
 `Impression`: the candidates in displayed order with their phi) and later posts what
-its user clicked (`/v1/clicks`: one `Click` per clicked candidate, or the "shown,
-nothing clicked" row). `impression_and_clicks` plays both sides for a simulated user:
-it shows the top `display` of a served ranking, lets a click model
-(`simulators.clicks`) click by the ground-truth grades, and returns exactly those
+its user clicked (`/v1/clicks`: one `Click` per clicked candidate, then the "session
+over" row, `Click.no_click`, which alone means "shown, nothing clicked").
+`impression_and_clicks` plays both sides for a simulated user: it shows the top
+`display` of a served ranking, lets a click model (`simulators.clicks`) click by the
+ground-truth grades, and returns exactly those
 records (`stream.click_schema`), so what learns from them (the click join, PDGD) sees
 what an engine would send and nothing more: no grade leaves this module.
 
@@ -22,7 +23,7 @@ the collections' three grades.
 ...     np.random.default_rng(0), served_by="uni_con", version=1, model_versions={"uni_con": 1},
 ...     time=0.0, display=2)
 >>> impression.candidate_ids.tolist(), [(c.candidate_id, c.position) for c in clicks]
-([11, 12], [(11, 1)])
+([11, 12], [(11, 1), (None, None)])
 """
 
 from __future__ import annotations
@@ -34,21 +35,16 @@ import numpy as np
 
 from rankstream.ranking.metrics import ranked_order
 from rankstream.simulators.click_feedback import DEFAULT_DISPLAY, RELEVANCE_GRADES
-from rankstream.simulators.clicks import ClickModel, click_model
+from rankstream.simulators.clicks import ClickModel, click_model, feedback_click_model
 from rankstream.simulators.feedback import RetrievedQuery
 from rankstream.stream.click_schema import Click, Impression
 
-JUDGED = "judged"
-CLICKS_PREFIX = "clicks:"
-
 
 def feedback_users(feedback: str) -> ClickModel | None:
-    """None for "judged"; the click model of "clicks:<model>" (ValueError otherwise)."""
-    if feedback == JUDGED:
-        return None
-    if not feedback.startswith(CLICKS_PREFIX):
-        raise ValueError(f"feedback must be {JUDGED!r} or 'clicks:<model>', got {feedback!r}")
-    return click_model(feedback[len(CLICKS_PREFIX) :], RELEVANCE_GRADES)
+    """None for "judged"; the click model of "clicks:<model>", for the collections'
+    grades (ValueError otherwise: `simulators.clicks.feedback_click_model`)."""
+    name = feedback_click_model(feedback)
+    return None if name is None else click_model(name, RELEVANCE_GRADES)
 
 
 def impression_id(rng: np.random.Generator) -> str:
@@ -94,4 +90,6 @@ def impression_and_clicks(
         Click(impression.impression_id, int(query.candidate_ids[shown[k]]), k + 1, time)
         for k in np.flatnonzero(clicked).tolist()
     ]
-    return impression, clicks or [Click.no_click(impression.impression_id, time)]
+    # the simulated user's session is over once it has clicked: the "session over" row
+    # lets the click join close it at once instead of waiting out its window
+    return impression, [*clicks, Click.no_click(impression.impression_id, time)]

@@ -30,7 +30,7 @@ incumbent, on the queries both were scored on); the rolling means are a trend to
 The rolling scores, the race and the champion are published
 to the store as the model `evaluator` (kind "scores"): meta {"rolling_ndcg",
 "rolling_map", "counts", "window", "champion", "queries_evaluated", "race" (each
-challenger's evidence), "race_state" (its sufficient statistics)}, the window values
+challenger's evidence), "race_state" (each race's test state)}, the window values
 as arrays ("ndcg.<model>", "ap.<model>") and the queries-topic offsets they cover. The
 simulator serves the champion named there; a restarted evaluator restores its windows
 and resumes after the last published query. Queries evaluated after the last publish
@@ -64,8 +64,8 @@ from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.champion import ChampionPolicy, ChampionRace
+from rankstream.workers.evaluator_options import EvaluatorOptions
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
-from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -79,37 +79,6 @@ JUDGMENTS_ALL, JUDGMENTS_PARTIAL, JUDGMENTS_NONE = "all", "partial", "none"
 SINGLE_GRADE = "single_grade"
 
 log = get_logger("rankstream.worker.evaluator")
-
-
-@dataclass(frozen=True)
-class EvaluatorOptions:
-    """What `rankstream worker evaluator` can be told, beyond the environment's Settings."""
-
-    window: int = 200
-    exit_when_idle: float | None = None
-    publish_every: int = 20  # queries between publishes of the scores record
-    publish_seconds: float | None = 2.0  # ... or this often while there is something new
-    history: int = 10_000  # per-query results kept in memory for reports
-    cache_size: int = 64  # (model, version) scorers kept loaded
-    poll_ms: int = 200
-    max_poll_records: int = 100
-    policy: ChampionPolicy | None = None  # None: the settings' (RANKSTREAM_CHAMPION_*)
-
-    def __post_init__(self) -> None:
-        if self.window < 1 or self.publish_every < 1 or self.history < 0:
-            raise ValueError("window and publish_every must be >= 1, history >= 0")
-        if self.exit_when_idle is not None and not self.exit_when_idle > 0:
-            raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
-        self.runtime()  # the publish cadence, idle exit and polling are checked there
-
-    def runtime(self) -> RuntimeOptions:
-        """The runtime's checkpoint is the publish of the scores record."""
-        return RuntimeOptions(
-            checkpoint=Cadence(records=self.publish_every, seconds=self.publish_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-        )
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,24 @@ are joined, gives one outcome for the challenger: +1 (its team got more clicks),
 differences, decided by the *same* test as the judged race
 (`ranking.sequential.PairedTest`, the deployment's `ChampionPolicy`): the same alpha,
 and delta read on the outcome's own scale, the preference margin P(win) - P(loss): a
-challenger whose margin is surely below delta is refused, and tau = 2 delta scales the
-alternatives (a margin of 0.005 is one more win than loss per 200 impressions). A
-challenger switches in once the lower confidence bound of its margin is above 0; every
+challenger whose margin is surely below delta is refused (a margin of 0.005 is one more
+win than loss per 200 impressions). The outcomes lie in [-1, 1], so the test by betting
+is exact for them as for NDCG differences. A challenger switches in once its wealth
+against "margin <= 0" reaches 1/alpha (its lower confidence bound >= 0); every
 race starts over when the champion changes. Ties count as 0, not dropped: a challenger
 that only ties is no better, and dropping them would make the test's n the clicked
 impressions only.
 
-The state is counts and the Welford statistics of the outcomes (`to_state`), so the
-click join can checkpoint it with its offsets and restore it (`from_state`).
+The state is counts and the test's state of the outcomes (`to_state`), so the click join
+can checkpoint it with its offsets and restore it (`from_state`); a state saved by the
+mSPRT before (counts and [n, mean, m2]) restores the counts' race from zero, as
+`workers.champion` does, since a wealth cannot be rebuilt from moments.
 
 >>> race = InterleavingRace(ChampionPolicy())
->>> race.observe("opar1", [1, 0, 1, -1, 1] * 60) is None  # 300 impressions, not yet sure
+>>> race.observe("opar1", [1, 0, 1, -1, 1] * 4) is None  # 20 impressions, not yet sure
 True
 >>> race.counts["opar1"]
-{'wins': 180, 'losses': 60, 'ties': 60}
+{'wins': 12, 'losses': 4, 'ties': 4}
 >>> race.observe("opar1", [1, 0, 1, -1, 1] * 60)
 'opar1'
 >>> race.incumbent, race.races
@@ -34,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rankstream.ranking.interleaving import LOSS, TIE, WIN
-from rankstream.ranking.sequential import SWITCH, Evidence, RaceState
+from rankstream.ranking.sequential import SWITCH, Evidence
 from rankstream.workers.champion import ChampionPolicy
 
 OUTCOMES = {WIN: "wins", LOSS: "losses", TIE: "ties"}
@@ -46,22 +49,23 @@ class InterleavingRace:
     def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
         self.policy = policy
         self.incumbent = incumbent or policy.default
-        self.races: dict[str, RaceState] = {}
+        self.races: dict[str, Any] = {}  # the test's state per challenger
         self.counts: dict[str, dict[str, int]] = {}
 
     def observe(self, challenger: str, outcomes: Iterable[int]) -> str | None:
         """Add a challenger's outcomes against the incumbent; the new champion, or None."""
         if challenger == self.incumbent:
             raise ValueError(f"{challenger!r} is the champion, not a challenger")
-        state = self.races.get(challenger, RaceState())
+        test = self.policy.test
+        state = self.races.get(challenger, test.start())
         counts = self.counts.setdefault(challenger, dict.fromkeys(OUTCOMES.values(), 0))
         for value in outcomes:
             if value not in OUTCOMES:
                 raise ValueError(f"an interleaving outcome is -1, 0 or +1, got {value!r}")
             counts[OUTCOMES[value]] += 1
-            state = state.add(float(value))
+            state = test.add(state, float(value))
         self.races[challenger] = state
-        if self.policy.test.decision(state) != SWITCH:
+        if test.decision(state) != SWITCH:
             return None
         self.incumbent = challenger
         self.races.clear()
@@ -87,7 +91,7 @@ class InterleavingRace:
         return {
             "incumbent": self.incumbent,
             "races": {
-                m: {"counts": self.counts[m], "stats": [s.n, s.mean, s.m2]}
+                m: {"counts": self.counts[m], "stats": self.policy.test.to_json(s)}
                 for m, s in sorted(self.races.items())
             },
         }
@@ -96,10 +100,12 @@ class InterleavingRace:
     def from_state(cls, policy: ChampionPolicy, state: Mapping[str, Any]) -> InterleavingRace:
         race = cls(policy, str(state.get("incumbent") or policy.default))
         for model, saved in state.get("races", {}).items():
-            n, mean, m2 = saved["stats"]
+            n = saved["stats"][0]
             counts = {key: int(saved["counts"][key]) for key in OUTCOMES.values()}
             if sum(counts.values()) != int(n):
                 raise ValueError(f"race {model!r}: counts {counts} do not add up to n = {n}")
-            race.races[model] = RaceState(int(n), float(mean), float(m2))
+            race.races[model] = policy.test.from_json(saved["stats"])
+            if race.races[model] == policy.test.start():  # an older test's race starts over
+                counts = dict.fromkeys(OUTCOMES.values(), 0)
             race.counts[model] = counts
         return race

@@ -150,13 +150,13 @@ CHAMPION_RACE_MEAN = Gauge(
 )
 CHAMPION_RACE_CI = Gauge(
     "rankstream_champion_race_ci",
-    "Always-valid (1 - alpha) confidence bounds of the mean difference (bound: low, high).",
+    "Always-valid one-sided (1 - alpha) bounds of the mean difference (bound: low, high).",
     ["model", "bound"],
 )
 CHAMPION_RACE_STATISTIC = Gauge(
     "rankstream_champion_race_log_statistic",
-    "log of the mSPRT statistic; a switch needs rankstream_champion_race_threshold and a "
-    "positive mean difference.",
+    "log of the betting test's wealth against 'no better'; a switch once it reaches "
+    "rankstream_champion_race_threshold.",
     ["model"],
 )
 CHAMPION_RACE_DECISION = Gauge(
@@ -209,6 +209,60 @@ SERVING_RELOAD_LAG = Histogram(
     "rankstream_serving_reload_lag_seconds",
     "From a model version's save to the HTTP API serving it (hot reload).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0),
+)
+
+# --- click join ---------------------------------------------------------------------------
+CTR_CUTOFFS = (1, 3, 5, 10)  # the k of click-through rate at k (bounded label values)
+PROPENSITY_RANKS = 10  # ranks whose estimated propensity is exported
+JOIN_IMPRESSIONS = Counter(
+    "rankstream_join_impressions_total",
+    "Impressions whose session the click join closed (clicked or not).",
+)
+JOIN_CLICKS = Counter(
+    "rankstream_join_clicks_total", "Clicks the click join joined to their impression."
+)
+JOIN_CLICKED_AT = Counter(
+    "rankstream_join_impressions_clicked_at_total",
+    "Closed impressions with a click within the top k (CTR@k = this / impressions).",
+    ["k"],
+)
+JOIN_RECIPROCAL_RANK = Counter(
+    "rankstream_join_reciprocal_rank_total",
+    "Sum over closed impressions of 1 / rank of the first click, 0 without one (MRR = "
+    "this / impressions).",
+)
+JOIN_LAG_SECONDS = Gauge(
+    "rankstream_join_lag_seconds",
+    "Wall-clock seconds from the last closed session's impression to its pairs' emission.",
+)
+JOIN_WAITING = Gauge(
+    "rankstream_join_window_sessions", "Impressions open in the click join's window."
+)
+CLICK_PROPENSITY = Gauge(
+    "rankstream_click_propensity",
+    "Estimated P(examined at rank) / P(examined at rank 1), the click join's IPS weights.",
+    ["rank"],
+)
+
+# --- impressions and clicks (`workers.impressions`, `workers.click_producer`) -------------
+IMPRESSIONS_LOGGED = Counter(
+    "rankstream_impressions_logged_total",
+    "Served rankings handed to the impressions topic (impression logging, `rankstream serve`).",
+)
+IMPRESSIONS_DROPPED = Counter(
+    "rankstream_impressions_dropped_total",
+    "Impressions not written, by reason: queue_full (the writer fell behind; the ranking was "
+    "answered anyway), send_failed, delivery_failed, invalid, shutdown.",
+    ["reason"],
+)
+IMPRESSIONS_WAITING = Gauge(
+    "rankstream_impressions_waiting",
+    "Impressions queued for the writer thread (at most RANKSTREAM_IMPRESSION_QUEUE).",
+)
+CLICKS_PRODUCED = Counter(
+    "rankstream_clicks_produced_total",
+    "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
+    "ClickProducer.",
 )
 
 # --- batch worker -------------------------------------------------------------------------

@@ -2,77 +2,59 @@
 
 Kept apart from `workers.online` (which imports the compiled learners) so the command
 line can be built without numba; `workers.options` turns these fields into the CLI's
-options, and back into arguments for harnesses that start workers as subprocesses.
+options and `RANKSTREAM_ONLINE_*` variables, and back into arguments for harnesses that
+start workers as subprocesses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rankstream.ranking import learners
+from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
 LINEAR_ALGOS = learners.worker_defaults()  # what `rankstream worker online` learns by default
 DEFAULT_SCALER_ROWS = 2000
 
 
-def _help(text: str, **extra: object) -> dict[str, object]:
-    return {"help": text, **extra}
-
-
 @dataclass(frozen=True)
 class WorkerOptions:
     """What `rankstream worker online` can be told, beyond the environment's Settings."""
 
-    algos: tuple[str, ...] = field(
-        default=LINEAR_ALGOS,
-        metadata=_help(
-            f"comma-separated learners to update, from {', '.join(learners.names())}",
-            flag="--algo",
-        ),
+    algos: tuple[str, ...] = option(
+        LINEAR_ALGOS,
+        f"comma-separated learners to update, from {', '.join(learners.names())}",
+        name="algo",
     )
-    hyper: Mapping[str, float] = field(
-        default_factory=dict, metadata=_help("the learners' hyper-parameters")
+    hyper: Mapping[str, float] = option(default_factory=dict, help="the learners' hyper-parameters")
+    checkpoint_records: int | None = option(
+        100_000, "checkpoint after this many triplets", metavar="N"
     )
-    checkpoint_records: int | None = field(
-        default=100_000, metadata=_help("checkpoint after this many triplets", metavar="N")
+    checkpoint_seconds: float | None = option(
+        5.0, "checkpoint at least this often", metavar="SECONDS"
     )
-    checkpoint_seconds: float | None = field(
-        default=5.0, metadata=_help("checkpoint at least this often", metavar="SECONDS")
+    exit_when_idle: float | None = option(
+        None,
+        "checkpoint and exit when no record arrived for this long (in a group: while "
+        "owning partitions)",
+        metavar="SECONDS",
     )
-    exit_when_idle: float | None = field(
-        default=None,
-        metadata=_help(
-            "checkpoint and exit when no record arrived for this long (in a group: while "
-            "owning partitions)",
-            metavar="SECONDS",
-        ),
+    group: str | None = option(None, "join this consumer group instead of reading every partition")
+    scaler_rows: int = option(
+        DEFAULT_SCALER_ROWS, "triplets whose phi fit each model's frozen scaler", metavar="N"
     )
-    group: str | None = field(
-        default=None, metadata=_help("join this consumer group instead of reading every partition")
+    poll_ms: int = option(200, "longest wait of one poll", metavar="MS")
+    max_poll_records: int = option(500, "messages per poll at most", metavar="N")
+    partitions: int = option(1, "partitions of the triplets topic if it must be created")
+    per_partition: bool = option(
+        False,
+        "scale-out (needs --group): models {algo}.p{k} per partition, mixed into {algo} "
+        "by the owner of partition 0",
     )
-    scaler_rows: int = field(
-        default=DEFAULT_SCALER_ROWS,
-        metadata=_help("triplets whose phi fit each model's frozen scaler", metavar="N"),
-    )
-    poll_ms: int = field(default=200, metadata=_help("longest wait of one poll", metavar="MS"))
-    max_poll_records: int = field(
-        default=500, metadata=_help("messages per poll at most", metavar="N")
-    )
-    partitions: int = field(
-        default=1, metadata=_help("partitions of the triplets topic if it must be created")
-    )
-    per_partition: bool = field(
-        default=False,
-        metadata=_help(
-            "scale-out (needs --group): models {algo}.p{k} per partition, mixed into {algo} "
-            "by the owner of partition 0"
-        ),
-    )
-    mix_seconds: float = field(
-        default=10.0,
-        metadata=_help("with --per-partition: publish the mix this often", metavar="SECONDS"),
+    mix_seconds: float = option(
+        10.0, "with --per-partition: publish the mix this often", metavar="SECONDS"
     )
 
     def __post_init__(self) -> None:
@@ -90,11 +72,5 @@ class WorkerOptions:
 
     def runtime(self) -> RuntimeOptions:
         """How the stream runtime drives the online handler."""
-        return RuntimeOptions(
-            checkpoint=Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-            group=self.group,
-            report_lag=True,
-        )
+        cadence = Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds)
+        return RuntimeOptions.of(self, cadence, group=self.group, report_lag=True)

@@ -14,46 +14,16 @@ records; a message of another width is left out and counted like an undecodable 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankstream.stream.recording_files import DEFAULT_ROW_GROUP_ROWS
 from rankstream.stream.recording_writer import RecordingWriter, WriterCounts
 from rankstream.stream.settings import DEFAULT_PHI_DIM, Settings
 from rankstream.stream.transport import Message, TopicPartition, Transport
+from rankstream.workers.recorder_options import RecorderOptions
 from rankstream.workers.runtime import Handler, StreamRuntime
-from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
 OnCommit = Callable[[Path, WriterCounts], None]
-
-
-@dataclass(frozen=True)
-class RecorderOptions:
-    """When files roll and when the recorder stops."""
-
-    messages_per_file: int = 500  # ~1M triplets per file with 2,000-row blocks
-    roll_seconds: float = 10.0  # a quiet stream still reaches disk this often
-    exit_when_idle: float | None = None
-    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
-    poll_ms: int = 200
-    max_poll_records: int = 500
-
-    def __post_init__(self) -> None:
-        if self.messages_per_file < 1:
-            raise ValueError(f"messages_per_file must be >= 1, got {self.messages_per_file}")
-        if self.row_group_rows < 1:
-            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
-        self.runtime()  # roll_seconds, idle exit and polling are checked there
-
-    def runtime(self) -> RuntimeOptions:
-        """The runtime's checkpoint is the commit of the buffered messages."""
-        return RuntimeOptions(
-            checkpoint=Cadence(seconds=self.roll_seconds),
-            exit_when_idle=self.exit_when_idle,
-            poll_ms=self.poll_ms,
-            max_poll_records=self.max_poll_records,
-        )
 
 
 class RecorderHandler(Handler):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 # --- cadence -----------------------------------------------------------------------------
@@ -76,3 +77,15 @@ class RuntimeOptions:
             raise ValueError(f"exit_when_idle must be > 0 seconds, got {self.exit_when_idle}")
         if self.poll_ms < 0 or self.max_poll_records < 1:
             raise ValueError("poll_ms must be >= 0 and max_poll_records >= 1")
+
+    @classmethod
+    def of(cls, options: Any, checkpoint: Cadence, **more: Any) -> RuntimeOptions:
+        """A worker's runtime: its checkpoint cadence, and from its `options` their
+        exit_when_idle, poll_ms and max_poll_records (every worker's options have them)."""
+        return cls(
+            checkpoint=checkpoint,
+            exit_when_idle=options.exit_when_idle,
+            poll_ms=options.poll_ms,
+            max_poll_records=options.max_poll_records,
+            **more,
+        )

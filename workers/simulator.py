@@ -35,8 +35,8 @@ infinite.
 Clicks (`SimulateOptions.feedback` "clicks:<model>"): nobody grades. Each query's top
 `judged` (50) is shown to a user of that click model (`workers.clicking_users`), and the
 simulator sends what an engine's logging and its `POST /v1/clicks` would: the
-`Impression` on `settings.impressions_topic` and its `Click` rows (or the "nothing
-clicked" row) on `settings.clicks_topic`, both keyed by the impression id
+`Impression` on `settings.impressions_topic` and its `Click` rows, then the "session
+over" row, on `settings.clicks_topic`, both keyed by the impression id
 (`stream.click_schema`). No triplet and no judged query comes from it: the click join
 turns impressions and clicks into the learners' triplets. It stops after
 `SimulateOptions.queries` impressions; its rate limit counts clicks.
@@ -66,66 +66,17 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
-from rankstream.workers.clicking_users import JUDGED, feedback_users, impression_and_clicks
-from rankstream.workers.feedback_batching import (
-    DEFAULT_LINGER_S,
-    QUERIES_PER_MESSAGE,
-    check_batching,
-)
+from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
 from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
+from rankstream.workers.serving_model import Served, ServingModel
+from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
 CLICKS_STREAM = 26
 """The simulated users' clicks and impression ids: the seed's own child stream."""
-
-
-@dataclass(frozen=True)
-class SimulateOptions:
-    """What `rankstream simulate` can be told, beyond the environment's Settings."""
-
-    triplets: int | None = 100_000  # stop after at least this many triplets; None: never
-    queries: int | None = None  # also stop after this many queries (impressions); None: never
-    feedback: str = JUDGED  # "judged", or "clicks:<model>" (`workers.clicking_users`)
-    seed: int = 0  # query stream seed (order, orientation coins, calibration)
-    collection: str = "synthetic"  # a name of `simulators.catalog.COLLECTIONS`
-    images: int | None = None  # synthetic only: its size (None: the paper's 1,007,157)
-    collection_seed: int | None = None  # synthetic only: cached per (images, seed)
-    rate: float | None = None  # triplets (with clicks: clicks) per second; None = unlimited
-    serving: str = CHAMPION
-    candidates: int = 300
-    judged: int = 50
-    calibration_queries: int = 50
-    partitions: int = 1  # of the topics, when they must be created
-    queries_per_message: int = QUERIES_PER_MESSAGE  # judged queries a triplets message
-    linger_s: float = DEFAULT_LINGER_S  # the longest a query waits for the others
-
-    def __post_init__(self) -> None:
-        if self.triplets is not None and self.triplets < 1:
-            raise ValueError(f"triplets must be >= 1, got {self.triplets}")
-        if self.queries is not None and self.queries < 1:
-            raise ValueError(f"queries must be >= 1, got {self.queries}")
-        if feedback_users(self.feedback) is not None and self.triplets is not None:
-            raise ValueError(
-                f"feedback {self.feedback!r} produces no triplets (the click join makes "
-                "them): stop after a number of queries instead"
-            )
-        if self.rate is not None and not self.rate > 0:
-            raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
-        if self.calibration_queries < 1 or self.partitions < 1:
-            raise ValueError("calibration_queries and partitions must be >= 1")
-        check_batching(self.queries_per_message, self.linger_s)
-        if self.images is not None and self.images < 1:
-            raise ValueError(f"images must be >= 1, got {self.images}")
-        catalog.check_options(self.collection, self.collection_options())
-
-    def collection_options(self) -> dict[str, int]:
-        """The options given for the collection's loader (`simulators.catalog`)."""
-        given = {"n_images": self.images, "collection_seed": self.collection_seed}
-        return {name: value for name, value in given.items() if value is not None}
 
 
 class TokenBucket:

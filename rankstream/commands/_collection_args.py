@@ -1,11 +1,17 @@
-"""`--collection`, `--images`, `--collection-seed`: which collection `demo` and `simulate` serve."""
+"""`--collection`, `--images`, `--collection-seed`: which collection a command serves, where
+collections are cached, and the refusal of one that cannot be had."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from rankstream.commands._usage import UsageError, options_checked
 from rankstream.simulators.catalog import COLLECTIONS
+from rankstream.stream.settings import Settings
 
 
 def add_collection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,3 +53,21 @@ def loader_options(args: argparse.Namespace) -> dict[str, Any]:
     command that loads the collection itself; the loader refuses one it does not take."""
     given = {"n_images": args.images, "collection_seed": args.collection_seed}
     return {name: value for name, value in given.items() if value is not None}
+
+
+def collections_cache() -> Path:
+    """Where the collections are cached: $RANKSTREAM_DATA_DIR/collections."""
+    return Path(Settings.from_env().data_dir) / "collections"
+
+
+@contextmanager
+def collection_checked() -> Iterator[None]:
+    """`options_checked`, and a collection whose data is missing refused the same way (one
+    line, exit 2), its message naming the Debian package to install."""
+    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
+
+    try:
+        with options_checked():
+            yield
+    except FashionMNISTMissingError as error:
+        raise UsageError(str(error)) from error

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -42,3 +43,12 @@ def print_json(report: Any) -> None:
     once); NaN and Inf (a metric over no queries, say) print as null."""
     sys.stdout.write(json.dumps(strict(report), allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def print_report(args: argparse.Namespace, report: Any, summary: Callable[[Any], None]) -> int:
+    """The report as JSON with `--json`, else `summary(report)` for people; exit code 0."""
+    if args.json:
+        print_json(report)
+    else:
+        summary(report)
+    return 0

@@ -2,35 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import argparse
+from typing import TypeVar
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from rankstream.commands._options import chosen
+from rankstream.commands._usage import UsageError
+from rankstream.stream.settings import Settings
 
-    from rankstream.stream.settings import Settings
+T = TypeVar("T")
 
 
-def real_services_settings(command: str, err: Console) -> Settings | None:
-    """`Settings.from_env()`, or None after telling the user which variables are unset.
+def real_services_settings(command: str, needs: tuple[str, ...] = ("kafka", "redis")) -> Settings:
+    """`Settings.from_env()`; a UsageError (exit 2) naming the variables that are unset.
 
     The embedded transport and store live in one process, so benchmarks and fault
     injection across processes mean nothing there: refuse rather than measure that.
     """
-    from rankstream.stream.settings import Settings
-
     settings = Settings.from_env()
-    missing = [
-        name
-        for name, value in (
-            ("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
-            ("RANKSTREAM_REDIS_URL", settings.redis_url),
-        )
-        if not value
-    ]
+    variables = {
+        "kafka": ("RANKSTREAM_KAFKA_BOOTSTRAP", settings.kafka_bootstrap),
+        "redis": ("RANKSTREAM_REDIS_URL", settings.redis_url),
+    }
+    missing = [name for name, value in map(variables.get, needs) if not value]
     if missing:
-        err.print(
-            f"{command} runs through real Kafka and Redis: set {' and '.join(missing)} "
+        through = " and ".join({"kafka": "Kafka", "redis": "Redis"}[n] for n in needs)
+        raise UsageError(
+            f"{command} runs through real {through}: set {' and '.join(missing)} "
             '(e.g. eval "$(rankstream services up --env)")'
         )
-        return None
     return settings
+
+
+def on_real_services(
+    command: str,
+    options: type[T],
+    args: argparse.Namespace,
+    needs: tuple[str, ...] = ("kafka", "redis"),
+) -> tuple[T, Settings]:
+    """The command's options, then the settings of the real services it needs (each
+    refused, exit 2, before anything starts)."""
+    return chosen(options, args), real_services_settings(command, needs)

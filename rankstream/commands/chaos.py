@@ -7,14 +7,25 @@ deployment (`rankstream services up --cluster`): Kafka leader kills, a paused br
 Redis primary kills (Sentinel failover) and a serve process killed under an engine.
 Exit status 0 only when the final weights are bit-identical to an uninterrupted run,
 nothing was lost or applied twice, and no version was served with two weights.
+
+`--join` runs the click join's chaos instead (`harness.chaos_join`): `--kills` SIGKILLs of
+`rankstream worker click-join` on a stream of `--impressions` impressions and their clicks;
+exit 0 only when its triplets topic holds every message of an uninterrupted join once,
+byte for byte, and the online learners learn bit-identical weights from both.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import add_json_argument, print_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rankstream.stream.settings import Settings
 
 # fault kind (rankstream.harness.chaos.EVENT_KINDS) -> what one occurrence does
 _FAULTS = {
@@ -68,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--triplets", type=int, default=3_000_000, metavar="N", help="triplets produced"
     )
     parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
+    _add_join_arguments(parser)
     for kind, what in _FAULTS.items():
         parser.add_argument(
             _fault_flag(kind),
@@ -94,6 +106,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def _add_join_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--join",
+        action="store_true",
+        help="SIGKILL the click join instead of the online worker (--kills, --impressions)",
+    )
+    parser.add_argument(
+        "--impressions",
+        type=int,
+        default=5_000,
+        metavar="N",
+        help="with --join: impressions (each with its clicks) produced (default 5000)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -101,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
     from rankstream.harness.chaos import SERVICE_EVENTS, ChaosError, ChaosPlan, run_chaos
 
+    settings = real_services_settings("chaos")
     err = Console(stderr=True)
-    settings = real_services_settings("chaos", err)
-    if settings is None:
-        return 2
+    if args.join:
+        return _run_join(args, settings, err)
     defaults = CLUSTER_COUNTS if args.cluster else {}
     counts = {kind: getattr(args, _fault_dest(kind)) for kind in _FAULTS}
     counts = {k: defaults.get(k, 0) if n is None else n for k, n in counts.items()}
@@ -141,6 +168,36 @@ def run(args: argparse.Namespace) -> int:
         for key, value in summary.items():
             print(f"{key}: {value}")
     return 0 if result.ok and result.events_missed == 0 else 1
+
+
+def _run_join(args: argparse.Namespace, settings: Settings, err: Console) -> int:
+    from rankstream.commands._usage import options_checked
+    from rankstream.harness.chaos_join import JoinChaosPlan, run_join_chaos
+
+    with options_checked():
+        plan = JoinChaosPlan(
+            impressions=args.impressions,
+            kills=10 if args.kills is None else args.kills,
+            seed=args.seed,
+            seconds_per_kill=args.seconds_per_fault or 3.0,
+        )
+    try:
+        with err.status("chaos --join: starting") as status:
+            result = run_join_chaos(
+                settings,
+                plan,
+                say=lambda text: status.update(f"chaos --join: {text}"),
+            )
+    except RuntimeError as exc:
+        err.print(f"chaos --join failed: {exc}")
+        return 1
+    summary = result.to_json()
+    if args.json:
+        print_json(summary)
+    else:
+        for key, value in summary.items():
+            print(f"{key}: {value}")
+    return 0 if result.ok else 1
 
 
 def _manager_for(root: Path | None, settings: object) -> tuple[object, str | None]:

@@ -6,80 +6,64 @@ interrupted recording has neither gaps nor duplicates (see `stream.recording_wri
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._launch import Launch, long_running
+from rankstream.workers.options import option
+from rankstream.workers.recorder_options import RecorderOptions
 
 KIND_TOPICS = {"triplets": "triplets_topic", "queries": "queries_topic"}  # -> Settings attr
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="DIR", help="recording directory")
-    parser.add_argument(
-        "--topics",
-        default="triplets,queries",
-        help="streams to record: triplets,queries (default both)",
+@dataclass(frozen=True)
+class RecordOptions:
+    """Where to record, which streams, and when the files roll (`RecorderOptions`)."""
+
+    out: str = option(help="recording directory", metavar="DIR")
+    topics: tuple[str, ...] = option(
+        tuple(KIND_TOPICS), "streams to record", choices=tuple(KIND_TOPICS)
     )
-    parser.add_argument(
-        "--exit-when-idle",
-        type=float,
-        default=None,
-        metavar="S",
-        help="commit and exit when no message arrived for S seconds",
-    )
-    parser.add_argument(
-        "--messages-per-file",
-        type=int,
-        default=500,
-        metavar="N",
-        help="roll to a new file after N messages (default 500)",
-    )
-    parser.add_argument(
-        "--roll-seconds",
-        type=float,
-        default=10.0,
-        metavar="T",
-        help="commit buffered messages at least every T seconds (default 10)",
-    )
-    add_json_argument(parser, "at exit: the messages and rows recorded")
+    recorder: RecorderOptions = option(default_factory=RecorderOptions, nested="")
 
 
-def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
+class Recording:
+    """The recorder, logging each committed file and what it resumed from and recorded."""
 
-    from rankstream.commands._choices import parse_choices
-    from rankstream.commands._usage import options_checked
-    from rankstream.stream.settings import Settings
-    from rankstream.workers.recorder import Recorder, RecorderOptions
-    from rankstream.workers.structured_log import configure_logging, get_logger, log_event
+    def __init__(self, launch: Launch) -> None:
+        from rankstream.workers.recorder import Recorder
+        from rankstream.workers.structured_log import log_event
 
-    kinds = parse_choices(args.topics, KIND_TOPICS, "--topics")
-    with options_checked():
-        options = RecorderOptions(
-            messages_per_file=args.messages_per_file,
-            roll_seconds=args.roll_seconds,
-            exit_when_idle=args.exit_when_idle,
+        self.log, self.log_event, options = launch.log, log_event, launch.options
+        self.out = options.out
+        self.topics = {kind: getattr(launch.settings, KIND_TOPICS[kind]) for kind in options.topics}
+        self.recorder = Recorder(
+            launch.settings, self.out, self.topics, options.recorder, on_commit=self.committed
         )
-    configure_logging()
-    log = get_logger("rankstream.record")
-    settings = Settings.from_env()
-    topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
 
-    def committed(path, counts) -> None:
-        log_event(log, "file committed", path=str(path), messages=counts.messages, rows=counts.rows)
+    def committed(self, path: Path, counts: Any) -> None:
+        self.log_event(
+            self.log, "file committed", path=str(path), messages=counts.messages, rows=counts.rows
+        )
 
-    recorder = Recorder(settings, args.out, topics, options, on_commit=committed)
-    recorder.install_signal_handlers()
-    log_event(
-        log,
-        "recording",
-        out=args.out,
-        topics=topics,
-        resume_from={t: w.positions for t, w in recorder.writers.items()},
-    )
-    recorder.run()
-    summary = {topic: asdict(c) for topic, c in recorder.counts.items()}
-    log_event(log, "recording stopped", **{"counts": summary})
-    if args.json:
-        print_json({"out": args.out, "topics": summary})
-    return 0
+    def install_signal_handlers(self) -> None:
+        self.recorder.install_signal_handlers()
+
+    def run(self) -> int:
+        resume = {topic: writer.positions for topic, writer in self.recorder.writers.items()}
+        self.log_event(self.log, "recording", out=self.out, topics=self.topics, resume_from=resume)
+        self.recorder.run()
+        self.log_event(self.log, "recording stopped", counts=self.counts())
+        return 0
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {topic: asdict(c) for topic, c in self.recorder.counts.items()}
+
+    def report(self) -> dict[str, Any]:
+        return {"out": self.out, "topics": self.counts()}
+
+
+add_arguments, run = long_running(
+    "record", RecordOptions, Recording, "at exit: the messages and rows recorded"
+)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands._kernels import add_kernels_argument, use_kernels
@@ -73,9 +75,25 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.directory).is_dir():
         print(f"no recording at {args.directory}", file=sys.stderr)
         return 2
-    if args.direct:
-        return _run_direct(args)
-    return _run_into_transport(args)
+    return _run_direct(args) if args.direct else _run_into_transport(args)
+
+
+@contextmanager
+def _reading_log(description: str, directory: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar over the log's triplets; a log that cannot be read (another width, a
+    damaged file) as a CommandError, a value the options refuse as a UsageError."""
+    from rankstream.commands._usage import CommandError, UsageError
+    from rankstream.stream.recording_files import RecordingError, WidthMismatchError
+
+    try:
+        with _Progress(description, _log_rows(directory)) as advance:
+            yield advance
+    except WidthMismatchError as exc:
+        raise CommandError(f"wrong width: {exc}") from exc
+    except RecordingError as exc:
+        raise CommandError(f"damaged log: {exc} (use --skip-bad to skip and count)") from exc
+    except ValueError as exc:
+        raise UsageError(f"bad option: {exc}") from exc
 
 
 def _run_direct(args: argparse.Namespace) -> int:
@@ -90,15 +108,13 @@ def _run_direct(args: argparse.Namespace) -> int:
         # BLAS (np.dot); the learners' kernels never do, so this one-shot process
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
-    from rankstream.commands._usage import UsageError
-    from rankstream.stream.recording_files import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings
     from rankstream.workers.options import hyperparameter_values
     from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
     use_kernels(args.kernels)
-    try:
+    with _reading_log("training from the log", args.directory) as advance:
         options = DirectOptions(
             algos=algos,
             hyper=hyperparameter_values(args),
@@ -106,16 +122,7 @@ def _run_direct(args: argparse.Namespace) -> int:
             skip_bad=args.skip_bad,
             width=Settings.from_env().phi_dim,
         )
-        with _Progress("training from the log", _log_rows(args.directory)) as advance:
-            result = train_from_log(args.directory, options, on_rows=advance)
-    except WidthMismatchError as exc:
-        print(f"wrong width: {exc}", file=sys.stderr)
-        return 1
-    except RecordingError as exc:
-        print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        raise UsageError(f"bad option: {exc}") from exc
+        result = train_from_log(args.directory, options, on_rows=advance)
     summaries = result.summaries()
     counts = result.counts
     if counts.bad_rows or counts.bad_files:
@@ -131,10 +138,8 @@ def _run_direct(args: argparse.Namespace) -> int:
 
 def _run_into_transport(args: argparse.Namespace) -> int:
     from rankstream.commands._choices import parse_choices
-    from rankstream.commands._usage import UsageError
     from rankstream.commands.record import KIND_TOPICS
     from rankstream.stream.connect import open_transport
-    from rankstream.stream.recording_files import RecordingError, WidthMismatchError
     from rankstream.stream.recording_replay import replay_log
     from rankstream.stream.settings import Settings
 
@@ -144,8 +149,8 @@ def _run_into_transport(args: argparse.Namespace) -> int:
     topics = {kind: getattr(settings, KIND_TOPICS[kind]) for kind in kinds}
     transport = open_transport(settings)
     try:
-        with _Progress(
-            f"replaying into {', '.join(topics.values())}", _log_rows(args.directory)
+        with _reading_log(
+            f"replaying into {', '.join(topics.values())}", args.directory
         ) as advance:
             counts = replay_log(
                 transport,
@@ -156,14 +161,6 @@ def _run_into_transport(args: argparse.Namespace) -> int:
                 skip_bad=args.skip_bad,
                 on_message=lambda m: advance(m.rows if m.kind == "triplets" else 0),
             )
-    except WidthMismatchError as exc:
-        print(f"wrong width: {exc}", file=sys.stderr)
-        return 1
-    except RecordingError as exc:
-        print(f"damaged log: {exc} (use --skip-bad to skip and count)", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        raise UsageError(f"bad option: {exc}") from exc
     finally:
         transport.close()
     report = {

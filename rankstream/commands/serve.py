@@ -2,68 +2,64 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
+from dataclasses import dataclass
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import print_json
+from rankstream.commands._launch import Launch, long_running
+from rankstream.stream.settings import Settings
+from rankstream.workers.options import option
+
+_DEFAULTS = Settings()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host",
-        default=None,
-        help="bind address (default RANKSTREAM_API_HOST, else 127.0.0.1)",
-    )
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=None,
-        help="port, 0 for any free one (default RANKSTREAM_API_PORT, else 8000)",
-    )
-    parser.add_argument(
-        "--workers",
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where the API listens (the deployment's RANKSTREAM_API_HOST/PORT) and what it runs."""
+
+    host: str = option(_DEFAULTS.api_host, "bind address", variable="API_HOST")
+    port: int = option(_DEFAULTS.api_port, "port, 0 for any free one", variable="API_PORT")
+    workers: str = option(
+        "auto",
+        "run the online worker and the evaluator in this process: auto = when no "
+        "Kafka/Redis is configured (the embedded pipeline lives in one process)",
         choices=("auto", "on", "off"),
-        default="auto",
-        help="run the online worker and the evaluator in this process: auto (default) = "
-        "when no Kafka/Redis is configured (the embedded pipeline lives in one process)",
     )
-    parser.add_argument(
-        "--poll-seconds",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="re-read the store at least this often besides its announcements (default 1)",
+    poll_seconds: float = option(
+        1.0, "re-read the store at least this often besides its announcements", metavar="S"
     )
-    add_json_argument(parser, "once listening: its URL, port and what backs it")
+
+    def __post_init__(self) -> None:
+        if not self.poll_seconds > 0 or not 0 <= self.port < 65536:
+            raise ValueError("poll_seconds must be > 0 and the port within 0..65535")
 
 
-def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import UsageError
-    from rankstream.serve.app import serve
-    from rankstream.stream.settings import Settings
-    from rankstream.workers.metrics import start_metrics_server
-    from rankstream.workers.structured_log import configure_logging
+class Serving:
+    """The API on uvicorn, whose own SIGTERM/SIGINT handling drains it within
+    RANKSTREAM_API_GRACE_SECONDS; with --json it reports once listening, not at exit."""
 
-    configure_logging()
-    settings = Settings.from_env()
-    changes = {"api_host": args.host, "api_port": args.port}
-    settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
-    if not args.poll_seconds > 0 or not 0 <= settings.api_port < 65536:
-        raise UsageError("--poll-seconds must be > 0 and the port within 0..65535")
-    embedded = not settings.kafka_bootstrap and not settings.redis_url
-    workers = args.workers == "on" or (args.workers == "auto" and embedded)
-    if embedded:
-        print(
-            "note: no RANKSTREAM_KAFKA_BOOTSTRAP / RANKSTREAM_REDIS_URL: embedded transport "
-            "and store (this process only)" + ("; learning in-process" if workers else ""),
-            file=sys.stderr,
+    def __init__(self, launch: Launch) -> None:
+        options = launch.options
+        self.launch = launch
+        self.settings = dataclasses.replace(
+            launch.settings, api_host=options.host, api_port=options.port
         )
-    metrics_port = start_metrics_server(settings)
+        embedded = not self.settings.kafka_bootstrap and not self.settings.redis_url
+        self.workers = options.workers == "on" or (options.workers == "auto" and embedded)
+        if embedded:
+            print(
+                "note: no RANKSTREAM_KAFKA_BOOTSTRAP / RANKSTREAM_REDIS_URL: embedded transport "
+                "and store (this process only)" + ("; learning in-process" if self.workers else ""),
+                file=sys.stderr,
+            )
 
-    def listening(host: str, port: int) -> None:
+    def install_signal_handlers(self) -> None:
+        """uvicorn installs its own (see `serve.app.serve`)."""
+
+    def listening(self, host: str, port: int) -> None:
         url = f"http://{host}:{port}"
-        if not args.json:
+        if not self.launch.json:
             print(f"serving on {url}", file=sys.stderr)
             return
         print_json(
@@ -71,11 +67,27 @@ def run(args: argparse.Namespace) -> int:
                 "url": url,
                 "host": host,
                 "port": port,
-                "metrics_port": metrics_port,
-                "workers": workers,
-                "transport": "kafka" if settings.kafka_bootstrap else "embedded",
-                "store": "redis" if settings.redis_url else "embedded",
+                "metrics_port": self.launch.metrics_port,
+                "workers": self.workers,
+                "transport": "kafka" if self.settings.kafka_bootstrap else "embedded",
+                "store": "redis" if self.settings.redis_url else "embedded",
             }
         )
 
-    return serve(settings, poll_seconds=args.poll_seconds, workers=workers, on_listening=listening)
+    def run(self) -> int:
+        from rankstream.serve.app import serve
+
+        return serve(
+            self.settings,
+            poll_seconds=self.launch.options.poll_seconds,
+            workers=self.workers,
+            on_listening=self.listening,
+        )
+
+    def report(self) -> None:
+        """Printed once listening (`listening`)."""
+
+
+add_arguments, run = long_running(
+    "serve", ServeOptions, Serving, "once listening: its URL, port and what backs it"
+)

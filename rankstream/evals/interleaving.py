@@ -45,7 +45,7 @@ import numpy as np
 
 from rankstream.ranking.interleaving import credit, outcome, team_draft_many
 from rankstream.ranking.metrics import NDCG_K
-from rankstream.ranking.sequential import PairedTest, first_refusal, first_switch
+from rankstream.ranking.sequential import ChampionTest, first_refusal, first_switch
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import RELEVANCE_GRADES
 from rankstream.simulators.clicks import ClickModel, click_model
@@ -186,7 +186,7 @@ class Comparison:
 
 def race(
     stream: Callable[[int, np.random.Generator], np.ndarray],
-    test: PairedTest,
+    test: ChampionTest,
     horizon: int,
     rng: np.random.Generator,
     until_switch: bool = False,
@@ -242,7 +242,7 @@ def evaluate_interleaving(
     collection: str,
     models: Sequence[str],
     cache_dir: str | os.PathLike,
-    test: PairedTest,
+    test: ChampionTest,
     runs: int = 100,
     targets: Sequence[float] = TARGETS,
     horizons: Mapping[str, int] | None = None,
@@ -270,12 +270,7 @@ def evaluate_interleaving(
         "collection": collection,
         "pool_queries": pool_queries,
         "shown": SHOWN,
-        "test": {
-            "name": "msprt",
-            "alpha": test.alpha,
-            "delta": test.delta,
-            "min_pairs": test.min_pairs,
-        },
+        "test": test.describe(),
         "runs": runs,
         "seed": seed,
         "pairs": {

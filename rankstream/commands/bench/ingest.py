@@ -4,36 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import print_json
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
+from rankstream.harness.bench_options import IngestBenchOptions
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--queries", type=int, default=2000, metavar="Q", help="judged queries per run (2000)"
-    )
-    parser.add_argument(
-        "--connections", type=int, default=8, help="concurrent HTTP connections (default 8)"
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="runs; medians (default 3)")
-    add_json_argument(parser)
+add_arguments = options_arguments(IngestBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rankstream.commands._real_services import real_services_settings
-    from rankstream.commands._usage import UsageError
-    from rankstream.harness.ingest_bench import IngestBenchOptions, run_ingest_bench
+    from rankstream.harness.ingest_bench import run_ingest_bench
 
+    options, settings = on_real_services("bench ingest", IngestBenchOptions, args)
     err = Console(stderr=True)
-    settings = real_services_settings("bench ingest", err)
-    if settings is None:
-        return 2
-    if min(args.queries, args.connections, args.repeats) < 1:
-        raise UsageError("--queries, --connections and --repeats must be >= 1")
-    options = IngestBenchOptions(
-        queries=args.queries, connections=args.connections, repeats=args.repeats
-    )
     result = run_ingest_bench(settings, options, progress=lambda line: err.print(line))
     if args.json:
         print_json(result)

@@ -4,10 +4,14 @@ wire versions 1 and 2 alternating in the same invocation."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import print_json
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
 from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
+from rankstream.workers.options import option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -16,71 +20,52 @@ if TYPE_CHECKING:
     from rankstream.stream.settings import Settings
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--triplets",
-        type=int,
-        default=3_000_000,
-        metavar="N",
-        help="triplets per run (default 3,000,000)",
-    )
-    parser.add_argument(
-        "--queries-per-message",
-        type=int,
-        default=QUERIES_PER_MESSAGE,
+@dataclass(frozen=True)
+class PipelineBenchOptions:
+    """What `rankstream bench pipeline` can be told."""
+
+    triplets: int = option(3_000_000, "triplets per run", metavar="N")
+    queries_per_message: int = option(
+        QUERIES_PER_MESSAGE,
+        "judged queries per Kafka message (as the simulator sends them: ~2,260 triplets; at "
+        "1 both wire versions are bound by the Python Kafka client's cost per message, not "
+        "by bytes)",
         metavar="Q",
-        help=f"judged queries per Kafka message (default {QUERIES_PER_MESSAGE}, as the "
-        "simulator sends them: ~2,260 triplets; at 1 both wire versions are bound by the "
-        "Python Kafka client's cost per message, not by bytes)",
     )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        metavar="R",
-        help="timed runs of each wire version; the medians are reported (default 3)",
+    repeats: int = option(
+        3, "timed runs of each wire version; the medians are reported", metavar="R"
     )
-    parser.add_argument(
-        "--checkpoint-records",
-        type=int,
-        default=100_000,
-        metavar="N",
-        help="worker checkpoint interval in triplets (default 100000)",
-    )
-    parser.add_argument(
-        "--producers",
-        type=int,
-        default=2,
-        metavar="P",
-        help="producer processes sharing the messages (default 2)",
-    )
-    parser.add_argument(
-        "--compare-kafka",
-        default=None,
-        metavar="BOOTSTRAP",
-        help="instead of wire v1 vs v2: v2 on the configured Kafka vs on this one (host:port "
+    checkpoint_records: int = option(100_000, "worker checkpoint interval in triplets", metavar="N")
+    producers: int = option(2, "producer processes sharing the messages", metavar="P")
+    compare_kafka: str | None = option(
+        None,
+        "instead of wire v1 vs v2: v2 on the configured Kafka vs on this one (host:port "
         "list; e.g. `services up --kafka-brokers 3` under another --root), alternating, "
         "same seeds and Redis",
+        metavar="BOOTSTRAP",
     )
-    add_json_argument(parser)
+
+    def __post_init__(self) -> None:
+        if min(self.triplets, self.queries_per_message, self.repeats, self.producers) < 1:
+            raise ValueError("triplets, queries_per_message, repeats and producers must be >= 1")
+
+
+add_arguments = options_arguments(PipelineBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rankstream.commands._real_services import real_services_settings
-    from rankstream.commands._usage import UsageError
     from rankstream.harness.pipeline_bench import compare, comparison_summary
 
+    options, settings = on_real_services("bench pipeline", PipelineBenchOptions, args)
     err = Console(stderr=True)
-    settings = real_services_settings("bench pipeline", err)
-    if settings is None:
-        return 2
-    numbers = (args.triplets, args.queries_per_message, args.repeats, args.producers)
-    if min(numbers) < 1:
-        raise UsageError(
-            "--triplets, --queries-per-message, --repeats and --producers must be >= 1"
-        )
+    runs_of = {
+        "repeats": options.repeats,
+        "queries_per_message": options.queries_per_message,
+        "checkpoint_records": options.checkpoint_records,
+        "producers": options.producers,
+    }
 
     def report(repeat: int, result: PipelineRun) -> None:
         err.print(
@@ -90,24 +75,15 @@ def run(args: argparse.Namespace) -> int:
             f"producing took {result.producer_seconds:.2f} s)"
         )
 
-    if args.compare_kafka:
-        return _compare_kafka(args, settings, err)
+    if options.compare_kafka:
+        return _compare_kafka(args, options, runs_of, settings, err)
     with err.status("generating") as status:
 
         def progress(repeat: int, version: int, records: int) -> None:
-            status.update(f"run {repeat + 1} v{version}: {records:,}/{args.triplets:,}")
+            status.update(f"run {repeat + 1} v{version}: {records:,}/{options.triplets:,}")
 
-        runs = compare(
-            settings,
-            args.triplets,
-            repeats=args.repeats,
-            queries_per_message=args.queries_per_message,
-            checkpoint_records=args.checkpoint_records,
-            producers=args.producers,
-            on_run=report,
-            progress=progress,
-        )
-    summary = comparison_summary(runs, args.queries_per_message)
+        runs = compare(settings, options.triplets, **runs_of, on_run=report, progress=progress)
+    summary = comparison_summary(runs, options.queries_per_message)
     if args.json:
         print_json(summary)
     else:
@@ -120,12 +96,18 @@ def run(args: argparse.Namespace) -> int:
     return 0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1
 
 
-def _compare_kafka(args: argparse.Namespace, settings: Settings, err: Console) -> int:
+def _compare_kafka(
+    args: argparse.Namespace,
+    options: PipelineBenchOptions,
+    runs_of: dict,
+    settings: Settings,
+    err: Console,
+) -> int:
     from rankstream.harness.pipeline_bench import compare_kafka, kafka_comparison_summary
     from rankstream.stream.settings import VARIABLES
 
     check = VARIABLES["kafka_bootstrap"][1]
-    other = check("KAFKA_BOOTSTRAP", args.compare_kafka)  # the same check as the variable's
+    other = check("KAFKA_BOOTSTRAP", options.compare_kafka)  # the same check as the variable's
 
     def report(repeat: int, name: str, result: PipelineRun) -> None:
         err.print(
@@ -133,16 +115,7 @@ def _compare_kafka(args: argparse.Namespace, settings: Settings, err: Console) -
             f"(lost {result.lost}, duplicated {result.duplicated})"
         )
 
-    runs = compare_kafka(
-        settings,
-        other,
-        args.triplets,
-        repeats=args.repeats,
-        queries_per_message=args.queries_per_message,
-        checkpoint_records=args.checkpoint_records,
-        producers=args.producers,
-        on_run=report,
-    )
+    runs = compare_kafka(settings, other, options.triplets, **runs_of, on_run=report)
     bootstraps = {"configured": settings.kafka_bootstrap or "", "other": other}
     summary = kafka_comparison_summary(runs, bootstraps)
     if args.json:

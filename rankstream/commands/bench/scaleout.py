@@ -3,82 +3,51 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from rankstream.commands._json_output import add_json_argument, print_json
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--triplets",
-        type=int,
-        default=2_000_000,
-        metavar="N",
-        help="triplets pre-produced per run (default 2,000,000)",
-    )
-    parser.add_argument(
-        "--workers",
-        default="1,2,4",
-        metavar="K,K,...",
-        help="worker process counts to time (default 1,2,4)",
-    )
-    parser.add_argument(
-        "--partitions",
-        type=int,
-        default=4,
-        metavar="P",
-        help="partitions of the run's triplets topic (default 4)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        metavar="R",
-        help="timed runs per worker count; the median is reported (default 3)",
-    )
-    add_json_argument(parser)
+from rankstream.commands._json_output import print_json
+from rankstream.commands._options import options_arguments
+from rankstream.commands._real_services import on_real_services
+from rankstream.workers.options import option
 
 
-def _worker_counts(text: str) -> list[int] | None:
-    """`1,2,4` -> [1, 2, 4]; None unless every item is a whole number >= 1."""
-    from rankstream.commands._choices import comma_list
+@dataclass(frozen=True)
+class ScaleoutBenchOptions:
+    """What `rankstream bench scaleout` can be told."""
 
-    items = comma_list(text)
-    if not items or not all(item.isdigit() and int(item) >= 1 for item in items):
-        return None
-    return [int(item) for item in items]
+    triplets: int = option(2_000_000, "triplets pre-produced per run", metavar="N")
+    workers: tuple[int, ...] = option((1, 2, 4), "worker process counts to time", metavar="K")
+    partitions: int = option(4, "partitions of the run's triplets topic", metavar="P")
+    repeats: int = option(3, "timed runs per worker count; the median is reported", metavar="R")
+
+    def __post_init__(self) -> None:
+        if min(self.triplets, self.partitions, self.repeats, *self.workers) < 1:
+            raise ValueError("triplets, partitions, repeats and the workers must be >= 1")
+
+
+add_arguments = options_arguments(ScaleoutBenchOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from rankstream.commands._real_services import real_services_settings
-    from rankstream.commands._usage import UsageError
-
-    err = Console(stderr=True)
-    counts = _worker_counts(args.workers)
-    if counts is None:
-        raise UsageError(f"--workers wants comma-separated counts >= 1, got {args.workers!r}")
-    if min(args.triplets, args.partitions, args.repeats) < 1:
-        raise UsageError("--triplets, --partitions and --repeats must be >= 1")
-    settings = real_services_settings("bench scaleout", err)
-    if settings is None:
-        return 2
-
     from rankstream.harness.pipeline_bench import summarize_runs
     from rankstream.harness.scaleout_bench import run_once
 
+    options, settings = on_real_services("bench scaleout", ScaleoutBenchOptions, args)
+    err = Console(stderr=True)
     results = {}
-    for workers in counts:
+    for workers in options.workers:
         runs = []
-        for repeat in range(args.repeats):
-            label = f"{workers} worker(s), run {repeat + 1}/{args.repeats}"
+        for repeat in range(options.repeats):
+            label = f"{workers} worker(s), run {repeat + 1}/{options.repeats}"
             try:
                 with err.status(f"{label}: starting") as status:
                     result = run_once(
                         settings,
-                        args.triplets,
+                        options.triplets,
                         workers,
-                        partitions=args.partitions,
+                        partitions=options.partitions,
                         seed=repeat,
                         progress=lambda text, s=status, lb=label: s.update(f"{lb}: {text}"),
                     )
@@ -95,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         results[str(workers)] = {
             key: summary[key] for key in ("seconds", "triplets_per_s", "lost", "duplicated")
         }
-    report = {"triplets": args.triplets, "partitions": args.partitions, "results": results}
+    report = {"triplets": options.triplets, "partitions": options.partitions, "results": results}
     if args.json:
         print_json(report)
     else:

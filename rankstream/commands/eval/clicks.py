@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from rankstream.commands._collection_args import add_collection_arguments, loader_options
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._collection_args import (
+    add_collection_arguments,
+    collection_checked,
+    collections_cache,
+    loader_options,
+)
+from rankstream.commands._json_output import add_json_argument, print_json, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,37 +92,26 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import options_checked
     from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
-    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
-    from rankstream.stream.settings import Settings
 
-    cache = Path(Settings.from_env().data_dir) / "collections"
-    options = loader_options(args)
-    try:
-        with options_checked():
-            if args.propensities is not None:
-                result = propensity_convergence(
-                    args.collection, args.propensities, cache, seed=args.seeds[0], options=options
-                )
-            else:
-                model = args.click_model.replace(":", "-")
-                result = evaluate_clicks(
-                    args.collection,
-                    args.click_model,
-                    args.seeds,
-                    cache,
-                    impressions=args.impressions,
-                    progress=True,  # on stderr: --json keeps stdout to the object
-                    options=options,
-                    plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
-                    jobs=args.jobs,
-                )
-    except FashionMNISTMissingError as error:  # names the Debian package to install
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.json or args.propensities is not None:
-        print_json(result)
-    else:
-        print_summary(result)
-    return 0
+    cache, options = collections_cache(), loader_options(args)
+    with collection_checked():
+        if args.propensities is not None:
+            result = propensity_convergence(
+                args.collection, args.propensities, cache, seed=args.seeds[0], options=options
+            )
+            print_json(result)
+            return 0
+        model = args.click_model.replace(":", "-")
+        result = evaluate_clicks(
+            args.collection,
+            args.click_model,
+            args.seeds,
+            cache,
+            impressions=args.impressions,
+            progress=True,  # on stderr: --json keeps stdout to the object
+            options=options,
+            plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
+            jobs=args.jobs,
+        )
+    return print_report(args, result, print_summary)

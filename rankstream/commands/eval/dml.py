@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import add_json_argument, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,10 +104,7 @@ def run(args: argparse.Namespace) -> int:
             progress=lambda: progress.advance(task),
             plot_path=args.plot or f"report/dml_{args.dataset}.png",
         )
-    if args.json:
-        print_json(report)
-    else:
-        _print_table(report)
+    print_report(args, report, _print_table)
     _stderr_console().print(f"wrote {report['plot']}")
     return 0
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from rankstream.commands._collection_args import add_collection_arguments, loader_options
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._collection_args import (
+    add_collection_arguments,
+    collection_checked,
+    collections_cache,
+    loader_options,
+)
+from rankstream.commands._json_output import add_json_argument, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,35 +76,23 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import options_checked
     from rankstream.evals.interleaving import evaluate_interleaving
-    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
     from rankstream.stream.settings import Settings
     from rankstream.workers.champion import ChampionPolicy
 
-    settings = Settings.from_env()
-    cache = Path(settings.data_dir) / "collections"
-    try:
-        with options_checked():
-            result = evaluate_interleaving(
-                args.collection,
-                args.click_model,
-                cache,
-                ChampionPolicy.from_settings(settings).test,
-                runs=args.runs,
-                targets=args.differences,
-                horizons={"interleaving": args.interleaving_horizon, "ab": args.ab_horizon},
-                seed=args.seed,
-                pool_queries=args.queries,
-                options=loader_options(args),
-                progress=True,  # on stderr: --json keeps stdout to the object
-                plot_path=args.plot or f"report/interleaving_{args.collection}.png",
-            )
-    except FashionMNISTMissingError as error:  # names the Debian package to install
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print_json(result)
-    else:
-        print_summary(result)
-    return 0
+    with collection_checked():
+        result = evaluate_interleaving(
+            args.collection,
+            args.click_model,
+            collections_cache(),
+            ChampionPolicy.from_settings(Settings.from_env()).test,
+            runs=args.runs,
+            targets=args.differences,
+            horizons={"interleaving": args.interleaving_horizon, "ab": args.ab_horizon},
+            seed=args.seed,
+            pool_queries=args.queries,
+            options=loader_options(args),
+            progress=True,  # on stderr: --json keeps stdout to the object
+            plot_path=args.plot or f"report/interleaving_{args.collection}.png",
+        )
+    return print_report(args, result, print_summary)

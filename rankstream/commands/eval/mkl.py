@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import add_json_argument, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +93,7 @@ def _print_table(report: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from rankstream.commands._usage import options_checked
+    from rankstream.commands._usage import UsageError, options_checked
     from rankstream.evals.mkl import evaluate_pubfig
     from rankstream.stream.settings import Settings
 
@@ -108,14 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             report = evaluate_pubfig(config, Settings.from_env().data_dir, progress)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-    if args.json:
-        print_json(report)
-    else:
-        _print_table(report)
-    return 0
+        except ValueError as error:  # the data cannot be had, or not for these options
+            raise UsageError(str(error)) from error
+    return print_report(args, report, _print_table)
 
 
 def _stderr_console():

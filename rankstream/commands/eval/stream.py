@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._collection_args import collection_checked, collections_cache
+from rankstream.commands._json_output import add_json_argument, print_report
 from rankstream.simulators.catalog import COLLECTIONS
 
 
@@ -72,27 +71,16 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import options_checked
     from rankstream.evals.stream import VALIDATION_SEEDS, evaluate_stream
-    from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
-    from rankstream.stream.settings import Settings
 
     seeds = args.seeds or (list(VALIDATION_SEEDS) if args.grid else [0, 1, 2])
-    try:
-        with options_checked():
-            result = evaluate_stream(
-                args.collections,
-                seeds,
-                Path(Settings.from_env().data_dir) / "collections",
-                grid=args.grid,
-                queries=args.queries,
-                progress=not args.json,
-            )
-    except FashionMNISTMissingError as error:  # names the Debian package to install
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print_json(result)
-    else:
-        print_summary(result)
-    return 0
+    with collection_checked():
+        result = evaluate_stream(
+            args.collections,
+            seeds,
+            collections_cache(),
+            grid=args.grid,
+            queries=args.queries,
+            progress=not args.json,
+        )
+    return print_report(args, result, print_summary)

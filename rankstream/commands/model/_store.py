@@ -6,11 +6,19 @@ Without RANKSTREAM_REDIS_URL it is the embedded store of this process alone (emp
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rankstream.commands._json_output import add_json_argument
 from rankstream.stream.store import ModelStore
+
+
+def add_name_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a command about one model: its name, and `--json`."""
+    parser.add_argument("name", help="model name")
+    add_json_argument(parser)
 
 
 @contextmanager

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._json_output import print_json
+from rankstream.commands.model._store import add_name_arguments
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="model name")
-    add_json_argument(parser)
+add_arguments = add_name_arguments
 
 
 def run(args: argparse.Namespace) -> int:

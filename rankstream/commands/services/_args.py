@@ -8,44 +8,49 @@ in urllib, http.client, subprocess helpers) cost every command ~0.2 s of start-u
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from rankstream.commands._options import add_options, chosen
+from rankstream.workers.options import option
 
 if TYPE_CHECKING:
     from rankstream.harness.services import ServiceManager
 
 
-def add_root_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="services directory (default: $RANKSTREAM_DATA_DIR/services)",
+@dataclass(frozen=True)
+class RootOptions:
+    """Where the services live (every `services` command)."""
+
+    root: str | None = option(None, "services directory (none: $RANKSTREAM_DATA_DIR/services)")
+
+
+@dataclass(frozen=True)
+class TopologyOptions:
+    """How many of each `services up` starts (`harness.services.manager.Topology`)."""
+
+    kafka_brokers: int | None = option(
+        None,
+        "Kafka nodes: 1 (none), or a KRaft cluster of N >= 3 (a quorum of N controllers; "
+        "topics with 3 replicas, min.insync.replicas 2)",
+        metavar="N",
     )
+    redis_replicas: int | None = option(
+        None,
+        "Redis replicas of the primary (none: 0); R >= 1 adds 3 Sentinels (automatic "
+        "failover) and RANKSTREAM_REDIS_URL becomes a redis+sentinel:// URL",
+        metavar="R",
+    )
+    cluster: bool = option(False, "the replicated set: --kafka-brokers 3 --redis-replicas 2")
+
+
+def add_root_argument(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, RootOptions, json_when=None)
 
 
 def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kafka-brokers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="Kafka nodes: 1 (default), or a KRaft cluster of N >= 3 (a quorum of N "
-        "controllers; topics with 3 replicas, min.insync.replicas 2)",
-    )
-    parser.add_argument(
-        "--redis-replicas",
-        type=int,
-        default=None,
-        metavar="R",
-        help="Redis replicas of the primary (default 0); R >= 1 adds 3 Sentinels (automatic "
-        "failover) and RANKSTREAM_REDIS_URL becomes a redis+sentinel:// URL",
-    )
-    parser.add_argument(
-        "--cluster",
-        action="store_true",
-        help="the replicated set: --kafka-brokers 3 --redis-replicas 2",
-    )
+    add_options(parser, TopologyOptions, json_when=None)
 
 
 def manager_for(args: argparse.Namespace) -> ServiceManager:
@@ -54,13 +59,27 @@ def manager_for(args: argparse.Namespace) -> ServiceManager:
     from rankstream.harness.services import ServiceManager, default_root
     from rankstream.harness.services.manager import Topology
 
+    root = chosen(RootOptions, args).root
+    asked = chosen(TopologyOptions, args)  # all unset for `down` and `status`
     topology = None
-    if getattr(args, "cluster", False):
+    if asked.cluster:
         topology = Topology(kafka_brokers=3, redis_replicas=2)
-    elif getattr(args, "kafka_brokers", None) is not None or (
-        getattr(args, "redis_replicas", None) is not None
-    ):
+    elif asked.kafka_brokers is not None or asked.redis_replicas is not None:
         topology = Topology(
-            kafka_brokers=args.kafka_brokers or 1, redis_replicas=args.redis_replicas or 0
+            kafka_brokers=asked.kafka_brokers or 1, redis_replicas=asked.redis_replicas or 0
         )
-    return ServiceManager(args.root or default_root(), topology=topology)
+    return ServiceManager(Path(root) if root else default_root(), topology=topology)
+
+
+def managed(args: argparse.Namespace, verb: str) -> tuple[ServiceManager, Any]:
+    """The manager under --root and what its `verb` ("up", "down") returned; a service
+    that refused is a CommandError (one line, exit 1)."""
+    from rankstream.commands._usage import CommandError, options_checked
+    from rankstream.harness.services import ServiceError
+
+    with options_checked():
+        manager = manager_for(args)
+    try:
+        return manager, getattr(manager, verb)()
+    except ServiceError as exc:
+        raise CommandError(f"services {verb}: {exc}") from exc

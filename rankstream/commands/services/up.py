@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands.services._args import (
     add_root_argument,
     add_topology_arguments,
-    manager_for,
+    managed,
 )
 
 
@@ -30,16 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import options_checked
-    from rankstream.harness.services import ServiceError
-
-    with options_checked():
-        manager = manager_for(args)
-    try:
-        endpoints = manager.up()
-    except ServiceError as exc:
-        print(f"rankstream services up: {exc}", file=sys.stderr)
-        return 1
+    manager, endpoints = managed(args, "up")
     if args.env:
         for name, value in endpoints.env().items():
             print(f"export {name}={shlex.quote(value)}")

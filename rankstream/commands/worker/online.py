@@ -6,29 +6,16 @@ with the harnesses that start workers: `workers.options`).
 
 from __future__ import annotations
 
-import argparse
-
-from rankstream.commands._json_output import add_json_argument
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rankstream.workers.online_options import WorkerOptions
-    from rankstream.workers.options import add_arguments as add_option_arguments
-
-    add_option_arguments(parser, WorkerOptions)
-    add_json_argument(parser, "at exit: what the worker learned")
+from rankstream.commands._launch import Launch, long_running
+from rankstream.workers.online_options import WorkerOptions
 
 
-def run(args: argparse.Namespace) -> int:
-    from rankstream.commands._usage import options_checked
-    from rankstream.commands.worker._launch import launch_worker
-    from rankstream.workers.online import OnlineWorker, WorkerOptions
-    from rankstream.workers.options import from_arguments
-    from rankstream.workers.structured_log import configure_logging
+def start(launch: Launch):  # type: ignore[no-untyped-def]
+    from rankstream.workers.online import OnlineWorker
 
-    configure_logging()
-    with options_checked():
-        options = from_arguments(WorkerOptions, args)
-    return launch_worker(
-        "online", args, lambda settings: OnlineWorker(settings, options), algos=list(options.algos)
-    )
+    return OnlineWorker(launch.settings, launch.options)
+
+
+add_arguments, run = long_running(
+    "worker online", WorkerOptions, start, "at exit: what the worker learned"
+)

@@ -1,0 +1,42 @@
+"""What `rankstream bench serve` and `bench ingest` can be told: their options, declared once.
+
+Kept apart from the benches (which import pyarrow and the clients) so the command line is
+built from these fields without them (`workers.options`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankstream.workers.options import option
+
+
+@dataclass(frozen=True)
+class ServeBenchOptions:
+    """/v1/rank under open-loop load while the champion reloads (`harness.serve_bench`)."""
+
+    arrow_rate: float = option(1000.0, "open-loop requests/s of Arrow bodies", metavar="R")
+    json_rate: float = option(200.0, "open-loop requests/s of JSON bodies", metavar="R")
+    seconds: float = option(10.0, "per run")
+    repeats: int = option(3, "runs; medians")
+    reload_seconds: float = option(1.0, "a new champion checkpoint every S seconds", metavar="S")
+    connections: int = option(8, cli=False)
+
+    def __post_init__(self) -> None:
+        if min(self.arrow_rate, self.json_rate, self.seconds, self.reload_seconds) <= 0:
+            raise ValueError("arrow_rate, json_rate, seconds and reload_seconds must be > 0")
+        if min(self.repeats, self.connections) < 1:
+            raise ValueError("repeats and connections must be >= 1")
+
+
+@dataclass(frozen=True)
+class IngestBenchOptions:
+    """Judged queries through /v1/feedback into Kafka (`harness.ingest_bench`)."""
+
+    queries: int = option(2000, "judged queries per run", metavar="Q")
+    connections: int = option(8, "concurrent HTTP connections")
+    repeats: int = option(3, "runs; medians")
+
+    def __post_init__(self) -> None:
+        if min(self.queries, self.connections, self.repeats) < 1:
+            raise ValueError("queries, connections and repeats must be >= 1")

@@ -1,0 +1,489 @@
+"""The click join: impressions + clicks -> inverse-propensity-weighted triplets.
+
+`ClickJoinHandler` runs on the stream runtime (`workers.runtime`) like the online worker:
+`rankstream worker click-join` runs it as a process, the embedded `rankstream serve` on a
+thread. It reads the impressions and clicks topics, joins them by impression id in event
+time (`workers.click_window`: the window, default 30 minutes, `RANKSTREAM_CLICK_WINDOW_SECONDS`;
+clicks that overtook their impression wait `RANKSTREAM_CLICK_GRACE_SECONDS`), and for each
+closed session emits the preference pairs of its clicks (`ranking.click_pairs`: a click
+over the skipped results above it and over the next unclicked one below, or over every
+other shown result with `losers="shown"`) as triplets (the clicked result rel 1, the other
+rel 0) on the triplets topic, weighted 1 / P(examined at the clicked rank) (wire version
+3), so OPR..AROW learn from clicks unchanged. Late clicks, clicks for unknown impressions
+and for candidates their impression did not show are dead-lettered with their reason and
+counted (`rankstream_dead_letters_total{reason}`).
+
+Propensities. The weights come from the join's current estimate
+(`ranking.propensity.SwapPropensityEstimator`, from the impressions a server swapped at
+random, `choose_swap`; the 1/rank prior until the data outweigh it), taken before the
+session itself is counted. Propensities are clipped below at `min_propensity` (0.1 by
+default: no pair weighs more than 10). The estimate is measured at ranks 1..10 only and
+extrapolated below, and 1/p of a small, noisy p is where IPS variance comes from; a click
+at rank 50 under the 1/rank prior would weigh 50 and one pair would outweigh dozens of
+judged ones in OPR's unbounded step (Joachims et al. clip for the same reason). The
+estimate is published at each checkpoint as store model `propensities` (kind
+"propensities", one version per change) and as `rankstream_click_propensity{rank}`.
+
+Exactly once, with kafka-python (no transactions): the output is derived only from state
+committed with the offsets. Emitted messages go to an *outbox* in memory; a checkpoint
+saves the window, the estimator, the input offsets and the outbox in one fenced store
+write, and only then sends the outbox (acks=all) and flushes. Each output message has a
+deterministic key `<name>:<n>` (n counts the join's messages, saved with the state). A
+join that restarts with a non-empty outbox does not know how much of it reached Kafka: it
+reads the triplets topic from the end offsets recorded when those messages entered the
+outbox and sends only the ones whose key it does not find. Inputs after the checkpoint are
+re-read and re-joined; what they produced before the crash was never sent. The residual
+gap: a send still in a dead process's socket buffer when the successor reads the topic
+(the successor starts in seconds, the send lands in milliseconds), and a zombie join woken
+after its successor re-sent its outbox (fencing stops its next save, not a send it has
+already begun). Dead letters are at least once, keyed "topic:partition:offset" (as the
+online worker's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from rankstream.ranking.click_pairs import click_pairs
+from rankstream.ranking.propensity import SwapPropensityEstimator, parse_swap
+from rankstream.ranking.triplets import TripletBlock
+from rankstream.stream.click_schema import (
+    Click,
+    Decoded,
+    Impression,
+    decode_clicks,
+    decode_impressions,
+    encode_clicks,
+)
+from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import Fence, ModelStore, fenced_save
+from rankstream.stream.transport import Message, TopicPartition, Transport
+from rankstream.workers import metrics
+from rankstream.workers.click_join_options import JoinOptions
+from rankstream.workers.click_window import ClickWindow, Closed, PendingClick, Rejected
+from rankstream.workers.runtime import Handler, StreamRuntime
+from rankstream.workers.structured_log import get_logger, log_event
+
+log = get_logger("rankstream.worker.click_join")
+
+JOIN_KIND = "click-join"
+PROPENSITIES_MODEL = "propensities"
+PROPENSITIES_KIND = "propensities"
+_SCAN_DEADLINE_S = 60.0
+T = TypeVar("T")
+
+
+@dataclass
+class JoinCounters:
+    impressions: int = 0  # impressions read (new ones)
+    clicks: int = 0  # click rows read (session-over rows included)
+    sessions: int = 0  # sessions closed
+    triplets: int = 0  # triplets emitted (into the outbox)
+    sent: int = 0  # output messages sent and acknowledged
+    dead_letters: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def click_query_id(impression: Impression) -> int:
+    """The query id of an impression's triplets: the caller's, else the first 60 bits of
+    its id's hex digits (an uuid4 hex), else of its UTF-8 bytes."""
+    if impression.query_id is not None:
+        return int(impression.query_id)
+    digits = impression.impression_id[:15]
+    try:
+        return int(digits, 16)
+    except ValueError:
+        return int.from_bytes(impression.impression_id.encode()[:7].ljust(7, b"\0"), "big")
+
+
+class ClickJoinHandler(Handler):
+    """The click join on the stream runtime (see the module docstring)."""
+
+    name = "click-join"
+
+    def __init__(self, settings: Settings, options: JoinOptions | None = None) -> None:
+        self.settings = settings
+        self.options = options or JoinOptions()
+        self.window = ClickWindow(settings.click_window_s, settings.click_grace_s)
+        o = self.options
+        self.estimator = SwapPropensityEstimator(o.depth, o.prior_eta, o.prior_clicks)
+        self.counters = JoinCounters()
+        self.offsets: dict[str, dict[int, int]] = {}
+        self.fence = Fence()
+        self.propensity_fence = Fence()
+        self.next_seq = 0  # seq of the join's next triplet
+        self.next_message = 0  # n of the join's next output message
+        self.outbox: list[tuple[bytes, bytes]] = []  # (key, value) not yet acknowledged
+        self.outbox_triplets: list[int] = []  # the triplets of each outbox message
+        self.scan_from: dict[int, int] | None = None  # triplets end offsets before the outbox
+        self.maybe_sent = False  # some of the outbox may be in Kafka already
+        self.dirty = False
+        self._published: list[float] | None = None
+        self._hydrate_below: dict[int, int] = {}
+
+    # --- the runtime's calls --------------------------------------------------------------
+    def topics(self) -> dict[str, int]:
+        n = self.options.partitions
+        return {self.settings.impressions_topic: n, self.settings.clicks_topic: n}
+
+    def extra_topics(self) -> dict[str, int]:
+        return {self.settings.triplets_topic: 1, self.settings.dead_letter_topic: 1}
+
+    def load(self, runtime: StreamRuntime) -> None:
+        """The stored join (window, estimator, offsets, outbox), or a fresh one."""
+        store = runtime.store
+        stored = store.load(self.options.name)
+        self.propensity_fence = Fence.of(store.load(PROPENSITIES_MODEL))
+        if stored is None:
+            return
+        if stored.kind != JOIN_KIND:
+            raise ValueError(f"store model {stored.name!r} is a {stored.kind!r}, not a click join")
+        self.fence = Fence.of(stored)
+        self.offsets = {t: dict(p) for t, p in stored.offsets.items()}
+        state = stored.meta["join"]
+        self.window = ClickWindow.from_state(state["window"])
+        self.estimator = SwapPropensityEstimator.from_state(state["estimator"])
+        self.counters = JoinCounters(**state["counters"])
+        self.next_seq, self.next_message = int(state["next_seq"]), int(state["next_message"])
+        keys = state["outbox_keys"]
+        values = _split(stored.arrays["outbox"], stored.arrays["outbox_ends"])
+        self.outbox = list(zip((k.encode() for k in keys), values, strict=True))
+        self.outbox_triplets = [int(n) for n in state["outbox_triplets"]]
+        self.scan_from = None if state["scan_from"] is None else {
+            int(p): int(o) for p, o in state["scan_from"].items()
+        }  # fmt: skip
+        self.maybe_sent = bool(self.outbox)
+        log_event(
+            log,
+            "join loaded",
+            version=stored.version,
+            window_sessions=len(self.window.sessions),
+            outbox=len(self.outbox),
+            **self.counters.to_json(),
+        )
+
+    def positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Clicks: the next offset saved. Impressions: the oldest open session's, so the
+        impressions of the restored window are re-read (`ClickWindow.hydrate`)."""
+        oldest = self.window.resume_offsets(self.settings.impressions_topic)
+        found: dict[TopicPartition, int | None] = {}
+        for topic, partition in partitions:
+            stored = self.offsets.get(topic, {}).get(partition)
+            if topic == self.settings.impressions_topic and stored is not None:
+                self._hydrate_below[partition] = stored
+                stored = min(stored, oldest.get(partition, stored))
+            found[(topic, partition)] = stored
+        return found
+
+    def process(self, runtime: StreamRuntime, messages: Sequence[Message]) -> int:
+        records = 0
+        for message in messages:
+            if message.topic == self.settings.impressions_topic:
+                if message.offset < self._hydrate_below.get(message.partition, 0):
+                    self._hydrate(message)
+                    self._emit(runtime)  # a restored session may be closed and now whole
+                    continue
+                records += self._impressions(runtime, message)
+            else:
+                records += self._clicks(runtime, message)
+            self.offsets.setdefault(message.topic, {})[message.partition] = message.offset + 1
+            self.dirty = True
+            self._emit(runtime)
+        return records
+
+    def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
+        """Save the join with its offsets and outbox, then send the outbox (module doc).
+        Whatever entered the outbox made the join dirty, so it is saved before it is sent."""
+        saved: dict[str, Any] = {}
+        if self.dirty:
+            if self.outbox and self.scan_from is None:
+                self.scan_from = runtime.transport.end_offsets(self.settings.triplets_topic)
+            self._save(runtime.store, runtime.writer)
+            saved[self.options.name] = self.fence.version
+            self.dirty = False
+        if self.outbox:
+            self._send_outbox(runtime)
+            saved["sent"] = self.counters.sent
+        version = self._publish_propensities(runtime.store, runtime.writer)
+        if version is not None:
+            saved[PROPENSITIES_MODEL] = version
+        return saved
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            **self.counters.to_json(),
+            "window_sessions": len(self.window.sessions),
+            "waiting_clicks": self.window.waiting,
+            "propensities": [round(p, 4) for p in self.propensities().tolist()],
+        }
+
+    # --- input ----------------------------------------------------------------------------
+    def _hydrate(self, message: Message) -> None:
+        try:
+            decoded = decode_impressions(message.value, width=self.settings.phi_dim)
+        except SchemaError:
+            return  # it was dead-lettered the first time it was read
+        for row, impression in _rows(decoded):
+            self.window.hydrate(impression, (message.topic, message.partition, message.offset, row))
+
+    def _impressions(self, runtime: StreamRuntime, message: Message) -> int:
+        try:
+            decoded = decode_impressions(message.value, width=self.settings.phi_dim)
+        except SchemaError as exc:
+            self._dead_letter(runtime, message, exc.reason, exc.detail)
+            return 0
+        for row, reason, detail in decoded.rejects:
+            self._dead_letter(runtime, message, reason, detail, [row])
+        for row, impression in _rows(decoded):
+            if self.window.knows(impression.impression_id):
+                self._dead_letter(runtime, message, BAD_SCHEMA, "impression id seen before", [row])
+                continue
+            source = (message.topic, message.partition, message.offset, row)
+            self._rejected(runtime, self.window.add_impression(impression, source))
+        self.counters.impressions += len(decoded.records)
+        return len(decoded.records)
+
+    def _clicks(self, runtime: StreamRuntime, message: Message) -> int:
+        try:
+            decoded = decode_clicks(message.value)
+        except SchemaError as exc:
+            self._dead_letter(runtime, message, exc.reason, exc.detail)
+            return 0
+        for row, reason, detail in decoded.rejects:
+            self._dead_letter(runtime, message, reason, detail, [row])
+        for row, click in _rows(decoded):
+            at = click.time if click.time is not None else message.timestamp_ms / 1000.0
+            source = (message.topic, message.partition, message.offset, row)
+            pending = PendingClick(click.candidate_id, at, source)
+            self._rejected(runtime, self.window.add_click(click.impression_id, pending))
+        self.counters.clicks += len(decoded.records)
+        return len(decoded.records)
+
+    # --- output ---------------------------------------------------------------------------
+    def propensities(self) -> np.ndarray:
+        """The current estimate at ranks 1..depth."""
+        return self.estimator.propensities(self.options.depth)
+
+    def _emit(self, runtime: StreamRuntime) -> None:
+        """Closed sessions -> one output message in the outbox; unknown clicks -> dead letters."""
+        unknown, ready = self.window.unknown(), self.window.ready()
+        if unknown or ready:
+            self.dirty = True  # the window changed: the next checkpoint saves it first
+        self._rejected(runtime, unknown)
+        blocks = []
+        for closed in ready:
+            self._rejected(runtime, closed.rejects)
+            block = self._pairs(closed)
+            if block is not None:
+                blocks.append(block)
+        metrics.JOIN_WAITING.set(len(self.window.sessions))
+        if not blocks:
+            return
+        block = TripletBlock.concatenate(blocks)
+        key = f"{self.options.name}:{self.next_message}".encode()
+        self.outbox.append((key, encode_triplets(block)))
+        self.outbox_triplets.append(len(block))
+        self.next_message += 1
+        self.counters.triplets += len(block)
+
+    def _pairs(self, closed: Closed) -> TripletBlock | None:
+        """One session's weighted pairs (None without any); counts it in the estimator and
+        the click metrics."""
+        impression, clicked = closed.impression, closed.clicked
+        n = len(clicked)
+        pairs = click_pairs(
+            clicked,
+            self.estimator.propensities(n),
+            self.options.min_propensity,
+            self.options.losers,
+        )
+        if impression.intervention is None:
+            self.estimator.observe(None, clicked)
+        elif (k := parse_swap(impression.intervention)) is not None:
+            self.estimator.observe(k, clicked)
+        self.counters.sessions += 1
+        _count_session(clicked)
+        metrics.JOIN_LAG_SECONDS.set(max(0.0, time.time() - impression.time))
+        if not len(pairs):
+            return None
+        seq = self.next_seq + np.arange(len(pairs), dtype=np.int64)
+        self.next_seq += len(pairs)
+        return TripletBlock(
+            seq=seq,
+            query_id=np.full(len(pairs), click_query_id(impression), dtype=np.int64),
+            p1=pairs.winner.astype(np.int32),
+            p2=pairs.loser.astype(np.int32),
+            rel1=np.ones(len(pairs), np.int8),
+            rel2=np.zeros(len(pairs), np.int8),
+            image_id=impression.candidate_ids,
+            phi=impression.phi,
+            weight=pairs.weight.astype(np.float32),
+        ).compact()
+
+    def _send_outbox(self, runtime: StreamRuntime) -> None:
+        """Send what the last save holds and is not in Kafka yet; flush; empty the outbox."""
+        present = self._already_sent(runtime.transport) if self.maybe_sent else set()
+        self.maybe_sent = True  # from here a failure leaves the outbox partly sent
+        producer, topic = runtime.producer, self.settings.triplets_topic
+        sending = [(k, v) for k, v in self.outbox if k not in present]
+        for key, value in sending:
+            producer.send(topic, value, key=key)
+        producer.flush(timeout=runtime.settings.api_deadline_s * 6)
+        metrics.TRIPLETS_PRODUCED.inc(self._outbox_triplets(present))
+        self.counters.sent += len(sending)
+        if present:
+            log_event(log, "outbox resent", skipped=len(present), sent=len(sending))
+        self.outbox, self.outbox_triplets = [], []
+        self.scan_from, self.maybe_sent = None, False
+        self.dirty = True  # the next save records the empty outbox
+
+    def _outbox_triplets(self, skipped: set[bytes]) -> int:
+        """Triplets in the outbox's messages but the `skipped` ones."""
+        return sum(
+            n for (key, _), n in zip(self.outbox, self.outbox_triplets, strict=True)
+            if key not in skipped
+        )  # fmt: skip
+
+    def _already_sent(self, transport: Transport) -> set[bytes]:
+        """Keys of the outbox found in the triplets topic past `scan_from`."""
+        topic = self.settings.triplets_topic
+        wanted = {k for k, _ in self.outbox}
+        ends = transport.end_offsets(topic)
+        start = self.scan_from or {}
+        todo = {p: e for p, e in ends.items() if e > start.get(p, 0)}
+        found: set[bytes] = set()
+        if not todo:
+            return found
+        consumer = transport.consumer(None)
+        try:
+            consumer.assign([(topic, p) for p in todo])
+            for p in todo:
+                consumer.seek(topic, p, start.get(p, 0))
+            deadline = time.monotonic() + _SCAN_DEADLINE_S
+            while any(consumer.position(topic, p) < e for p, e in todo.items()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading back {topic} took over {_SCAN_DEADLINE_S:g} s")
+                for message in consumer.poll(timeout_ms=500, max_records=500):
+                    if message.key in wanted:
+                        found.add(message.key)
+        finally:
+            consumer.close()
+        return found
+
+    def _save(self, store: ModelStore, writer: str) -> None:
+        values = [v for _, v in self.outbox]
+        ends = np.cumsum([len(v) for v in values], dtype=np.int64)
+        meta = {
+            "writer": writer,
+            "checkpoint_ms": time.time_ns() // 1_000_000,
+            "join": {
+                "window": self.window.to_state(),
+                "estimator": self.estimator.to_state(),
+                "counters": self.counters.to_json(),
+                "next_seq": self.next_seq,
+                "next_message": self.next_message,
+                "outbox_keys": [k.decode() for k, _ in self.outbox],
+                "outbox_triplets": self.outbox_triplets,
+                "scan_from": None
+                if self.scan_from is None
+                else {str(p): o for p, o in self.scan_from.items()},
+            },
+        }
+        arrays = {
+            "outbox": np.frombuffer(b"".join(values), dtype=np.uint8),
+            "outbox_ends": ends,
+        }
+        fenced_save(
+            store, self.options.name, self.fence, kind=JOIN_KIND, meta=meta, arrays=arrays,
+            offsets=self.offsets,
+        )  # fmt: skip
+        metrics.mark_checkpoint(self.options.name)
+
+    def _publish_propensities(self, store: ModelStore, writer: str) -> int | None:
+        """A new version of `propensities` when the estimate changed; the gauges."""
+        current = self.propensities()
+        for rank, p in enumerate(current[: metrics.PROPENSITY_RANKS].tolist(), start=1):
+            metrics.CLICK_PROPENSITY.labels(rank=str(rank)).set(p)
+        if self._published == current.tolist():
+            return None
+        meta = {
+            "writer": writer,
+            "source": self.options.name,
+            "estimator": self.estimator.to_state(),
+            "min_propensity": self.options.min_propensity,
+        }
+        version = fenced_save(
+            store, PROPENSITIES_MODEL, self.propensity_fence, kind=PROPENSITIES_KIND, meta=meta,
+            arrays={"propensity": current}, offsets={},
+        )  # fmt: skip
+        self._published = current.tolist()
+        return version
+
+    # --- dead letters ---------------------------------------------------------------------
+    def _rejected(self, runtime: StreamRuntime, rejected: list[Rejected]) -> None:
+        for r in rejected:
+            topic, partition, offset, row = r.source
+            click = Click(r.impression_id, r.candidate_id, time=r.time)
+            original = Message(topic, partition, offset, r.impression_id.encode(),
+                               encode_clicks([click]), 0)  # fmt: skip
+            self._dead_letter(runtime, original, r.reason, r.detail, [row])
+
+    def _dead_letter(
+        self,
+        runtime: StreamRuntime,
+        message: Message,
+        reason: str,
+        detail: str,
+        rows: list[int] | None = None,
+    ) -> None:
+        runtime.dead_letter(message, reason, detail, rows)
+        self.counters.dead_letters += 1
+
+
+def _count_session(clicked: np.ndarray) -> None:
+    metrics.JOIN_IMPRESSIONS.inc()
+    ranks = np.flatnonzero(clicked) + 1
+    metrics.JOIN_CLICKS.inc(len(ranks))
+    if not len(ranks):
+        return
+    metrics.JOIN_RECIPROCAL_RANK.inc(1.0 / ranks[0])
+    for k in metrics.CTR_CUTOFFS:
+        if ranks[0] <= k:
+            metrics.JOIN_CLICKED_AT.labels(k=str(k)).inc()
+
+
+def _rows(decoded: Decoded[T]) -> list[tuple[int, T]]:
+    """(row in the message, record) of a decoded message's good records."""
+    bad = {row for row, _, _ in decoded.rejects}
+    good = [r for r in range(len(decoded.records) + len(bad)) if r not in bad]
+    return list(zip(good, decoded.records, strict=True))
+
+
+def _split(values: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    data = np.asarray(values, dtype=np.uint8).tobytes()
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    return [data[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]
+
+
+class ClickJoin(StreamRuntime):
+    """The stream runtime running the click join."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: JoinOptions | None = None,
+        *,
+        transport: Transport | None = None,
+        store: ModelStore | None = None,
+    ) -> None:
+        options = options or JoinOptions()
+        handler = ClickJoinHandler(settings, options)
+        super().__init__(settings, handler, options.runtime(), transport=transport, store=store)

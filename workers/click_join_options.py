@@ -1,0 +1,72 @@
+"""What `rankstream worker click-join` can be told: `JoinOptions`, the one list of its options.
+
+Kept apart from `workers.click_join` (pyarrow) so the command line is built without it;
+`workers.options` turns these fields into the CLI's options and back.
+The window and the grace are deployment settings (`RANKSTREAM_CLICK_WINDOW_SECONDS`,
+`RANKSTREAM_CLICK_GRACE_SECONDS`), not options: the server and the join share them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rankstream.ranking.click_pairs import LOSERS
+from rankstream.ranking.propensity import (
+    DEFAULT_DEPTH,
+    DEFAULT_PRIOR_CLICKS,
+    DEFAULT_PRIOR_ETA,
+    SwapPropensityEstimator,
+)
+from rankstream.workers.options import option
+from rankstream.workers.runtime_options import Cadence, RuntimeOptions
+
+DEFAULT_MIN_PROPENSITY = 0.1  # no pair weighs more than 10 (workers.click_join says why)
+
+
+@dataclass(frozen=True)
+class JoinOptions:
+    """What `rankstream worker click-join` can be told, beyond the environment's Settings
+    (the window and the grace are settings: serve and the join share them)."""
+
+    name: str = option("click-join", "the join's stored state and its output keys' prefix")
+    losers: str = option(
+        "skips",
+        "pairs: skips (a click over the skipped results above and the next below) or "
+        "shown (over every other shown result)",
+        choices=LOSERS,
+    )
+    min_propensity: float = option(
+        DEFAULT_MIN_PROPENSITY, "propensities are clipped to at least this (weights <= 1/this)"
+    )
+    depth: int = option(DEFAULT_DEPTH, "ranks whose propensity is measured")
+    prior_eta: float = option(DEFAULT_PRIOR_ETA, "the prior's shape (1/rank)^eta")
+    prior_clicks: float = option(DEFAULT_PRIOR_CLICKS, "the prior's weight in expected clicks")
+    checkpoint_records: int | None = option(
+        10_000, "checkpoint after this many records", metavar="N"
+    )
+    checkpoint_seconds: float | None = option(
+        1.0, "checkpoint (and emit) at least this often", metavar="SECONDS"
+    )
+    exit_when_idle: float | None = option(
+        None, "checkpoint and exit when nothing arrived for this long", metavar="SECONDS"
+    )
+    poll_ms: int = option(200, "longest wait of one poll", metavar="MS")
+    partitions: int = option(1, "partitions of the input topics if they must be created")
+
+    def __post_init__(self) -> None:
+        if self.losers not in LOSERS:
+            raise ValueError(f"losers must be one of {LOSERS}, got {self.losers!r}")
+        if not 0 < self.min_propensity <= 1:
+            raise ValueError(f"min_propensity must lie in (0, 1], got {self.min_propensity}")
+        SwapPropensityEstimator(self.depth, self.prior_eta, self.prior_clicks)  # its checks
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        self.runtime()
+
+    def runtime(self) -> RuntimeOptions:
+        return RuntimeOptions(
+            checkpoint=Cadence(records=self.checkpoint_records, seconds=self.checkpoint_seconds),
+            exit_when_idle=self.exit_when_idle,
+            poll_ms=self.poll_ms,
+            report_lag=False,
+        )
