@@ -133,13 +133,15 @@ class LearnerSpec:
     # its importance-weighted form for a row of weight s (`ranking.online`'s docstring
     # derives each), for help texts; "" when it learns no weighted rows
     weighted_update: str = ""
-    # its hyper-parameters when it learns from click pairs, over its defaults (`eval
-    # clicks`; None: no click arm). The defaults were calibrated on judged streams (~800
-    # pairs a query, `eval stream --grid`); a click impression gives tens of pairs, most
-    # between results of one grade, so the click arms were calibrated apart: on
-    # validation seed 100 (never a reported seed), 3,000 impressions each of
-    # informational, almost-random, pbm:1 and pbm:2 users, over C in 1e-6..1e-2 and r in
-    # 1..1e5, warm-started (README, "Learning from clicks").
+    # its hyper-parameters when it learns from click pairs, over its defaults, at the
+    # margin's scale (`simulators.click_feedback.margin_scale`; `eval clicks`; None: no
+    # click arm). The defaults were calibrated on judged streams (~800 pairs a query at
+    # Uni-Con's scale, `eval stream --grid`); a click impression gives tens of noisy pairs,
+    # most between results of one grade, so the click arms were calibrated apart: on
+    # validation seed 100 (never a reported seed), 2,000 impressions each of
+    # informational, almost-random, pbm:1 and pbm:2 users, C in 1e-6..2e-5 and r in
+    # 1e5..1e7, warm-started (README, "Learning from clicks"). Naive and IPS arms share
+    # them: they differ in pairs and weights only.
     click_hyperparameters: Mapping[str, float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -263,7 +265,7 @@ for _spec in (
         "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
         in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
         weighted_update="w += min(s C, l/|x|^2) y x (PA-I with cost s C)",
-        click_hyperparameters={"C": 1e-5},
+        click_hyperparameters={"C": 2e-6},
     ),
     LearnerSpec(
         "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
@@ -285,7 +287,7 @@ for _spec in (
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
         weighted_update="r / s in place of r (k equal observations: noise r / k)",
-        click_hyperparameters={"r": 1e5},
+        click_hyperparameters={"r": 3e6},
     ),
 ):  # fmt: skip
     register(_spec)

@@ -97,8 +97,11 @@ def document_weights(
     log_ratio = np.where(inside, np.log(d_swapped) - np.log(d), 0.0).sum(axis=1)
     # P(R*) / (P(R) + P(R*)) = 1 / (1 + exp(log P(R)/P(R*))), without overflow
     rho = np.exp(-np.logaddexp(0.0, log_ratio))
-    e_pos, e_neg = placed[pos], placed[neg]
-    weight = rho * e_pos * e_neg / (e_pos + e_neg) ** 2
+    # e_k e_l / (e_k + e_l)^2 = sigma(delta) sigma(-delta), delta = f_k - f_l: from the
+    # score difference, so two documents far below the top (both exp f underflowing to
+    # 0) still get their (tiny, finite) weight instead of 0 / 0
+    delta = np.abs(f[ranking[pos]] - f[ranking[neg]])
+    weight = rho * np.exp(-delta - 2.0 * np.logaddexp(0.0, -delta))
     documents = np.concatenate([ranking[pos], ranking[neg]])
     return documents, np.concatenate([weight, -weight])
 

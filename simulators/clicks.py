@@ -208,3 +208,19 @@ def check_name(name: str) -> str:
     """`name` if it names a click model (for any grade scale); ValueError otherwise."""
     click_model(name, 5)
     return name
+
+
+FEEDBACK_JUDGED = "judged"
+CLICKS_FEEDBACK = "clicks:"
+
+
+def feedback_click_model(feedback: str) -> str | None:
+    """The click model a `--feedback` value names: None for "judged" (graded feedback),
+    the checked model name for "clicks:<model>"; ValueError otherwise."""
+    if feedback == FEEDBACK_JUDGED:
+        return None
+    if not feedback.startswith(CLICKS_FEEDBACK):
+        raise ValueError(
+            f"feedback must be {FEEDBACK_JUDGED!r} or '{CLICKS_FEEDBACK}<model>', got {feedback!r}"
+        )
+    return check_name(feedback[len(CLICKS_FEEDBACK) :])

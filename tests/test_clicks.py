@@ -243,6 +243,24 @@ def test_pdgd_gradient_matches_the_papers_formula_by_hand() -> None:
     np.testing.assert_allclose(model.weights - before, 0.5 * coefficients @ phi[documents])
 
 
+def test_pdgd_weighs_pairs_far_below_the_top_without_underflow() -> None:
+    """Two shown documents 1,000 below the top score: exp f underflows to 0 for both, yet
+    their pair keeps its weight sigma(d) sigma(-d) of their difference d (here 0.25:
+    equal scores), so a learner whose scores spread widely still learns (no 0 / 0)."""
+    scores = np.array([1000.0, 0.0, 0.0])
+    ranking = np.array([0, 1, 2])
+    clicks = np.array([False, True, False])  # doc 1 clicked over doc 0 above, doc 2 below
+    documents, coefficients = document_weights(scores, ranking, clicks)
+    assert np.isfinite(coefficients).all()
+    got = np.zeros(3)
+    np.add.at(got, documents, coefficients)
+    # pair (1 over 2): equal scores, rho = 1/2, weight 1/4 * 1/2; pair (1 over 0): ~0
+    np.testing.assert_allclose(got, [0.0, 0.125, -0.125], atol=1e-12)
+    model = PDGD(warm_start=np.array([1000.0, 0.0]))
+    model.learn(np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), ranking, clicks)
+    assert np.isfinite(model.weights).all() and model.n_updates == 1
+
+
 def test_pdgd_starts_from_its_warm_start() -> None:
     phi = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
     model = PDGD(warm_start=np.array([2.0, -1.0]))
@@ -275,18 +293,24 @@ def test_shown_losers_pair_each_click_with_every_other_shown_result() -> None:
 
 
 def test_every_click_experiment_arm_starts_from_uni_con() -> None:
-    """Judged and click arms alike start where the baseline serves (a fair pairing)."""
+    """Judged and click arms alike start where the baseline serves (a fair pairing): the
+    judged arms and PDGD at Uni-Con's weights, the click pair arms at the margin's scale."""
     from rankstream.ranking.scaling import Standardizer
     from rankstream.simulators.click_feedback import click_arms
 
     scaler = Standardizer().fit(np.random.default_rng(0).standard_normal((200, 4)) * 3 + 1)
-    arms = click_arms(("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0)
+    arms = click_arms(
+        ("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0, click_scale=0.25
+    )
     assert set(arms) == {
         f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "naive", "ips")
     } | {"pdgd"}
     for name, arm in arms.items():
         model = arm.model if name == "pdgd" else arm.ranker
-        np.testing.assert_array_equal(model.weights, np.ones(4), err_msg=name)
+        scale = 0.25 if name.endswith(("naive", "ips")) else 1.0
+        np.testing.assert_array_equal(model.weights, np.full(4, scale), err_msg=name)
+    with pytest.raises(ValueError, match="click_scale"):
+        click_arms(("opar1",), click_model("pbm:1", 3), scaler, 50, seed=0, click_scale=0.0)
 
 
 @pytest.mark.parametrize("name", ["navigational", "informational", "pbm:1.5"])
@@ -305,3 +329,38 @@ def test_click_count_distribution_is_what_clicks_many_samples(name) -> None:
     seen = seen / users_each
     standard_error = np.sqrt(exact * (1 - exact) / users_each)
     assert (np.abs(seen - exact) <= 5 * standard_error + 5 / users_each).all()
+
+
+def test_the_margin_scale_spreads_uni_cons_shown_scores_by_one() -> None:
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.scaling import Standardizer
+    from rankstream.simulators.click_feedback import margin_scale
+
+    phi = np.random.default_rng(1).standard_normal((5, 40, 3)) * 2 + 1
+    scaler = Standardizer().fit(phi.reshape(-1, 3))
+    scale = margin_scale(phi, scaler, display=10)
+    spreads = []
+    for candidates in phi:
+        top = np.sort(scale * UniCon(scaler=scaler).score(candidates))[::-1][:10]
+        spreads.append(top[0] - top[-1])
+    assert np.mean(spreads) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="spread"):
+        margin_scale(np.ones((2, 40, 3)), scaler, display=10)
+
+
+def test_a_tied_pair_learned_both_ways_cancels_only_within_the_margin() -> None:
+    """Why the click pair arms start at the margin's scale: two equally attractive results
+    give the pair both ways; within the hinge's margin OPAR-I's two steps cancel, beyond
+    it only the step against the current order is taken (the ranking flattens)."""
+    from rankstream.ranking.online import OnlineRanker
+
+    x = np.array([[1.0, 0.5]])  # phi(a) - phi(b); a ranks first: w . x > 0
+    both_ways = np.vstack([x, -x])
+    for start, flattens in ((np.array([0.2, 0.2]), False), (np.array([4.0, 4.0]), True)):
+        ranker = OnlineRanker(algo="opar1", warm_start=start, C=1e-3)
+        ranker.learn_many(both_ways, np.array([1, 1]))
+        moved = float((ranker.weights - start) @ x[0])
+        if flattens:
+            assert moved < -1e-3  # the margin w . x shrank: the pair "b over a" won alone
+        else:
+            assert abs(moved) < 1e-12

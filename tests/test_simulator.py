@@ -19,6 +19,7 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
 from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.metrics import sample_value
+from rankstream.workers.scoring import scorer_for
 from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000
@@ -308,3 +309,120 @@ def test_a_collection_other_than_the_options_one_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="collection 'fashion-mnist' given"):
         Simulation(embedded_settings, OPTIONS, collection=fashion_slice.collection)
+
+
+# ------------------------------------------------------------- clicks instead of judgments
+CLICK_OPTIONS = dataclasses.replace(
+    OPTIONS, triplets=None, queries=12, feedback="clicks:perfect", seed=5
+)
+
+
+def test_clicking_users_send_impressions_and_their_clicks_as_an_engine_would(
+    embedded_settings, world
+) -> None:
+    """Perfect users (three grades: click 0, .5, 1; never stop) click every grade-2 result
+    shown and no grade-0 one: each impression shows the served top 50 with its phi, each
+    click names a shown candidate at its 1-based position, and no triplet or judged
+    query comes from the simulator (the click join makes the triplets)."""
+    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.stream.click_schema import decode_clicks, decode_impressions, impression_key
+
+    simulation = _simulate(embedded_settings, world, CLICK_OPTIONS)
+    summary = simulation.summary()
+    assert summary["queries"] == 12 and summary["triplets"] == 0
+    assert summary["feedback"] == "clicks:perfect"
+    shown = _read(embedded_settings, embedded_settings.impressions_topic)
+    clicked = _read(embedded_settings, embedded_settings.clicks_topic)
+    assert len(shown) == len(clicked) == 12
+    assert not _read(embedded_settings, embedded_settings.triplets_topic)
+    collection, index = world
+    replay = FeedbackSimulator(collection, seed=CLICK_OPTIONS.seed, index=index)
+    uni_con = scorer_for(open_store(embedded_settings).load(UNI_CON))
+    total = 0
+    for impression_message, click_message in zip(shown, clicked, strict=True):
+        (impression,) = decode_impressions(impression_message.value).records
+        clicks = decode_clicks(click_message.value).records
+        query = replay.next_query()
+        assert impression.query_id == query.query_id
+        assert (
+            impression_message.key == click_message.key == impression_key(impression.impression_id)
+        )
+        order = np.argsort(-uni_con.score(query.phi), kind="stable")[:50]
+        np.testing.assert_array_equal(impression.candidate_ids, query.candidate_ids[order])
+        np.testing.assert_array_equal(impression.phi, query.phi[order])
+        assert impression.model == UNI_CON and impression.model_versions[UNI_CON] >= 1
+        grade = dict(zip(query.candidate_ids.tolist(), query.relevance.tolist(), strict=True))
+        expected = [cid for cid in impression.candidate_ids.tolist() if grade[cid] == 2]
+        got = [c.candidate_id for c in clicks if c.clicked]
+        assert set(expected) <= set(got)
+        assert all(grade[cid] > 0 for cid in got)
+        for click in clicks:
+            assert click.impression_id == impression.impression_id
+            if click.clicked:
+                assert impression.candidate_ids[click.position - 1] == click.candidate_id
+        assert not clicks[-1].clicked  # the session-over row closes every impression
+        total += len(got)
+    assert summary["clicks"] == total > 0
+
+
+def test_the_click_join_turns_the_simulated_clicks_into_weighted_triplets(
+    embedded_settings, world
+) -> None:
+    """The route an engine's clicks take: the simulator's impressions and clicks, joined
+    by the click join (`workers.click_join`) into weighted triplets for the learners, one
+    group per impression with a click, each pair a shown result of that impression."""
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.workers.click_join import ClickJoin
+    from rankstream.workers.click_join_options import JoinOptions
+
+    options = dataclasses.replace(CLICK_OPTIONS, feedback="clicks:informational", queries=20)
+    summary = _simulate(embedded_settings, world, options).summary()
+    transport, store = open_transport(embedded_settings), open_store(embedded_settings)
+    topics = (embedded_settings.impressions_topic, embedded_settings.clicks_topic)
+    ends = {topic: transport.end_offsets(topic) for topic in topics}
+
+    def read_everything(runtime) -> bool:
+        seen = runtime.handler.offsets
+        return all(seen.get(t, {}).get(p) == e for t, pe in ends.items() for p, e in pe.items())
+
+    assert (
+        ClickJoin(embedded_settings, JoinOptions(), transport=transport, store=store).run(
+            until=read_everything
+        )
+        == 0
+    )
+    shown = {}
+    for message in _read(embedded_settings, embedded_settings.impressions_topic):
+        (impression,) = decode_impressions(message.value).records
+        shown[impression.query_id] = set(impression.candidate_ids.tolist())
+    blocks = [
+        decode_triplets(m.value) for m in _read(embedded_settings, embedded_settings.triplets_topic)
+    ]
+    assert blocks and summary["clicks"] > 0
+    for block in blocks:
+        weight = np.ones(len(block)) if block.weight is None else block.weight  # v2: all 1
+        assert (weight >= 1.0).all()  # 1 / P(examined), P <= 1
+        for query, p1, p2 in zip(block.query_id, block.p1_id, block.p2_id, strict=True):
+            assert {int(p1), int(p2)} <= shown[int(query)]
+
+
+def test_the_feedback_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="number of queries"):
+        dataclasses.replace(CLICK_OPTIONS, queries=None)
+    with pytest.raises(ValueError, match="unknown click model"):
+        dataclasses.replace(CLICK_OPTIONS, feedback="clicks:nobody")
+    with pytest.raises(ValueError, match="judged"):
+        dataclasses.replace(CLICK_OPTIONS, feedback="graded")
+
+
+def test_cli_simulates_clicking_users(monkeypatch, tmp_path, capsys) -> None:
+    from rankstream.cli import main
+
+    monkeypatch.setenv("RANKSTREAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("RANKSTREAM_TOPIC_PREFIX", f"clk{tmp_path.name[-10:]}")
+    args = ["simulate", "--feedback", "clicks:informational", "--queries", "5"]
+    assert main([*args, "--images", "4000", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["queries"] == 5 and summary["triplets"] == 0 and summary["clicks"] > 0
+    assert main(["simulate", "--feedback", "clicks:informational", "--images", "4000"]) == 2
+    assert "number of queries" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankstream.simulators import catalog
+from rankstream.simulators.clicks import FEEDBACK_JUDGED, feedback_click_model
 from rankstream.simulators.images import SERVED_CANDIDATES
 from rankstream.workers.feedback_batching import (
     DEFAULT_LINGER_S,
@@ -23,7 +24,19 @@ from rankstream.workers.serving_model import CHAMPION
 class SimulateOptions:
     """What `rankstream simulate` can be told, beyond the environment's Settings."""
 
-    triplets: int | None = option(100_000, "stop after at least N triplets", metavar="N")
+    triplets: int | None = option(
+        100_000, "judged feedback: stop after at least N triplets", metavar="N"
+    )
+    queries: int | None = option(
+        None, "stop after Q queries (impressions; needed with clicks feedback)", metavar="Q"
+    )
+    feedback: str = option(
+        FEEDBACK_JUDGED,
+        "judged: grade the served top 50, send triplets; clicks:MODEL: users of click model "
+        "MODEL (perfect, navigational, informational, almost-random, pbm:ETA) click on it, "
+        "sent as impressions and clicks for the click join",
+        metavar="judged|clicks:MODEL",
+    )
     seed: int = option(0, "query stream seed (order, orientation coins, calibration)")
     collection: str = option(
         "synthetic",
@@ -38,7 +51,9 @@ class SimulateOptions:
         None, "synthetic only: its seed (cached per size and seed; none: 0)", metavar="S"
     )
     rate: float | None = option(
-        None, "limit to R triplets/s (token bucket; none: unlimited)", metavar="R"
+        None,
+        "limit to R triplets/s, with clicks R clicks/s (token bucket; none: unlimited)",
+        metavar="R",
     )
     serving: str = option(
         CHAMPION,
@@ -60,6 +75,13 @@ class SimulateOptions:
     def __post_init__(self) -> None:
         if self.triplets is not None and self.triplets < 1:
             raise ValueError(f"triplets must be >= 1, got {self.triplets}")
+        if self.queries is not None and self.queries < 1:
+            raise ValueError(f"queries must be >= 1, got {self.queries}")
+        if feedback_click_model(self.feedback) is not None and self.queries is None:
+            raise ValueError(
+                f"feedback {self.feedback!r} produces no triplets (the click join makes "
+                "them): give a number of queries to stop after"
+            )
         if self.rate is not None and not self.rate > 0:
             raise ValueError(f"rate must be > 0 triplets/s, got {self.rate}")
         if self.calibration_queries < 1 or self.partitions < 1:

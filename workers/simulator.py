@@ -32,6 +32,15 @@ serving models (the feedback loop's own guarantee); the rate limit only delays s
 Which queries share a message also depends on time (the linger), unless `linger_s` is
 infinite.
 
+Clicks (`SimulateOptions.feedback` "clicks:<model>"): nobody grades. Each query's top
+`judged` (50) is shown to a user of that click model (`workers.clicking_users`), and the
+simulator sends what an engine's logging and its `POST /v1/clicks` would: the
+`Impression` on `settings.impressions_topic` and its `Click` rows, then the "session
+over" row, on `settings.clicks_topic`, both keyed by the impression id
+(`stream.click_schema`). No triplet and no judged query comes from it: the click join
+turns impressions and clicks into the learners' triplets. It stops after
+`SimulateOptions.queries` impressions; its rate limit counts clicks.
+
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
 """
@@ -44,20 +53,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators import catalog
-from rankstream.simulators.feedback import FeedbackSimulator
-from rankstream.simulators.images import (
-    CandidateRetriever,
-    ImageCollection,
-    ServedCollection,
-)
+from rankstream.simulators.feedback import FeedbackSimulator, RetrievedQuery
+from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
+from rankstream.stream.click_schema import encode_clicks, encode_impressions, impression_key
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
+from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
 from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
@@ -66,6 +75,8 @@ from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
+CLICKS_STREAM = 26
+"""The simulated users' clicks and impression ids: the seed's own child stream."""
 
 
 class TokenBucket:
@@ -161,8 +172,11 @@ class SimulatorHandler(Handler):
         self.simulator = simulator
         self.serving = ServingModel(store, options.serving, width=settings.phi_dim)
         self.bucket = TokenBucket(options.rate) if options.rate is not None else None
+        self.users = feedback_users(options.feedback)
+        self.click_rng = np.random.default_rng([options.seed, CLICKS_STREAM])
         self.triplets_produced = 0
         self.queries_produced = 0
+        self.clicks_produced = 0
         self.served_by: dict[str, int] = {}
         self.last: StepResult | None = None
         self.feedback: FeedbackProducer | None = None
@@ -170,6 +184,8 @@ class SimulatorHandler(Handler):
 
     def extra_topics(self) -> dict[str, int]:
         parts = self.options.partitions
+        if self.users is not None:
+            return {self.settings.impressions_topic: parts, self.settings.clicks_topic: parts}
         return {self.settings.triplets_topic: parts, self.settings.queries_topic: parts}
 
     def load(self, runtime: StreamRuntime) -> None:
@@ -178,13 +194,18 @@ class SimulatorHandler(Handler):
 
     @property
     def done(self) -> bool:
-        target = self.options.triplets
-        return target is not None and self.triplets_produced >= target
+        triplets, queries = self.options.triplets, self.options.queries
+        return (triplets is not None and self.triplets_produced >= triplets) or (
+            queries is not None and self.queries_produced >= queries
+        )
 
     def produce(self, runtime: StreamRuntime) -> int:
-        """Serve, judge and publish one query (its triplet block, then its judged query)."""
+        """Serve one query and publish its feedback: judged, its triplet block, then its
+        judged query; with clicks, its impression and its clicks."""
         served = self.serving.refresh()
         query = self.simulator.next_query()
+        if self.users is not None:
+            return self._produce_clicks(runtime, served, query)
         record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
         n = len(triplets)
         feedback = self._feedback(runtime)
@@ -205,12 +226,41 @@ class SimulatorHandler(Handler):
         )
         feedback.send_records(judged, triplets)
         self.triplets_produced += n
+        self._served(record.query_id, n, served)
+        return n
+
+    def _produce_clicks(self, runtime: StreamRuntime, served: Served, query: RetrievedQuery) -> int:
+        """Show the top `judged` to a clicking user; send the impression, then its clicks."""
+        assert self.users is not None
+        impression, clicks = impression_and_clicks(
+            query,
+            served.scorer.score(query.phi),
+            self.users,
+            self.click_rng,
+            served_by=served.name,
+            version=served.version,
+            model_versions=served.model_versions,
+            time=time.time(),
+            display=self.simulator.n_judged,
+        )
+        n = sum(click.clicked for click in clicks)
+        if self.bucket is not None and n:
+            self.bucket.take(n)
+        key = impression_key(impression.impression_id)
+        runtime.producer.send(
+            self.settings.impressions_topic, encode_impressions([impression]), key
+        )
+        runtime.producer.send(self.settings.clicks_topic, encode_clicks(clicks), key)
+        self.clicks_produced += n
+        self._served(query.query_id, 0, served)
+        return 1 + len(clicks)  # records sent: the impression and its click rows
+
+    def _served(self, query_id: int, triplets: int, served: Served) -> None:
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
-        self.last = StepResult(record.query_id, n, served)
+        self.last = StepResult(query_id, triplets, served)
         if self.on_step is not None:
             self.on_step(self.last)
-        return n
 
     def _feedback(self, runtime: StreamRuntime) -> FeedbackProducer:
         """The feedback library on the runtime's producer (the one it flushes and closes)."""
@@ -246,8 +296,10 @@ class SimulatorHandler(Handler):
 
     def summary(self) -> dict:
         return {
+            "feedback": self.options.feedback,
             "triplets": self.triplets_produced,
             "queries": self.queries_produced,
+            "clicks": self.clicks_produced,
             "served_by": dict(sorted(self.served_by.items())),
             "serving_switches": self.serving.switches,
             "seed": self.options.seed,

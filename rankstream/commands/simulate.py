@@ -1,4 +1,5 @@
-"""`rankstream simulate`: the CBIR engine and its users, producing triplets and judged queries."""
+"""`rankstream simulate`: the CBIR engine and its users, producing triplets and judged queries
+(or, with `--feedback clicks:MODEL`, impressions and clicks)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from typing import Any
 
 from rankstream.commands._launch import Launch, long_running
+from rankstream.simulators.clicks import FEEDBACK_JUDGED
 from rankstream.workers.simulate_options import SimulateOptions
 
 
@@ -37,11 +39,15 @@ class Simulating:
             MofNCompleteColumn(),
         )
         with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
-            task = bar.add_task("simulate", total=self.launch.options.triplets, model="")
+            options = self.launch.options
+            by_queries = options.triplets is None or options.feedback != FEEDBACK_JUDGED
+            total = options.queries if by_queries else options.triplets
+            task = bar.add_task("simulate", total=total, model="")
 
             def advance(result: Any) -> None:
                 served = result.served
-                bar.update(task, advance=result.triplets, model=f"{served.name} v{served.version}")
+                step = 1 if by_queries else result.triplets
+                bar.update(task, advance=step, model=f"{served.name} v{served.version}")
 
             try:
                 self.summary = self.simulation.run(on_step=advance)
@@ -50,8 +56,13 @@ class Simulating:
                 return 1
         if not self.launch.json:
             s = self.summary
+            produced = (
+                f"{s['triplets']} triplets"
+                if s["feedback"] == FEEDBACK_JUDGED
+                else f"{s['clicks']} clicks ({s['feedback']})"
+            )
             print(
-                f"produced {s['triplets']} triplets from {s['queries']} queries "
+                f"produced {produced} from {s['queries']} queries "
                 f"in {s['seconds']} s; served by {s['served_by']}",
                 file=sys.stderr,
             )
@@ -62,5 +73,8 @@ class Simulating:
 
 
 add_arguments, run = long_running(
-    "simulate", SimulateOptions, Simulating, "at exit: triplets, queries, seconds, models served"
+    "simulate",
+    SimulateOptions,
+    Simulating,
+    "at exit: feedback, triplets, queries, clicks, seconds, models served",
 )

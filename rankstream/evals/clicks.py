@@ -14,7 +14,9 @@ is scored on what it showed by the true NDCG@50 (the collection's grades), and l
   randomized interventions estimate online;
 * PDGD, serving Plackett-Luce samples.
 
-Every learner, judged or not, starts from Uni-Con's weights (`click_arms`).
+Every learner, judged or not, starts from Uni-Con's direction (`click_arms`): the click
+pair arms at the hinge margin's scale (`click_feedback.margin_scale`, fitted on the same
+calibration queries as the scaler), the others at Uni-Con's own.
 
 Reported per arm (paired with Uni-Con on the same impressions of the same seed):
 the NDCG@50 gain over all impressions (the online measure the paper's Fig. 3 plots
@@ -33,8 +35,11 @@ every rank 1..10 stays within a tolerance of the simulator's truth.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +51,14 @@ from rankstream.ranking import learners
 from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.simulators.catalog import check_name, load_collection
-from rankstream.simulators.click_feedback import RELEVANCE_GRADES, click_arms
+from rankstream.simulators.click_feedback import (
+    DEFAULT_DISPLAY,
+    RELEVANCE_GRADES,
+    click_arms,
+    margin_scale,
+)
 from rankstream.simulators.clicks import PositionBasedClickModel, click_model
-from rankstream.simulators.feedback import BASELINE, experiment_setup, run_arms
+from rankstream.simulators.feedback import BASELINE, CALIBRATION_QUERIES, experiment_setup, run_arms
 
 FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
 GAINS = {
@@ -74,9 +84,14 @@ def run_clicks(
     """One collection, click model and seed: (the run's JSON, per-impression NDCG@50)."""
     served = load_collection(check_name(collection), cache_dir, progress, **(options or {}))
     users = click_model(model, RELEVANCE_GRADES)
-    sim, scaler, arms = experiment_setup(served.collection, seed, served.index)
+    sim, scaler, arms = experiment_setup(served.collection, seed, served.index, CALIBRATION_QUERIES)
+    calibration = sim.calibration_phi(CALIBRATION_QUERIES)
+    per_query = calibration.reshape(-1, sim.n_candidates, calibration.shape[1])
+    scale = margin_scale(per_query, scaler, DEFAULT_DISPLAY)
     arms.update(
-        click_arms(tuple(learners.click_hyperparameters()), users, scaler, sim.n_judged, seed)
+        click_arms(
+            tuple(learners.click_hyperparameters()), users, scaler, sim.n_judged, seed, scale
+        )
     )
     label = f"{collection}, {model}, seed {seed}" if progress else False
     ndcg = run_arms(sim, arms, impressions, label)["ndcg"]
@@ -88,6 +103,7 @@ def run_clicks(
         "click_model": model,
         "seed": seed,
         "impressions": impressions,
+        "click_scale": scale,
         "uni_con": {
             "ndcg_at_50": float(base.mean()),
             "final_ndcg_at_50": float(base[-tail:].mean()),
@@ -182,18 +198,30 @@ def evaluate_clicks(
     progress: bool = False,
     options: Mapping[str, Any] | None = None,
     plot_path: str | Path | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Every seed (module docstring); JSON-ready, with the plot's path when drawn."""
+    """Every seed (module docstring); JSON-ready, with the plot's path when drawn.
+
+    `jobs` > 1 runs that many seeds at once in worker processes (spawned); a seed's run
+    is the same either way (its own generators), only the progress bars go."""
     if not seeds:
         raise ValueError("need at least one seed")
     if impressions < 10:
         raise ValueError(f"impressions must be >= 10, got {impressions}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     click_model(model, RELEVANCE_GRADES)  # refuse an unknown model before loading anything
-    runs, curves = [], []
-    for seed in seeds:
-        run, ndcg = run_clicks(collection, seed, model, cache_dir, impressions, progress, options)
-        runs.append(run)
-        curves.append(ndcg)
+    args = [(collection, seed, model, cache_dir, impressions) for seed in seeds]
+    if jobs > 1 and len(seeds) > 1:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
+        with ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=context) as pool:
+            done = list(
+                pool.map(run_clicks, *zip(*args, strict=True), repeat(False), repeat(options))
+            )
+    else:
+        done = [run_clicks(*a, progress, options) for a in args]
+    runs = [run for run, _ in done]
+    curves = [ndcg for _, ndcg in done]
     result: dict[str, Any] = {
         "collection": collection,
         "click_model": model,

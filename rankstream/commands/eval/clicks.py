@@ -29,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default 0 1 2")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="J",
+        help="seeds run at once in worker processes (default 1)",
+    )
+    parser.add_argument(
         "--plot", default=None, help="learning curves (default report/clicks_<collection>_<M>.png)"
     )
     parser.add_argument(
@@ -105,5 +112,6 @@ def run(args: argparse.Namespace) -> int:
             progress=True,  # on stderr: --json keeps stdout to the object
             options=options,
             plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
+            jobs=args.jobs,
         )
     return print_report(args, result, print_summary)
