@@ -168,10 +168,8 @@ def test_logging_off_logs_nothing_and_still_answers_an_impression_id(embedded_se
     assert _read(settings, settings.impressions_topic) == []
 
 
-def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings, monkeypatch):
-    """The writer is held inside its first impression; the queue (capacity 1) takes the
-    second; the third is dropped, counted and logged, and every ranking was answered."""
-    reset_embedded()
+def _hold_the_writer(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """The log's writer stops inside its next encoding (`entered` set) until `release`."""
     entered, release = threading.Event(), threading.Event()
     encode = impression_log.encode_impressions
 
@@ -181,6 +179,14 @@ def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings
         return encode(impressions)
 
     monkeypatch.setattr(impression_log, "encode_impressions", held)
+    return entered, release
+
+
+def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings, monkeypatch):
+    """The writer is held inside its first impression; the queue (capacity 1) takes the
+    second; the third is dropped, counted and logged, and every ranking was answered."""
+    reset_embedded()
+    entered, release = _hold_the_writer(monkeypatch)
     settings = Settings(**{**embedded_settings.__dict__, "impression_queue": 1})
     before = metrics.sample_value("rankstream_impressions_dropped_total", {"reason": "queue_full"})
     with TestClient(create_app(settings, poll_seconds=0.05)) as client:
@@ -208,15 +214,7 @@ def test_queued_impressions_share_messages_on_the_partitions_of_their_keys(
     reset_embedded()
     topic = embedded_settings.impressions_topic
     open_transport(embedded_settings).ensure_topics({topic: 4})
-    entered, release = threading.Event(), threading.Event()
-    encode = impression_log.encode_impressions
-
-    def held(impressions):
-        entered.set()
-        assert release.wait(60)  # a hang guard
-        return encode(impressions)
-
-    monkeypatch.setattr(impression_log, "encode_impressions", held)
+    entered, release = _hold_the_writer(monkeypatch)
     log = ImpressionLog(embedded_settings, capacity=100)
     shown = np.arange(K)[::-1]
     made = [
