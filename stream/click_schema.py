@@ -305,7 +305,8 @@ def _phi_matrix(values: object, n: int) -> np.ndarray:
 # --- encoding ------------------------------------------------------------------------
 def encode_impressions(impressions: Sequence[Impression]) -> bytes:
     """One `rankstream.impressions` message, a row per impression (all of one width).
-    The API sends one impression a message, keyed `impression_key(impression_id)`.
+    The API sends the impressions queued at once that share a partition in one message,
+    keyed by the first one's `impression_key` (`workers.impressions`).
 
     Written for the serving path's budget (one message a ranking): the stream's schema
     message is cached per width and the record batch appended to it (the bytes pyarrow's
@@ -358,7 +359,7 @@ def encode_impressions(impressions: Sequence[Impression]) -> bytes:
         ],
         schema=schema,
     )
-    return head + batch.serialize().to_pybytes() + _END_OF_STREAM
+    return b"".join((head, batch.serialize(), _END_OF_STREAM))  # one copy of the rows
 
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's end marker

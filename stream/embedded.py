@@ -89,6 +89,13 @@ class EmbeddedTransport:
         with self._cond:
             return list(range(len(self._logs.get(topic, []))))
 
+    def partition_for(self, topic: str, key: bytes) -> int:
+        """Where a record keyed `key` goes (`partition_for_key`); the topic must exist."""
+        with self._cond:
+            if topic not in self._logs:
+                raise ValueError(f"unknown topic {topic!r}")
+            return partition_for_key(bytes(key), len(self._logs[topic]))
+
     def beginning_offsets(self, topic: str) -> dict[int, int]:
         with self._cond:
             return {p: 0 for p in range(len(self._logs.get(topic, [])))}

@@ -40,6 +40,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kafka.partitioner.default import murmur2
 
 from rankstream.stream.errors import (
     TransportError,
@@ -240,6 +241,14 @@ class KafkaTransport:
         """
         with self._lock:
             return self._partitions(topic)
+
+    def partition_for(self, topic: str, key: bytes) -> int:
+        """Where kafka-python's (and the Java client's) default partitioner sends a record
+        keyed `key`: positive murmur2 of the key modulo the topic's partition count."""
+        partitions = self.partitions_for(topic)
+        if not partitions:
+            raise TransportError(f"topic {topic!r} unknown to the broker")
+        return partitions[(murmur2(bytes(key)) & 0x7FFFFFFF) % len(partitions)]
 
     def delete_topics(self, topics: Sequence[str]) -> None:
         """Delete these topics and their data; missing ones are ignored (benchmark clean-up)."""

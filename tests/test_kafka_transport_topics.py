@@ -66,3 +66,35 @@ def test_delete_topics_removes_them_and_ignores_missing_ones(service_settings: S
         transport.delete_topics([gone])  # already gone: nothing to do
     finally:
         transport.close()
+
+
+@pytest.mark.services
+def test_partition_for_is_where_the_producer_sends_a_keyed_record(
+    service_settings: Settings,
+) -> None:
+    """Keyed records sent without a partition land where `partition_for` says (the
+    murmur2 rule an impressions message relies on to sit with its clicks)."""
+    transport = KafkaTransport(service_settings)
+    topic = f"{service_settings.topic_prefix}.keyed"
+    keys = [f"impression-{i}".encode() for i in range(30)]
+    try:
+        transport.ensure_topics({topic: 3})
+        producer = transport.producer()
+        for key in keys:
+            producer.send(topic, b"v", key=key)
+        producer.flush(timeout=30)
+        producer.close()
+        consumer = transport.consumer()
+        consumer.assign([(topic, p) for p in transport.partitions_for(topic)])
+        for p in transport.partitions_for(topic):
+            consumer.seek_to_beginning(topic, p)
+        seen: dict[bytes, int] = {}
+        deadline = time.monotonic() + 60  # a hang guard
+        while len(seen) < len(keys) and time.monotonic() < deadline:
+            seen.update((m.key, m.partition) for m in consumer.poll(timeout_ms=200))
+        consumer.close()
+        assert seen == {key: transport.partition_for(topic, key) for key in keys}
+        assert len(set(seen.values())) == 3  # the keys spread: the rule was exercised
+    finally:
+        transport.delete_topics([topic])
+        transport.close()

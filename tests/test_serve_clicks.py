@@ -26,6 +26,7 @@ from rankstream.stream.click_schema import (
     decode_clicks,
     decode_impressions,
     encode_clicks,
+    impression_key,
 )
 from rankstream.stream.connect import open_transport
 from rankstream.stream.embedded import reset_embedded
@@ -57,9 +58,13 @@ def _arrow_rank(**metadata: str) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _read(settings: Settings, topic: str, expected: int | None = None) -> list[Message]:
-    """Every message of `topic` from its beginning; with `expected`, polls until that
-    many arrived (a hang guard of 60 s, never the thing tested)."""
+def _impressions_in(messages: list[Message]) -> int:
+    return sum(len(decode_impressions(m.value).records) for m in messages)
+
+
+def _read(settings: Settings, topic: str, expected: int | None = None, count=len) -> list[Message]:
+    """Every message of `topic` from its beginning; with `expected`, polls until `count`
+    of the messages reaches it (a hang guard of 60 s, never the thing tested)."""
     transport = open_transport(settings)
     consumer = transport.consumer()
     try:
@@ -71,7 +76,7 @@ def _read(settings: Settings, topic: str, expected: int | None = None) -> list[M
         deadline = time.monotonic() + 60
         while True:
             messages += consumer.poll(timeout_ms=200 if expected else 0, max_records=1000)
-            if expected is None or len(messages) >= expected or time.monotonic() > deadline:
+            if expected is None or count(messages) >= expected or time.monotonic() > deadline:
                 break
         return messages
     finally:
@@ -107,21 +112,37 @@ def _ranked_then_logged(settings: Settings, store=None) -> tuple[list[dict], lis
                     "candidate_ids": table.column("candidate_ids").to_pylist()}  # fmt: skip
     assert meta["query_id"] == "-5" and "request_id" not in meta
     answers = [first.json(), second.json(), arrow_answer]
-    return answers, _read(settings, settings.impressions_topic, expected=3)
+    return answers, _read(settings, settings.impressions_topic, 3, _impressions_in)
 
 
-def _check_logged(answers: list[dict], messages: list[Message], width: int = PHI_DIM) -> None:
+def _logged(settings: Settings, messages: list[Message], width: int = PHI_DIM) -> dict:
+    """The impressions in `messages` by id, each once; a message is keyed by its first
+    impression and sits on the partition every one of its impressions' keys maps to."""
+    transport = open_transport(settings)
+    logged: dict[str, Impression] = {}
+    try:
+        for message in messages:
+            decoded = decode_impressions(message.value, width=width)
+            assert decoded.rejects == [] and decoded.records
+            assert message.key == impression_key(decoded.records[0].impression_id)
+            for imp in decoded.records:
+                key = impression_key(imp.impression_id)
+                assert transport.partition_for(message.topic, key) == message.partition
+                assert imp.impression_id not in logged
+                logged[imp.impression_id] = imp
+    finally:
+        transport.close()
+    return logged
+
+
+def _check_logged(
+    settings: Settings, answers: list[dict], messages: list[Message], width: int = PHI_DIM
+) -> None:
     assert first_answer_fields(answers[0]) == {"query_id": 77, "request_id": "rq-1"}
     assert "query_id" not in answers[1] and answers[1]["request_id"] == "hdr-2"
     assert len({a["impression_id"] for a in answers}) == 3
-    assert len(messages) == 3
-    logged = {}
-    for message in messages:
-        decoded = decode_impressions(message.value, width=width)
-        assert decoded.rejects == [] and len(decoded.records) == 1
-        imp = decoded.records[0]
-        assert message.key == imp.impression_id.encode()
-        logged[imp.impression_id] = imp
+    logged = _logged(settings, messages, width)
+    assert len(logged) == 3
     _check_impression(logged[answers[0]["impression_id"]], answers[0], 77, "rq-1")
     _check_impression(logged[answers[1]["impression_id"]], answers[1], None, "hdr-2")
     _check_impression(logged[answers[2]["impression_id"]], answers[2], -5, None)
@@ -135,7 +156,7 @@ def first_answer_fields(answer: dict) -> dict:
 def test_every_ranking_is_logged_as_an_impression_in_displayed_order(embedded_settings):
     reset_embedded()
     answers, messages = _ranked_then_logged(embedded_settings)
-    _check_logged(answers, messages)
+    _check_logged(embedded_settings, answers, messages)
 
 
 def test_logging_off_logs_nothing_and_still_answers_an_impression_id(embedded_settings):
@@ -147,10 +168,8 @@ def test_logging_off_logs_nothing_and_still_answers_an_impression_id(embedded_se
     assert _read(settings, settings.impressions_topic) == []
 
 
-def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings, monkeypatch):
-    """The writer is held inside its first impression; the queue (capacity 1) takes the
-    second; the third is dropped, counted and logged, and every ranking was answered."""
-    reset_embedded()
+def _hold_the_writer(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """The log's writer stops inside its next encoding (`entered` set) until `release`."""
     entered, release = threading.Event(), threading.Event()
     encode = impression_log.encode_impressions
 
@@ -160,6 +179,14 @@ def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings
         return encode(impressions)
 
     monkeypatch.setattr(impression_log, "encode_impressions", held)
+    return entered, release
+
+
+def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings, monkeypatch):
+    """The writer is held inside its first impression; the queue (capacity 1) takes the
+    second; the third is dropped, counted and logged, and every ranking was answered."""
+    reset_embedded()
+    entered, release = _hold_the_writer(monkeypatch)
     settings = Settings(**{**embedded_settings.__dict__, "impression_queue": 1})
     before = metrics.sample_value("rankstream_impressions_dropped_total", {"reason": "queue_full"})
     with TestClient(create_app(settings, poll_seconds=0.05)) as client:
@@ -176,6 +203,43 @@ def test_a_full_queue_drops_and_counts_and_ranking_never_waits(embedded_settings
     logged = [decode_impressions(m.value).records[0].impression_id
               for m in _read(settings, settings.impressions_topic, expected=2)]  # fmt: skip
     assert logged == [first.json()["impression_id"], queued.json()["impression_id"]]
+
+
+def test_queued_impressions_share_messages_on_the_partitions_of_their_keys(
+    embedded_settings, monkeypatch
+):
+    """The writer is held inside its first message while 40 more are queued: they go out
+    together, a message per partition of a 4-partition topic, each impression on its
+    key's partition, every one once and counted."""
+    reset_embedded()
+    topic = embedded_settings.impressions_topic
+    open_transport(embedded_settings).ensure_topics({topic: 4})
+    entered, release = _hold_the_writer(monkeypatch)
+    log = ImpressionLog(embedded_settings, capacity=100)
+    shown = np.arange(K)[::-1]
+    made = [
+        served_impression(f"imp-{i}", np.array(IDS), PHI, shown, "m", 1, {"m": 1}, time=i)
+        for i in range(41)
+    ]
+    assert log.offer(lambda: made[0]) and entered.wait(60)
+    assert all(log.offer(lambda imp=imp: imp) for imp in made[1:])
+    release.set()
+    assert log.close(30.0)["written"] == 41
+    messages = _read(embedded_settings, topic)
+    logged = _logged(embedded_settings, messages)
+    assert sorted(logged) == sorted(imp.impression_id for imp in made)
+    assert len(messages) <= 1 + 4  # the held first one, then one message per partition
+    for imp in made:
+        assert np.array_equal(logged[imp.impression_id].phi, PHI[::-1].astype(np.float32))
+        assert logged[imp.impression_id].candidate_ids.tolist() == IDS[::-1]
+
+
+def test_impressions_beyond_a_message_budget_go_in_several_messages():
+    imp = served_impression("a", np.array(IDS), PHI, np.arange(K), "m", 1, {}, time=0.0)
+    per = imp.phi.nbytes + imp.candidate_ids.nbytes
+    budget = impression_log.MESSAGE_BYTES // per
+    messages = impression_log._messages([imp] * (2 * budget + 1))
+    assert [len(m) for m in messages] == [budget, budget, 1]
 
 
 def test_the_impression_log_counts_what_it_could_not_make_or_write(embedded_settings):
@@ -334,7 +398,7 @@ def test_the_click_producer_writes_what_the_route_writes(embedded_settings):
 # --- real Kafka + Redis -------------------------------------------------------------------
 def test_impressions_are_logged_on_kafka(service_settings):
     answers, messages = _ranked_then_logged(service_settings)
-    _check_logged(answers, messages)
+    _check_logged(service_settings, answers, messages)
 
 
 def test_a_click_batch_round_trips_through_kafka(service_settings):

@@ -37,6 +37,7 @@ def test_keyed_records_follow_the_documented_crc32_partitioner():
     expected = {p: 0 for p in range(5)}
     for q in range(40):
         expected[partition_for_key(str(q).encode(), 5)] += 1
+        assert t.partition_for("k", str(q).encode()) == partition_for_key(str(q).encode(), 5)
     assert counts == expected
 
 
