@@ -47,7 +47,7 @@ def _recorded_run(tmp_path, transport: EmbeddedTransport) -> tuple[Settings, lis
 
 def test_replayed_impressions_and_clicks_join_to_the_same_triplets(tmp_path):
     transport = EmbeddedTransport()
-    settings, original = _recorded_run(tmp_path, transport)
+    _, original = _recorded_run(tmp_path, transport)
     assert len(original) > 1  # the join emitted something to compare
     assert len(log_paths(tmp_path, "clicks")) > 1  # files rolled and were read in order
     fresh = _settings()
