@@ -1,11 +1,19 @@
 """`rankstream bench clicks`: click events/s through POST /v1/clicks to the click join's output.
 
+Three kinds of run, alternating within each repeat:
+
+* `http`: `rankstream serve --workers off` as its own process on the configured Kafka and
+  Redis, the real click join (`workers.click_join`, default options) on a thread here;
+* `producer`, the reference: the same join and services, no HTTP (below);
+* `embedded`: the embedded default, `serve`'s app with its in-process workers and join
+  (`create_app(workers=True)`, what `rankstream serve` runs without Kafka/Redis) on
+  uvicorn on a thread of this process, on the process-wide embedded log and store (so
+  its output can be read here).
+
 Set-up (before the clock), per run on a fresh topic/key prefix: `impressions` impressions
 (`candidates` results each, one phi table shared by all, query ids 0..n-1) written
-straight to the impressions topic, as `/v1/rank` logs them; the real click join
-(`workers.click_join`, default options) on a thread of this process; for the HTTP runs,
-`rankstream serve --workers off` as its own process. Every impression gets two clicks
-(at ranks 1-5 and 6-12, with position and dwell, as an engine reports them).
+straight to the impressions topic, as `/v1/rank` logs them. Every impression gets two
+clicks (at ranks 1-5 and 6-12, with position and dwell, as an engine reports them).
 
 The load. HTTP: a JSON body of `batch` impressions' clicks (`{"impressions": [...]}`,
 an engine's batch) is written once with `__N__` in its impression ids; `harness.http_load
@@ -15,14 +23,16 @@ run: the very same Click rows handed to `ClickProducer` in this process (one mes
 impression, as the server writes them; one flush at the end), no HTTP: the transport and
 join alone, so the HTTP figure can be read against what this loaded machine does without it.
 
-Clock: from the first click sent to the join's output holding every pair (the join emits
-at its checkpoints, so its checkpoint cadence is inside the figure). Sessions close in
+Clock: from the first click sent until a consumer of the join's output (the triplets
+topic) has read as many triplets as the clicks make (the join emits at its checkpoints,
+so its checkpoint cadence, 1 s by default, is inside the figure). Sessions close in
 event time: after the load one more impression, timed past every session's window, and
 its session-over row close them all (`workers.click_window`), as a later click would.
 
-Then counted at the output, not assumed: the triplets topic is read back whole and each
-click event's pairs (`ranking.click_pairs`: the click over the skipped results above it
-and the next unclicked one below) are looked for by (query id, winner, loser). A click
+Then counted at the output, not assumed: the triplets topic is read on to its end (a
+second after the last expected triplet) and each click event's pairs
+(`ranking.click_pairs`: the click over the skipped results above it and the next
+unclicked one below) are looked for by (query id, winner, loser). A click
 event is lost if one of its pairs is missing, duplicated if one appears more than once.
 The kinds alternate within each repeat; medians over `repeats`, with the load average.
 Topics and stored models of every run are deleted.
@@ -49,7 +59,7 @@ import numpy as np
 
 from rankstream.harness.bench_options import ClicksBenchOptions
 from rankstream.harness.ingest_bench import publish_unicon
-from rankstream.harness.serve_process import ServeProcess
+from rankstream.harness.serve_process import ServeProcess, free_port
 from rankstream.ranking.click_pairs import click_pairs
 from rankstream.stream.click_schema import Click, Impression, encode_impressions, impression_key
 from rankstream.stream.connect import open_store, open_transport
@@ -58,7 +68,7 @@ from rankstream.stream.settings import Settings
 from rankstream.workers.click_join import ClickJoin, JoinOptions
 from rankstream.workers.click_producer import ClickProducer
 
-KINDS = ("http", "producer")
+KINDS = ("http", "producer", "embedded")
 CLICKS_PER_IMPRESSION = 2
 _OUTPUT_DEADLINE_S = 300.0
 
@@ -180,25 +190,32 @@ class _Bench:
                 found.update((qid, winner, loser) for winner, loser in pairs)
         return found
 
-    def output(self) -> Counter:
-        """Every (query id, p1 id, p2 id) on the triplets topic, with its count."""
+    def output(self, total: int, deadline_s: float) -> tuple[Counter, float]:
+        """Every (query id, p1 id, p2 id) on the triplets topic, with its count, read until
+        `total` triplets came (or the deadline), then on to the topic's end; and the
+        `time.perf_counter()` when the `total`-th came (or the deadline's)."""
         topic = self.settings.triplets_topic
-        ends = self.transport.end_offsets(topic)
         consumer = self.transport.consumer(None)
-        consumer.assign([(topic, p) for p in ends])
-        for p in ends:
-            consumer.seek_to_beginning(topic, p)
+        consumer.assign([(topic, 0)])
+        consumer.seek_to_beginning(topic, 0)
         found: Counter = Counter()
-        read = dict.fromkeys(ends, 0)
-        deadline = time.monotonic() + 120
-        while any(read[p] < e for p, e in ends.items()) and time.monotonic() < deadline:
-            for message in consumer.poll(timeout_ms=500, max_records=1000):
-                read[message.partition] = message.offset + 1
+        deadline = time.monotonic() + deadline_s
+        ends: dict[int, int] | None = None
+        position, complete = 0, None
+        while time.monotonic() < deadline:
+            for message in consumer.poll(timeout_ms=100, max_records=1000):
+                position = message.offset + 1
                 block = decode_triplets(message.value, width=self.settings.phi_dim)
                 found.update(zip(block.query_id.tolist(), block.p1_id.tolist(),
                                  block.p2_id.tolist(), strict=True))  # fmt: skip
+            if ends is None and found.total() >= total:
+                complete = time.perf_counter()
+                time.sleep(1.0)  # a late duplicate would be there by now
+                ends = self.transport.end_offsets(topic)
+            if ends is not None and position >= ends.get(0, 0):
+                break
         consumer.close()
-        return found
+        return found, complete if complete is not None else time.perf_counter()
 
     def clean(self) -> None:
         store = open_store(self.settings)
@@ -209,9 +226,9 @@ class _Bench:
         self.transport.close()
 
 
-def _post(server: ServeProcess, body: Path, options: ClicksBenchOptions, requests: int) -> dict:
+def _post(port: int, body: Path, options: ClicksBenchOptions, requests: int) -> dict:
     command = [
-        sys.executable, "-m", "rankstream.harness.http_load", "--port", str(server.port),
+        sys.executable, "-m", "rankstream.harness.http_load", "--port", str(port),
         "--path", "/v1/clicks", "--body", str(body), "--rate", "1",
         "--connections", str(options.connections), "--numbered", str(requests),
         "--count-field", "clicks",
@@ -222,28 +239,65 @@ def _post(server: ServeProcess, body: Path, options: ClicksBenchOptions, request
     return json.loads(done.stdout)
 
 
+class _EmbeddedServer:
+    """The embedded `rankstream serve` (its app with the in-process workers and join, on
+    the process-wide embedded log and store) on uvicorn, on a thread of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        import uvicorn
+
+        from rankstream.serve.app import create_app
+
+        self.port = free_port()
+        config = uvicorn.Config(create_app(settings, workers=True), host="127.0.0.1",
+                                port=self.port, lifespan="on", access_log=False,
+                                log_level="warning")  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+
+    def wait_ready(self, seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the embedded server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+
+
 def run_once(
     settings: Settings, options: ClicksBenchOptions, kind: str, directory: Path
 ) -> ClicksRun:
+    """One run of `kind`: "http" (a serve process, the join on a thread here, Kafka and
+    Redis), "producer" (ClickProducer here, same join and services) or "embedded" (the
+    embedded serve, join included, in this process)."""
+    if kind == "embedded":
+        settings = replace(settings, kafka_bootstrap=None, redis_url=None, redis_password=None)
     bench = _Bench(settings, options)
     bench.produce_impressions()
     expected = bench.expected()
-    join = ClickJoin(bench.settings, JoinOptions())
-    thread = threading.Thread(target=join.run, daemon=True)
-    thread.start()
-    server = None
+    join, thread, server = None, None, None
+    if kind != "embedded":
+        join = ClickJoin(bench.settings, JoinOptions())
+        thread = threading.Thread(target=join.run, daemon=True)
+        thread.start()
     errors = 0
     try:
-        if kind == "http":
+        if kind != "producer":
             publish_unicon(bench.settings)  # a server with a model is ready
-            server = ServeProcess(bench.settings, directory / "serve.log")
+            if kind == "http":
+                server = ServeProcess(bench.settings, directory / "serve.log")
+            else:
+                server = _EmbeddedServer(bench.settings)
             body = directory / "clicks.json"
             body.write_bytes(clicks_body(options.batch))
             server.wait_ready()
         started = time.perf_counter()
         if server is not None:
-            sent = _post(server, body, options, bench.requests)
-            errors = sent["errors"]
+            errors = _post(server.port, body, options, bench.requests)["errors"]
         else:
             producer = bench.transport.producer()
             clicks = ClickProducer(bench.settings, producer)
@@ -252,20 +306,14 @@ def run_once(
             clicks.flush()
             producer.close()
         bench.close_sessions()
-        handler, total = join.handler, sum(expected.values())
-        deadline = time.monotonic() + _OUTPUT_DEADLINE_S
-        while not (handler.counters.triplets >= total and handler.counters.sent
-                   and not handler.outbox):  # fmt: skip
-            if time.monotonic() > deadline or not thread.is_alive():
-                break
-            time.sleep(0.01)
-        seconds = time.perf_counter() - started
+        found, complete = bench.output(sum(expected.values()), _OUTPUT_DEADLINE_S)
+        seconds = complete - started
     finally:
         if server is not None:
             server.stop()
-        join.stop()
-        thread.join(timeout=60)
-    found = bench.output()
+        if join is not None:
+            join.stop()
+            thread.join(timeout=60)
     bench.clean()
     joined, lost, duplicated = account(expected, found)
     return ClicksRun(kind, bench.n * CLICKS_PER_IMPRESSION, seconds, joined, lost, duplicated,
@@ -311,6 +359,7 @@ def run_clicks_bench(
         "events_per_s": round(medians["http"], 1),
         "reference_events_per_s": round(medians["producer"], 1),
         "http_to_reference": round(medians["http"] / medians["producer"], 3),
+        "embedded_events_per_s": round(medians["embedded"], 1),
         "lost": sum(r.lost for r in every),
         "duplicated": sum(r.duplicated for r in every),
         "errors": sum(r.errors for r in every),

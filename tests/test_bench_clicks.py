@@ -66,7 +66,7 @@ def test_bench_clicks_json_on_real_services(service_settings: Settings) -> None:
     result = json.loads(out)
     assert (result["impressions"], result["events_per_run"], result["batch"]) == (300, 600, 20)
     assert (result["lost"], result["duplicated"], result["errors"]) == (0, 0, 0)
-    for kind in ("http", "producer"):
+    for kind in ("http", "producer", "embedded"):
         (run,) = result["runs"][kind]
         assert (run["events"], run["joined"], run["lost"], run["duplicated"]) == (600, 600, 0, 0)
         assert run["events_per_s"] == pytest.approx(600 / run["seconds"], rel=0.01)
