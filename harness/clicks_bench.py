@@ -4,7 +4,8 @@ Three kinds of run, alternating within each repeat:
 
 * `http`: `rankstream serve --workers off` as its own process on the configured Kafka and
   Redis, the real click join (`workers.click_join`, default options) on a thread here;
-* `producer`, the reference: the same join and services, no HTTP (below);
+* `producer`, the reference: the same join and services, a producer process instead of
+  the server (below);
 * `embedded`: the embedded default, `serve`'s app with its in-process workers and join
   (`create_app(workers=True)`, what `rankstream serve` runs without Kafka/Redis) on
   uvicorn on a thread of this process, on the process-wide embedded log and store (so
@@ -19,9 +20,10 @@ The load. HTTP: a JSON body of `batch` impressions' clicks (`{"impressions": [..
 an engine's batch) is written once with `__N__` in its impression ids; `harness.http_load
 --numbered` posts one per request number over `connections` keep-alive connections from
 its own process; each is answered after the broker's acknowledgement. Reference, same
-run: the very same Click rows handed to `ClickProducer` in this process (one message per
-impression, as the server writes them; one flush at the end), no HTTP: the transport and
-join alone, so the HTTP figure can be read against what this loaded machine does without it.
+run: the very same Click rows handed to `ClickProducer` in a process of their own (one
+message per impression, as the server writes them; one flush at the end), no HTTP: the
+same processes, transport and join, so the HTTP figure can be read against what this
+loaded machine does without HTTP.
 
 Clock: from the first click sent until a consumer of the join's output (the triplets
 topic) has read as many triplets as the clicks make (the join emits at its checkpoints,
@@ -41,6 +43,7 @@ Topics and stored models of every run are deleted.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -268,18 +271,34 @@ class _EmbeddedServer:
         self.thread.join(timeout=60)
 
 
+def produce_clicks(settings: Settings, batch: int, requests: int, ready: Any, go: Any) -> None:
+    """The reference's producer process: every request's clicks through `ClickProducer`
+    (one message per impression, as the server writes them), one flush at the end."""
+    transport = open_transport(settings)
+    producer = transport.producer()
+    clicks = ClickProducer(settings, producer)
+    bodies = [batch_clicks(request, batch) for request in range(requests)]
+    ready.set()
+    go.wait()
+    for rows in bodies:
+        clicks.send(rows)
+    clicks.flush()
+    producer.close()
+    transport.close()
+
+
 def run_once(
     settings: Settings, options: ClicksBenchOptions, kind: str, directory: Path
 ) -> ClicksRun:
     """One run of `kind`: "http" (a serve process, the join on a thread here, Kafka and
-    Redis), "producer" (ClickProducer here, same join and services) or "embedded" (the
-    embedded serve, join included, in this process)."""
+    Redis), "producer" (ClickProducer in a process of its own, same join and services) or
+    "embedded" (the embedded serve, join included, in this process)."""
     if kind == "embedded":
         settings = replace(settings, kafka_bootstrap=None, redis_url=None, redis_password=None)
     bench = _Bench(settings, options)
     bench.produce_impressions()
     expected = bench.expected()
-    join, thread, server = None, None, None
+    join, thread, server, producing = None, None, None, None
     if kind != "embedded":
         join = ClickJoin(bench.settings, JoinOptions())
         thread = threading.Thread(target=join.run, daemon=True)
@@ -295,22 +314,31 @@ def run_once(
             body = directory / "clicks.json"
             body.write_bytes(clicks_body(options.batch))
             server.wait_ready()
+        else:
+            context = multiprocessing.get_context("spawn")
+            ready, go = context.Event(), context.Event()
+            producing = context.Process(target=produce_clicks, daemon=True,
+                                        args=(bench.settings, options.batch, bench.requests,
+                                              ready, go))  # fmt: skip
+            producing.start()
+            if not ready.wait(120):
+                raise RuntimeError("the click producer did not start")
         started = time.perf_counter()
         if server is not None:
             errors = _post(server.port, body, options, bench.requests)["errors"]
         else:
-            producer = bench.transport.producer()
-            clicks = ClickProducer(bench.settings, producer)
-            for request in range(bench.requests):
-                clicks.send(batch_clicks(request, options.batch))
-            clicks.flush()
-            producer.close()
+            go.set()
+            producing.join(timeout=3600)
+            if producing.exitcode != 0:
+                raise RuntimeError(f"the click producer exited with {producing.exitcode}")
         bench.close_sessions()
         found, complete = bench.output(sum(expected.values()), _OUTPUT_DEADLINE_S)
         seconds = complete - started
     finally:
         if server is not None:
             server.stop()
+        if producing is not None and producing.is_alive():
+            producing.terminate()
         if join is not None:
             join.stop()
             thread.join(timeout=60)
