@@ -1,4 +1,4 @@
-"""What `rankstream bench serve` and `bench ingest` can be told: their options, declared once.
+"""What `bench serve`, `bench ingest` and `bench clicks` can be told: their options, declared once.
 
 Kept apart from the benches (which import pyarrow and the clients) so the command line is
 built from these fields without them (`workers.options`).
@@ -40,3 +40,20 @@ class IngestBenchOptions:
     def __post_init__(self) -> None:
         if min(self.queries, self.connections, self.repeats) < 1:
             raise ValueError("queries, connections and repeats must be >= 1")
+
+
+@dataclass(frozen=True)
+class ClicksBenchOptions:
+    """Click events through /v1/clicks to the click join's output (`harness.clicks_bench`)."""
+
+    impressions: int = option(10_000, "impressions per run (2 click events each)", metavar="N")
+    batch: int = option(50, "impressions' clicks per request (an engine's batch)", metavar="B")
+    candidates: int = option(20, "results shown per impression", metavar="K")
+    connections: int = option(8, "concurrent HTTP connections")
+    repeats: int = option(3, "runs of each kind (HTTP, the producer reference); medians")
+
+    def __post_init__(self) -> None:
+        if min(self.impressions, self.batch, self.connections, self.repeats) < 1:
+            raise ValueError("impressions, batch, connections and repeats must be >= 1")
+        if self.candidates < 13:
+            raise ValueError("candidates must be >= 13 (clicks go to ranks 1-12)")

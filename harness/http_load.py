@@ -108,13 +108,13 @@ async def run_load(load: Load) -> dict:
     }
 
 
-async def run_numbered(load: Load, count: int) -> dict:
+async def run_numbered(load: Load, count: int, count_field: str = "triplets") -> dict:
     """Closed loop over `count` requests whose bodies number them: the request's
     `__N__` placeholder becomes 0, 1, ... (distinct query ids for feedback). Sums the
-    answers' "triplets" field (the feedback receipts)."""
+    answers' `count_field` (the feedback receipts' "triplets", the clicks' "clicks")."""
     head, _, body = load.request.partition(b"\r\n\r\n")
     numbers = iter(range(count))
-    triplets: list[int] = []
+    counted: list[int] = []
     errors: list[int] = []
 
     async def connection() -> None:
@@ -130,15 +130,15 @@ async def run_numbered(load: Load, count: int) -> dict:
                 if status != 200:
                     errors.append(status)
                 else:
-                    triplets.append(int(json.loads(answer)["triplets"]))
+                    counted.append(int(json.loads(answer)[count_field]))
         finally:
             writer.close()
 
     start = time.perf_counter()
     await asyncio.gather(*(connection() for _ in range(load.connections)))
     elapsed = time.perf_counter() - start
-    return {"requests": count, "answered": len(triplets), "errors": len(errors),
-            "seconds": round(elapsed, 3), "triplets": sum(triplets),
+    return {"requests": count, "answered": len(counted), "errors": len(errors),
+            "seconds": round(elapsed, 3), count_field: sum(counted),
             "connections": load.connections}  # fmt: skip
 
 
@@ -170,6 +170,11 @@ def main() -> None:
         metavar="N",
         help="closed loop over N requests, __N__ in the body numbering them (ignores --rate)",
     )
+    parser.add_argument(
+        "--count-field",
+        default="triplets",
+        help="--numbered: the answers' field to sum (default %(default)s)",
+    )
     args = parser.parse_args()
     if args.host not in LOOPBACK:
         parser.error("load is only ever sent to this machine (127.0.0.1 / localhost / ::1)")
@@ -190,7 +195,7 @@ def main() -> None:
     except ImportError:
         pass
     if args.numbered is not None:
-        print(json.dumps(asyncio.run(run_numbered(load, args.numbered))))
+        print(json.dumps(asyncio.run(run_numbered(load, args.numbered, args.count_field))))
     else:
         print(json.dumps(asyncio.run(run_load(load))))
 

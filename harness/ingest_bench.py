@@ -84,7 +84,8 @@ class IngestRun:
         return self.triplets / self.seconds
 
 
-def _publish_unicon(settings: Settings) -> None:
+def publish_unicon(settings: Settings) -> None:
+    """Uni-Con in the store, so a server under load is ready (it serves a model)."""
     from rankstream.ranking.baselines import UniCon
 
     store = open_store(settings)
@@ -121,7 +122,7 @@ def run_once(settings: Settings, options: IngestBenchOptions, directory: Path) -
     run = replace(
         settings, topic_prefix=f"{settings.topic_prefix}.bench-ingest-{uuid.uuid4().hex[:8]}"
     )
-    _publish_unicon(run)
+    publish_unicon(run)
     transport = open_transport(run)
     transport.ensure_topics({run.triplets_topic: 1, run.queries_topic: 1, run.dead_letter_topic: 1})
     seqs = SeqCounter()

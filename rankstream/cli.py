@@ -13,7 +13,7 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     eval cbir|dml|mkl|stream|clicks|champion|interleaving
                               the papers' experiments, learning from clicks, the champion
                               test, interleaving vs A/B on click traffic
-    bench learners|pipeline|scaleout|replay|serve|ingest
+    bench learners|pipeline|scaleout|replay|serve|ingest|clicks
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
     chaos                     faults on the real pipeline, exactly-once checked
@@ -69,6 +69,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "replay"): ("bench.replay", "train the four linear learners from a recorded log"),
     ("bench", "serve"): ("bench.serve", "latency and requests/s of /v1/rank while models reload"),
     ("bench", "ingest"): ("bench.ingest", "judged queries/s through /v1/feedback into Kafka"),
+    ("bench", "clicks"): ("bench.clicks", "click events/s through /v1/clicks to the click join"),
     ("simulate",): ("simulate", "run the CBIR engine and its users; produce triplets"),
     ("worker", "online"): ("worker.online", "consume triplets, update online rankers"),
     ("worker", "batch"): ("worker.batch", "reservoir sample; refit cMDS-DML and RankMKL"),

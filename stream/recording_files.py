@@ -1,16 +1,17 @@
 """Logged streams on disk, their files: the format, the footer metadata, the paths.
 
-A recording is rolling Parquet files of triplets and judged queries. This module holds
+A recording is rolling Parquet files of triplets, judged queries, impressions and
+clicks. This module holds
 what the writer (`stream.recording_writer`), the readers (`stream.recording_reader`) and
 the replay into a transport (`stream.recording_replay`) share: the files' layouts and
 schemas, their footer metadata, where they are, and the width check.
 
-A recording directory holds one folder per stream kind (`triplets/`, `queries/`), each
-a run of numbered Parquet files. Every file is written to a temporary name, fsynced and
-renamed, so a file that exists is complete; its footer metadata names the format
-version, the source topic, the feature width (`phi_dim`), the consumer position per
-partition when the file's first message was read (`from_offsets`) and after its last
-(`next_offsets`). A restarted recorder seeks every partition to the largest
+A recording directory holds one folder per stream kind (`triplets/`, `queries/`,
+`impressions/`, `clicks/`), each a run of numbered Parquet files. Every file is written
+to a temporary name, fsynced and renamed, so a file that exists is complete; its footer
+metadata names the format version, the source topic, the feature width (`phi_dim`), the
+consumer position per partition when the file's first message was read (`from_offsets`)
+and after its last (`next_offsets`). A restarted recorder seeks every partition to the largest
 `next_offsets` on disk, so nothing is recorded twice and, because each file starts
 where the previous one ended, a gap would be visible.
 
@@ -29,8 +30,13 @@ Layouts (each measured on this project's replay benchmark):
   wire: Parquet has no fixed-size list type, and pyarrow stores
   fixed_size_list<float32>[d] as a repeated field with a level per float, which read
   ~10x slower. Readers hand phi back as zero-copy (m, d) float32 views.
-* queries: one row per message holding the original Arrow IPC bytes (`value`),
-  validated with `decode_query` when recorded and again when read.
+* queries, impressions, clicks (`MESSAGE_KINDS`): one row per message holding the
+  original Arrow IPC bytes (`value`), validated with the kind's decoder
+  (`decode_query`, `decode_impressions`, `decode_clicks`, at the recording's width) when
+  recorded and again when read. An impressions message already holds each impression's
+  candidates' phi once (`stream.click_schema`), so its bytes are the compact form; keeping
+  them whole keeps rows the join would dead-letter (a bad row within a good message), so a
+  replayed join dead-letters and emits exactly what the original did.
 
 Readers of either triplet format yield `TripletChunk`s whose `block` is normalized
 (triplets indexing an image table; format-1 files give the pair layout's table); row
@@ -53,18 +59,34 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rankstream.stream.schema import (
-    triplets_fields,
-)
+from rankstream.stream.click_schema import decode_clicks, decode_impressions
+from rankstream.stream.schema import decode_query, triplets_fields
 
-KINDS = ("triplets", "queries")
+
+class MessageKind(NamedTuple):
+    """A kind recorded one row per message, as its wire bytes."""
+
+    noun: str  # what one of its records is called in errors
+    check: Callable[[bytes, int], object]  # decode at a width; SchemaError if unusable
+
+
+MESSAGE_KINDS = {
+    "queries": MessageKind("query", lambda value, width: decode_query(value, width=width)),
+    "impressions": MessageKind(
+        "impression", lambda value, width: decode_impressions(value, width=width)
+    ),
+    "clicks": MessageKind("click", lambda value, width: decode_clicks(value)),
+}
+KINDS = ("triplets", *MESSAGE_KINDS)
 FORMAT_VERSION = 2  # written; READ_FORMATS are read
 READ_FORMATS = (1, 2)
 FILE_NAME = re.compile(r"^(\d{8})\.parquet$")
@@ -77,7 +99,7 @@ SOURCE_FIELDS = [
     pa.field("key", pa.binary()),
     pa.field("timestamp_ms", pa.int64()),
 ]
-QUERY_LOG_SCHEMA = pa.schema([*SOURCE_FIELDS, pa.field("value", pa.binary())])
+MESSAGE_LOG_SCHEMA = pa.schema([*SOURCE_FIELDS, pa.field("value", pa.binary())])
 DEFAULT_ROW_GROUP_ROWS = 65_536  # triplets per row group (whole messages)
 
 
@@ -107,8 +129,8 @@ def triplet_log_schema(width: int, version: int = FORMAT_VERSION) -> pa.Schema:
 
 
 def log_schema(kind: str, width: int, version: int = FORMAT_VERSION) -> pa.Schema:
-    """The columns of a `kind` log file (queries files are the same in every format)."""
-    return triplet_log_schema(width, version) if kind == "triplets" else QUERY_LOG_SCHEMA
+    """The columns of a `kind` log file (message kinds' files are the same in every format)."""
+    return triplet_log_schema(width, version) if kind == "triplets" else MESSAGE_LOG_SCHEMA
 
 
 class RecordingError(ValueError):
@@ -129,7 +151,7 @@ class LogFile:
     kind: str
     topic: str
     rows: int  # Parquet rows: triplets (format 1), groups (format 2) or queries
-    records: int  # triplets (triplets files) or judged queries (queries files) it holds
+    records: int  # triplets (triplets files), else the messages it holds
     messages: int
     from_offsets: dict[int, int]  # partition -> consumer position before this file
     next_offsets: dict[int, int]  # partition -> consumer position after this file

@@ -27,6 +27,7 @@ from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.arrow_views import numpy_view, offsets_view
 from rankstream.stream.recording_files import (
     GROUP_LIST_COLUMNS,
+    MESSAGE_KINDS,
     PAIR_ID_COLUMNS,
     LogFile,
     RecordingError,
@@ -40,7 +41,6 @@ from rankstream.stream.recording_files import (
 )
 from rankstream.stream.schema import (
     SchemaError,
-    decode_query,
     encode_triplets,
 )
 from rankstream.stream.settings import DEFAULT_PHI_DIM
@@ -340,15 +340,15 @@ def iter_messages(
     """The recorded messages of one kind, in order, re-encoded for the wire.
 
     Triplet messages are rebuilt from their rows with `encode_triplets` (same values,
-    same order, the current wire version whatever the file's format); a query row's
-    bytes are decoded to check them. A bad row raises RecordingError with file and row,
-    or is counted and skipped.
+    same order, the current wire version whatever the file's format); the bytes of a
+    message kind's row (queries, impressions, clicks) are decoded to check them. A bad
+    row raises RecordingError with file and row, or is counted and skipped.
     """
     counts = counts if counts is not None else ReadCounts()
     if kind == "triplets":
         yield from _triplet_messages(directory, skip_bad, counts, width)
         return
-    for info, handle in _open_files(directory, "queries", skip_bad, counts, width):
+    for info, handle in _open_files(directory, kind, skip_bad, counts, width):
         first_row = 0
         for group in range(handle.num_row_groups):
             n = handle.metadata.row_group(group).num_rows
@@ -363,7 +363,7 @@ def iter_messages(
                 first_row += n
                 continue
             for i, row in enumerate(rows, start=first_row):
-                problem = _bad_query_row(row, width)
+                problem = _bad_message_row(kind, row, width)
                 if problem is not None:
                     if not skip_bad:
                         raise RecordingError(info.path, problem, i)
@@ -371,7 +371,7 @@ def iter_messages(
                     continue
                 counts.rows += 1
                 yield RecordedMessage(
-                    "queries",
+                    kind,
                     info.topic,
                     row["partition"],
                     row["offset"],
@@ -385,15 +385,15 @@ def iter_messages(
             first_row += n
 
 
-def _bad_query_row(row: dict, width: int) -> str | None:
-    """Why a recorded query row is unusable (only a damaged file has one), or None."""
+def _bad_message_row(kind: str, row: dict, width: int) -> str | None:
+    """Why a recorded message row is unusable (only a damaged file has one), or None."""
     nulls = [c for c in ("partition", "offset", "timestamp_ms", "value") if row[c] is None]
     if nulls:  # a recorder never writes nulls: damaged definition levels
         return f"null {', '.join(nulls)}"
     try:
-        decode_query(row["value"], width=width)
+        MESSAGE_KINDS[kind].check(row["value"], width)
     except SchemaError as exc:
-        return f"bad query bytes: {exc}"
+        return f"bad {MESSAGE_KINDS[kind].noun} bytes: {exc}"
     return None
 
 

@@ -25,8 +25,9 @@ from rankstream.stream.recording_files import (
     DEFAULT_ROW_GROUP_ROWS,
     FILE_NAME,
     FORMAT_VERSION,
+    MESSAGE_KINDS,
+    MESSAGE_LOG_SCHEMA,
     META_KEY,
-    QUERY_LOG_SCHEMA,
     check_width,
     committed_positions,
     kind_dir,
@@ -38,7 +39,6 @@ from rankstream.stream.recording_files import (
 from rankstream.stream.schema import (
     UNKNOWN_VERSION,
     SchemaError,
-    decode_query,
     decode_triplets,
 )
 from rankstream.stream.settings import DEFAULT_PHI_DIM
@@ -103,7 +103,7 @@ class RecordingWriter:
         self._positions[message.partition] = message.offset + 1
         self._pending_messages += 1
         try:
-            batch, rows = (self._triplet_rows if self.kind == "triplets" else self._query_row)(
+            batch, rows = (self._triplet_rows if self.kind == "triplets" else self._message_row)(
                 message
             )
         except SchemaError:
@@ -194,11 +194,12 @@ class RecordingWriter:
         )
         return batch, len(block)
 
-    def _query_row(self, message: Message) -> tuple[pa.RecordBatch, int]:
-        decode_query(message.value, width=self.width)  # validate: a log holds only usable queries
+    def _message_row(self, message: Message) -> tuple[pa.RecordBatch, int]:
+        """One row holding the message's bytes, once they decode at the recording's width."""
+        MESSAGE_KINDS[self.kind].check(message.value, self.width)  # only usable messages
         batch = pa.RecordBatch.from_arrays(
             [*self._source_columns(message, 1), pa.array([message.value], pa.binary())],
-            schema=QUERY_LOG_SCHEMA,
+            schema=MESSAGE_LOG_SCHEMA,
         )
         return batch, 1
 

@@ -1,4 +1,5 @@
-"""`rankstream record --out DIR`: write the triplet (and judged-query) streams to Parquet.
+"""`rankstream record --out DIR`: write the triplet, judged-query, impression and click
+streams to Parquet.
 
 Resumable: a restart continues after the last message in DIR's committed files, so an
 interrupted recording has neither gaps nor duplicates (see `stream.recording_writer`).
@@ -14,7 +15,12 @@ from rankstream.commands._launch import Launch, long_running
 from rankstream.workers.options import option
 from rankstream.workers.recorder_options import RecorderOptions
 
-KIND_TOPICS = {"triplets": "triplets_topic", "queries": "queries_topic"}  # -> Settings attr
+KIND_TOPICS = {  # stream kind (`stream.recording_files.KINDS`) -> Settings attr
+    "triplets": "triplets_topic",
+    "queries": "queries_topic",
+    "impressions": "impressions_topic",
+    "clicks": "clicks_topic",
+}
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--topics",
-        default="triplets,queries",
-        help="streams to send back: triplets,queries (default both)",
+        default="triplets,queries,impressions,clicks",
+        help="streams to send back (default %(default)s; the click join turns impressions "
+        "and clicks into weighted triplets again, which recordings leave out)",
     )
     parser.add_argument(
         "--algo",
