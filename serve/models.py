@@ -4,7 +4,9 @@ Each entry: name, kind, newest stored version, the version served by default (th
 when pinned), triplets seen by that version, and the evaluator's rolling NDCG@50 / MAP
 and how many judged queries they cover (a trend), and for each challenger its race
 against the champion (`workers.champion`): paired queries, mean NDCG@50 difference with
-its always-valid confidence interval, the test's statistic and its decision. Pin records
+its always-valid confidence interval, the test's statistic and its decision; beside it
+`interleaving`, its race on click traffic (`workers.interleaving`: impressions, wins,
+losses, ties, statistic, threshold, decision), published by the click join. Pin records
 (`workers.pins`) are not models and are left out; the model they pin says `pinned: true`.
 """
 
@@ -32,6 +34,7 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "rolling_map": scores.get("rolling_map", {}).get(name),
         "scored_queries": scores.get("counts", {}).get(name),
         "race": scores.get("race", {}).get("challengers", {}).get(name),
+        "interleaving": scores.get("interleaving", {}).get("challengers", {}).get(name),
     }
 
 
@@ -42,5 +45,8 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "window": snapshot.scores.get("window"),
         "queries_evaluated": snapshot.scores.get("queries_evaluated", 0),
         "race": {k: v for k, v in snapshot.scores.get("race", {}).items() if k != "challengers"},
+        "interleaving": {
+            k: v for k, v in snapshot.scores.get("interleaving", {}).items() if k != "challengers"
+        },
         "models": [model_entry(snapshot, name) for name in names],
     }

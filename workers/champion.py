@@ -29,22 +29,36 @@ race started afresh at a time that does not depend on its data is as valid as an
 The rolling means (`workers.evaluator.RollingScores`) no longer decide anything: they
 were means over different queries (Uni-Con's from the stream's start, a learned model's
 only from its first checkpoint), which is not evidence that one ranker beats another.
+
+Two races, one champion. The judged race (the evaluator) and the interleaving race (the
+click join, `workers.interleaving`) each decide on their own evidence; the champion is
+the store record `champion` (kind "champion", meta {"champion", "previous",
+"decided_by": "judged" | "clicks" | "fallback", "evidence", "time"}), written only by
+`publish_champion`, a compare-and-set on the champion it replaces. The rule: whichever
+race decides first switches; the other race sees the record change (`stored_champion`)
+and starts over against the new champion (`ChampionRace.follow`). A race that decides
+against a champion already replaced loses the compare-and-set and follows the stored one.
+Without the record (a store from before it) the evaluator record's `champion` is read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
 from rankstream.stream.settings import Settings
+from rankstream.stream.store import FencingError, ModelStore
 from rankstream.workers import metrics
-from rankstream.workers.scoring import UNI_CON
+from rankstream.workers.scoring import EVALUATOR_RECORD, UNI_CON
 from rankstream.workers.structured_log import get_logger, log_event
 
 DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0
+CHAMPION_RECORD = CHAMPION_KIND = "champion"  # the store record naming who serves
+JUDGED, CLICKS, FALLBACK = "judged", "clicks", "fallback"  # what decided a switch
 
 log = get_logger("rankstream.champion")
 
@@ -74,6 +88,7 @@ class ChampionRace:
         self.incumbent = incumbent or policy.default
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.refused: set[str] = set()  # races whose refusal was logged
+        self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
 
     def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
         """Add one query's paired differences; the new champion if one won, else None."""
@@ -94,6 +109,7 @@ class ChampionRace:
             return None
         winner = max(winners, key=lambda m: evidence[m].ci_low)
         self._log("champion switched", winner, evidence[winner], query)
+        self.decided = {"challenger": winner, **evidence[winner].as_dict()}
         metrics.CHAMPION_SWITCHES.inc()
         self.incumbent = winner
         self.races.clear()
@@ -124,6 +140,18 @@ class ChampionRace:
         self.refused.clear()
         self._export({})
         return self.incumbent
+
+    def follow(self, champion: str) -> bool:
+        """Another race switched the champion: every race starts over against it."""
+        if champion == self.incumbent:
+            return False
+        log_event(log, "champion races restarted", incumbent=self.incumbent,
+                  champion=champion, reason="the champion changed")  # fmt: skip
+        self.incumbent = champion
+        self.races.clear()
+        self.refused.clear()
+        self._export({})
+        return True
 
     def evidence(self) -> dict[str, Evidence]:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
@@ -192,3 +220,51 @@ class ChampionRace:
             delta=self.policy.test.delta,
             **seen.as_dict(),
         )
+
+
+def stored_champion(store: ModelStore, latest: Mapping[str, int] | None = None) -> str | None:
+    """The champion in the store: the `champion` record's, else the evaluator record's
+    (a store from before the record); None when neither names one."""
+    latest = store.latest_versions() if latest is None else latest
+    for name in (CHAMPION_RECORD, EVALUATOR_RECORD):
+        if name in latest:
+            record = store.load(name)
+            champion = None if record is None else record.meta.get("champion")
+            if isinstance(champion, str) and champion:
+                return champion
+    return None
+
+
+def publish_champion(
+    store: ModelStore,
+    champion: str,
+    *,
+    previous: str,
+    decided_by: str,
+    evidence: Mapping[str, Any],
+) -> tuple[str, bool]:
+    """Make `champion` the stored champion if `previous` still is (compare-and-set).
+
+    Returns the champion now in the store and whether this call put it there (the
+    other race's, or this one already written by an earlier attempt, is not)."""
+    for _ in range(5):
+        record = store.load(CHAMPION_RECORD)
+        current = record.meta.get("champion") if record is not None else None
+        if current is None:
+            current = stored_champion(store) or previous
+        if current != previous:
+            return str(current), False
+        meta = {"champion": champion, "previous": previous, "decided_by": decided_by,
+                "evidence": dict(evidence), "time": time.time()}  # fmt: skip
+        try:
+            store.save(
+                CHAMPION_RECORD, kind=CHAMPION_KIND, meta=meta, arrays={}, offsets={},
+                expected_version=0 if record is None else record.version,
+                expected_write_id=None if record is None else (record.write_id or None),
+            )  # fmt: skip
+        except FencingError:
+            continue  # a concurrent write: read again
+        log_event(log, "champion published", champion=champion, previous=previous,
+                  decided_by=decided_by)  # fmt: skip
+        return champion, True
+    raise FencingError(CHAMPION_RECORD, 0, 0)

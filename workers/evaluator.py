@@ -63,7 +63,14 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
-from rankstream.workers.champion import ChampionPolicy, ChampionRace
+from rankstream.workers.champion import (
+    FALLBACK,
+    JUDGED,
+    ChampionPolicy,
+    ChampionRace,
+    publish_champion,
+    stored_champion,
+)
 from rankstream.workers.evaluator_options import EvaluatorOptions
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, StreamRuntime
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
@@ -249,10 +256,29 @@ class EvaluatorHandler(Handler):
         longer scorable), the race falls back to Uni-Con as serving does
         (`ChampionRace.fall_back`).
         """
+        before = self.race.incumbent
         if self._incumbent_gone(ndcg) and self.race.fall_back(self.queries_evaluated):
             self._champion_changed = True
+            self._publish_champion(before, FALLBACK, {"reason": "not in the store"})
+            before = self.race.incumbent
         if self.race.observe(ndcg, self.queries_evaluated) is not None:
             self._champion_changed = True  # published at once (`process`)
+            self._publish_champion(before, JUDGED, self.race.decided)
+
+    def _publish_champion(self, previous: str, decided_by: str, evidence: dict) -> None:
+        """The store's champion record (`workers.champion.publish_champion`); when the
+        click race switched first, this race follows that champion instead."""
+        stored, _ = publish_champion(
+            self.cache.store, self.race.incumbent, previous=previous,
+            decided_by=decided_by, evidence=evidence,
+        )  # fmt: skip
+        self.race.follow(stored)
+
+    def follow_stored_champion(self) -> None:
+        """Start every race over when another race (the click join's) switched the champion."""
+        stored = stored_champion(self.cache.store)
+        if stored is not None and self.race.follow(stored):
+            self._dirty = True
 
     def _incumbent_gone(self, ndcg: dict[str, float]) -> bool:
         """Not scored on this query, and not (or no longer scorable) in the store."""
@@ -300,6 +326,7 @@ class EvaluatorHandler(Handler):
             self.judgments.update(record.meta.get("judgments", {}))
             self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
             self._export(self.rolling.ndcg)
+        self.follow_stored_champion()
         log_event(
             log,
             "evaluator started",
@@ -320,6 +347,8 @@ class EvaluatorHandler(Handler):
         store outage the query is scored again, with back-off, until the store answers.
         """
         evaluated = 0
+        if messages:
+            runtime.retry("champion", self.follow_stored_champion)
         for message in messages:
             try:
                 query = decode_query(message.value, width=self.settings.phi_dim)

@@ -29,6 +29,14 @@ True
 'opar1'
 >>> race.incumbent, race.races
 ('opar1', {})
+
+In the click join (`workers.click_join`), each closed session of an interleaved impression
+(its `teams` and `team_models`, the champion first) gives every challenger in it one
+outcome (`session_outcomes`); an impression served under a champion that is no longer the
+race's incumbent is skipped (its teams were drafted against another champion). The race
+state is saved in the join's checkpoint; its evidence (`summary`) is published as the
+store record `interleaving` (kind "interleaving", meta {"interleaving": summary}), read by
+`GET /v1/models` beside the judged race.
 """
 
 from __future__ import annotations
@@ -36,11 +44,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rankstream.ranking.interleaving import LOSS, TIE, WIN
+import numpy as np
+
+from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome
 from rankstream.ranking.sequential import SWITCH, Evidence
-from rankstream.workers.champion import ChampionPolicy
+from rankstream.workers import metrics
+from rankstream.workers.champion import DECISION_VALUES, ChampionPolicy
 
 OUTCOMES = {WIN: "wins", LOSS: "losses", TIE: "ties"}
+OUTCOME_LABELS = {WIN: "win", LOSS: "loss", TIE: "tie"}
+INTERLEAVING_RECORD = INTERLEAVING_KIND = "interleaving"  # the published evidence
+
+
+def session_outcomes(
+    team_models: tuple[str, ...], teams: np.ndarray, clicked: np.ndarray
+) -> dict[str, int]:
+    """Each challenger's outcome against the champion (`team_models[0]`) on one closed
+    session: clicks credited to the team that placed the clicked result (team draft);
+    positions of no team (-1) earn no one credit."""
+    teams, clicked = np.asarray(teams), np.asarray(clicked, dtype=bool)
+    shown = teams >= 0
+    credits = credit(teams[shown], clicked[shown], len(team_models))
+    return {m: outcome(credits, challenger=j) for j, m in enumerate(team_models) if j > 0}
 
 
 class InterleavingRace:
@@ -51,6 +76,17 @@ class InterleavingRace:
         self.incumbent = incumbent or policy.default
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.counts: dict[str, dict[str, int]] = {}
+        self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
+
+    def follow(self, champion: str) -> bool:
+        """The champion changed (this race or the judged one switched): every race starts over."""
+        if champion == self.incumbent:
+            return False
+        self.incumbent = champion
+        self.races.clear()
+        self.counts.clear()
+        self.export()
+        return True
 
     def observe(self, challenger: str, outcomes: Iterable[int]) -> str | None:
         """Add a challenger's outcomes against the incumbent; the new champion, or None."""
@@ -63,14 +99,28 @@ class InterleavingRace:
             if value not in OUTCOMES:
                 raise ValueError(f"an interleaving outcome is -1, 0 or +1, got {value!r}")
             counts[OUTCOMES[value]] += 1
+            metrics.INTERLEAVING_IMPRESSIONS.labels(challenger=challenger).inc()
+            metrics.INTERLEAVING_OUTCOMES.labels(challenger, OUTCOME_LABELS[value]).inc()
             state = test.add(state, float(value))
         self.races[challenger] = state
         if test.decision(state) != SWITCH:
+            self.export()
             return None
-        self.incumbent = challenger
-        self.races.clear()
-        self.counts.clear()
+        evidence = test.evidence(state)
+        self.decided = {"challenger": challenger, "impressions": evidence.pairs, **counts,
+                        **evidence.as_dict()}  # fmt: skip
+        self.follow(challenger)
         return challenger
+
+    def export(self) -> None:
+        """The statistic and decision gauges, per challenger of the current races."""
+        for gauge in (metrics.INTERLEAVING_STATISTIC, metrics.INTERLEAVING_DECISION):
+            gauge.clear()
+        for model, seen in self.evidence().items():
+            metrics.INTERLEAVING_STATISTIC.labels(challenger=model).set(seen.log_statistic)
+            metrics.INTERLEAVING_DECISION.labels(challenger=model).set(
+                DECISION_VALUES.get(seen.decision, 0.0)
+            )
 
     def evidence(self) -> dict[str, Evidence]:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}

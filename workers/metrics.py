@@ -175,6 +175,28 @@ CHAMPION_RACE_GAUGES = (
     CHAMPION_RACE_DECISION,
 )
 
+# --- the interleaving race (`workers.interleaving`, in the click join) --------------------
+INTERLEAVING_IMPRESSIONS = Counter(
+    "rankstream_interleaving_impressions_interleaved_total",
+    "Interleaved impressions of the champion with this challenger the click join credited.",
+    ["challenger"],
+)
+INTERLEAVING_OUTCOMES = Counter(
+    "rankstream_interleaving_outcomes_total",
+    "Interleaved impressions by the challenger's outcome (win, loss, tie; no click is a tie).",
+    ["challenger", "outcome"],
+)
+INTERLEAVING_STATISTIC = Gauge(
+    "rankstream_interleaving_log_statistic",
+    "log of the interleaving race's wealth against 'no better'; a switch at log(1/alpha).",
+    ["challenger"],
+)
+INTERLEAVING_DECISION = Gauge(
+    "rankstream_interleaving_decision",
+    "The interleaving race's verdict: 1 switch, 0 undecided, -1 refused.",
+    ["challenger"],
+)
+
 # --- serving (the simulated search engine) ------------------------------------------------
 SERVING_MODEL_INFO = Gauge(
     "rankstream_serving_model_info",
