@@ -48,5 +48,6 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "interleaving": {
             k: v for k, v in snapshot.scores.get("interleaving", {}).items() if k != "challengers"
         },
+        "champion_decision": snapshot.scores.get("champion_decision"),
         "models": [model_entry(snapshot, name) for name in names],
     }

@@ -221,6 +221,9 @@ class ModelRegistry:
         interleaving = self.store.load(INTERLEAVING_RECORD) if versions[2] else None
         if interleaving is not None:
             meta["interleaving"] = interleaving.meta.get("interleaving", {})
+        decided = self.store.load(CHAMPION_RECORD) if versions[1] else None
+        if decided is not None:  # who decided the current champion, and on what evidence
+            meta["champion_decision"] = {k: v for k, v in decided.meta.items() if k != "champion"}
         champion = stored_champion(self.store, latest) or UNI_CON
         return meta, champion
 

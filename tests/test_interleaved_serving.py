@@ -222,3 +222,55 @@ def test_serve_with_share_one_interleaves_and_logs_the_teams(method: str) -> Non
     else:
         assert pairs == {("opar1", "opr")}
     assert logged[named["impression_id"]].team_models == ()  # a named model: not interleaved
+
+
+def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
+    """The embedded `serve` with its in-process workers, every request interleaved: a
+    simulated user (navigational cascade clicks on grades of a hidden linear truth that
+    Uni-Con's uniform weights ignore) clicks; no feedback or judgment is sent. The online
+    learners learn from the join's click pairs, the interleaving race decides, and the
+    champion moves from Uni-Con to a learned model; /v1/models shows the evidence."""
+    from starlette.testclient import TestClient
+
+    from rankstream.serve.app import create_app
+    from rankstream.stream.embedded import embedded_transport, reset_embedded
+    from simulators.clicks import click_model
+
+    reset_embedded()
+    settings = Settings(topic_prefix=f"il-{uuid.uuid4().hex[:8]}", interleaving_share=1.0,
+                        click_window_s=5.0, unicon_calibration=300)  # fmt: skip
+    rng = np.random.default_rng(27)
+    truth = rng.standard_normal(settings.phi_dim)
+    truth -= truth.mean()  # orthogonal to Uni-Con's all-equal weights
+    user = click_model("navigational", n_grades=3)
+    n, previous, listing = 30, None, {}
+    with TestClient(create_app(settings, poll_seconds=0.05, workers=True)) as client:
+        for _ in range(3000):  # a bound only: the switch comes far sooner (asserted below)
+            phi = rng.standard_normal((n, settings.phi_dim)).astype(np.float32)
+            ids = rng.choice(10**9, size=n, replace=False)
+            answer = client.post("/v1/rank", json={"candidate_ids": ids.tolist(),
+                                                   "phi": phi.tolist()}).json()  # fmt: skip
+            true_rank = np.argsort(np.argsort(-(phi @ truth)))
+            grades = np.where(true_rank < 3, 2, np.where(true_rank < 8, 1, 0))
+            shown = [int(np.flatnonzero(ids == c)[0]) for c in answer["candidate_ids"]]
+            clicked = np.flatnonzero(user.clicks(grades[shown], rng))
+            sessions = [{"impression_id": answer["impression_id"], "clicks": [
+                {"candidate_id": answer["candidate_ids"][p], "position": int(p) + 1}
+                for p in clicked]}]  # fmt: skip
+            if previous is not None:  # the previous impression's session is over
+                sessions.append({"impression_id": previous, "clicks": []})
+            assert client.post("/v1/clicks", json={"impressions": sessions}).status_code == 200
+            previous = answer["impression_id"]
+            listing = client.get("/v1/models").json()
+            if listing["champion"] != UNI_CON:
+                break
+    assert listing["champion"] != UNI_CON, "the champion never left Uni-Con on clicks"
+    decision = listing["champion_decision"]
+    assert decision["decided_by"] == "clicks" and decision["previous"] == UNI_CON
+    evidence = decision["evidence"]
+    assert evidence["challenger"] == listing["champion"] and evidence["decision"] == "switch"
+    assert evidence["wins"] > 2 * evidence["losses"]  # a clear preference, not a fluke
+    assert evidence["log_statistic"] >= evidence["threshold"]
+    assert listing["interleaving"]["incumbent"] == listing["champion"]
+    queries = embedded_transport().end_offsets(settings.queries_topic)
+    assert sum(queries.values()) == 0  # no judged query was ever sent
