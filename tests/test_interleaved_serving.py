@@ -274,3 +274,24 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
     assert listing["interleaving"]["incumbent"] == listing["champion"]
     queries = embedded_transport().end_offsets(settings.queries_topic)
     assert sum(queries.values()) == 0  # no judged query was ever sent
+
+
+def test_whichever_race_decides_first_switches_and_the_other_follows() -> None:
+    """The champion record is a compare-and-set: a judged switch decided against a
+    champion the clicks already replaced loses, and the evaluator follows the record."""
+    from rankstream.workers.champion import publish_champion
+    from rankstream.workers.evaluator import EvaluatorHandler, EvaluatorOptions
+
+    store = EmbeddedModelStore()
+    evaluator = EvaluatorHandler(Settings(), EvaluatorOptions(), store)
+    evaluator.race.races["arow"] = evaluator.policy.test.add(evaluator.policy.test.start(), 0.5)
+    assert publish_champion(store, "opr", previous=UNI_CON, decided_by="clicks",
+                            evidence={"wins": 9}) == ("opr", True)  # fmt: skip
+    assert publish_champion(store, "arow", previous=UNI_CON, decided_by="judged",
+                            evidence={}) == ("opr", False)  # fmt: skip
+    assert store.load(CHAMPION_RECORD).meta["evidence"] == {"wins": 9}
+    evaluator.follow_stored_champion()
+    assert evaluator.race.incumbent == "opr" and evaluator.race.races == {}
+    assert publish_champion(store, "arow", previous="opr", decided_by="judged",
+                            evidence={}) == ("arow", True)  # fmt: skip
+    assert stored_champion(store) == "arow"
