@@ -67,6 +67,11 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
+MODES = {  # the servers compared in the same rounds
+    "on": "impression logging on",
+    "off": "impression logging off",
+    "interleaved": "impression logging on, every request interleaved",
+}
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:
@@ -307,7 +312,7 @@ def run_serve_bench(
                 for mode in modes[repeat % 3 :] + modes[: repeat % 3]:  # each goes first in turn
                     port = servers[mode].port
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
-                             f"impression logging {mode}")  # fmt: skip
+                             f"{MODES[mode]}")  # fmt: skip
                     runs[mode].append(_load(port, bodies[kind], kind, rate, options))
                     _settled(servers["on"])
                     _settled(servers["interleaved"])
