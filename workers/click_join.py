@@ -183,6 +183,7 @@ class ClickJoinHandler(Handler):
         self.maybe_sent = bool(self.outbox)
         saved = state.get("interleaving", {})
         self.race = InterleavingRace.from_state(self.policy, saved.get("race", {}))
+        self.race.export()
         self.pending_switch = saved.get("pending_switch")
         self._publish_switch(store)
         self._follow_champion(store)
