@@ -2,7 +2,7 @@
 
 With `RANKSTREAM_INTERLEAVING_SHARE` > 0, that share of the `/v1/rank` requests that ask
 for the champion (no model or version named) is answered with one merged list
-(`ranking.interleaving.team_draft_many`), and its impression records the teams: per
+(`ranking.interleaving.team_draft`), and its impression records the teams: per
 displayed position the index into `team_models`, the champion first. The click join
 credits each click to its team and decides the champion on clicks
 (`workers.interleaving`).
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankstream.ranking.interleaving import team_draft_many
+from rankstream.ranking.interleaving import team_draft
 from rankstream.serve.registry import LoadedModel, Snapshot
 from rankstream.stream.settings import MULTILEAVE, Settings
 
@@ -76,13 +76,12 @@ class Interleaver:
         phi: np.ndarray,
     ) -> InterleavedList:
         """The team draft of the champion's ranking with the challengers' on `phi`."""
-        n = len(champion_scores)
         scores = [champion_scores, *(c.scorer.score(phi) for c in challengers)]
-        rankings = np.stack([np.argsort(-s, kind="stable") for s in scores])[:, None, :]
-        drafted = team_draft_many(rankings, n, n, self.rng)
+        rankings = [np.argsort(-s, kind="stable") for s in scores]
+        drafted = team_draft(rankings, len(champion_scores), self.rng)
         return InterleavedList(
-            order=drafted.items[0],
-            teams=drafted.teams[0].astype(np.int8),
+            order=drafted.items,
+            teams=drafted.teams.astype(np.int8),
             team_models=(champion.name, *(c.name for c in challengers)),
             scores=np.sort(champion_scores)[::-1],
         )

@@ -64,6 +64,22 @@ def test_a_seed_gives_the_same_list(lists, length, seed) -> None:
     assert first.teams.tolist() == again.teams.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(rankings, st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_one_list_drafts_as_the_batch_does(lists, length, seed) -> None:
+    """`team_draft` (plain Python, for serving) is `team_draft_many`'s draft of one list."""
+    arrays = [np.array(r, dtype=np.int64) for r in lists]
+    one = team_draft(arrays, length, np.random.default_rng(seed))
+    depth = max(len(r) for r in lists)
+    batch = np.full((len(lists), 1, depth), -1, dtype=np.int64)
+    for i, r in enumerate(lists):
+        batch[i, 0, : len(r)] = r
+    many = team_draft_many(batch, 31, length, np.random.default_rng(seed))
+    filled = many.teams[0] >= 0
+    assert one.items.tolist() == many.items[0, filled].tolist()
+    assert one.teams.tolist() == many.teams[0, filled].tolist()
+
+
 def test_two_identical_rankings_show_that_ranking_and_split_the_picks() -> None:
     ranking = np.arange(10)
     shown = team_draft([ranking, ranking], 10, np.random.default_rng(3))
