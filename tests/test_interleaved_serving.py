@@ -233,8 +233,8 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
     from starlette.testclient import TestClient
 
     from rankstream.serve.app import create_app
+    from rankstream.simulators.clicks import click_model
     from rankstream.stream.embedded import embedded_transport, reset_embedded
-    from simulators.clicks import click_model
 
     reset_embedded()
     settings = Settings(topic_prefix=f"il-{uuid.uuid4().hex[:8]}", interleaving_share=1.0,
