@@ -95,7 +95,10 @@ def team_draft(rankings: Any, length: int, rng: np.random.Generator) -> Interlea
     for tie in ties:
         if len(items) == length or not any(active):
             break
-        team = min((picks[i] + tie[i], i) for i in range(k) if active[i])[1]  # fewest picks
+        team, best = -1, float("inf")  # the active ranker with the fewest picks, then random
+        for i in range(k):
+            if active[i] and picks[i] + tie[i] < best:
+                team, best = i, picks[i] + tie[i]
         order, at = orders[team], cursor[team]
         while at < len(order) and order[at] in shown:
             at += 1
