@@ -67,6 +67,11 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
+MODES = {  # the servers compared in the same rounds
+    "on": "impression logging on",
+    "off": "impression logging off",
+    "interleaved": "impression logging on, every request interleaved",
+}
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:
@@ -280,6 +285,13 @@ def run_serve_bench(
         "off": ServeProcess(
             bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off"
         ),
+        # every request interleaved (the worst case): the champion drafted with Uni-Con
+        "interleaved": ServeProcess(
+            bench,
+            directory / "serve-interleaved.log",
+            RANKSTREAM_IMPRESSION_LOGGING="on",
+            RANKSTREAM_INTERLEAVING_SHARE="1",
+        ),
     }
     load_before = os.getloadavg()
     wrk_note = ensure_wrk(directory)
@@ -293,26 +305,31 @@ def run_serve_bench(
         reloader.start()
         results: dict[str, Any] = {}
         for kind, rate in (("arrow", options.arrow_rate), ("json", options.json_rate)):
-            runs: dict[str, list[dict]] = {"on": [], "off": []}
-            sustained: dict[str, list[float | None]] = {"on": [], "off": []}
+            modes = list(servers)
+            runs: dict[str, list[dict]] = {m: [] for m in modes}
+            sustained: dict[str, list[float | None]] = {m: [] for m in modes}
             for repeat in range(options.repeats):
-                for mode in ("on", "off") if repeat % 2 == 0 else ("off", "on"):
+                for mode in modes[repeat % 3 :] + modes[: repeat % 3]:  # each goes first in turn
                     port = servers[mode].port
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
-                             f"impression logging {mode}")  # fmt: skip
+                             f"{MODES[mode]}")  # fmt: skip
                     runs[mode].append(_load(port, bodies[kind], kind, rate, options))
                     _settled(servers["on"])
+                    _settled(servers["interleaved"])
                     sustained[mode].append(
                         _wrk(port, bodies[kind], kind, options.seconds, directory)
                     )
                     _settled(servers["on"])
-            on, off = (_summary(runs[m], sustained[m]) for m in ("on", "off"))
+                    _settled(servers["interleaved"])
+            on, off, mixed = (_summary(runs[m], sustained[m]) for m in modes)
             results[kind] = {
                 "rate": rate,
                 **on,
                 "sustained_note": wrk_note,
                 "impressions_off": off,
                 "impression_logging_cost": _cost(on, off),
+                "interleaving_on": mixed,
+                "interleaving_cost": _cost(mixed, on),  # both log impressions
             }
         reloader.stop.set()
         reloader.join()

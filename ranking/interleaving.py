@@ -66,7 +66,8 @@ def team_draft(rankings: Any, length: int, rng: np.random.Generator) -> Interlea
 
     `rankings`: a sequence of 1-d arrays of item ids, each best first and without
     repeats (the rankers may rank different items, and different numbers of them).
-    See the module docstring; `team_draft_many` does the drafting.
+    See the module docstring: the draft of `team_draft_many` for one list, each round
+    with the same draws from a fresh `rng`, so the same result; plain Python (fast for one).
 
     >>> a, b, c = np.array([0, 1, 2]), np.array([2, 1, 0]), np.array([1, 0, 2])
     >>> shown = team_draft([a, b, c], 3, np.random.default_rng(1))
@@ -77,14 +78,38 @@ def team_draft(rankings: Any, length: int, rng: np.random.Generator) -> Interlea
     for r in lists:
         if len(np.unique(r)) != len(r):
             raise ValueError("a ranking lists each item once")
-    union = np.unique(np.concatenate(lists)) if lists else np.empty(0, np.int64)
-    depth = max((len(r) for r in lists), default=0)
-    positions = np.full((len(lists), 1, depth), -1, dtype=np.int64)
-    for i, r in enumerate(lists):
-        positions[i, 0, : len(r)] = np.searchsorted(union, r)
-    merged = team_draft_many(positions, len(union), length, rng)
-    filled = merged.teams[0] >= 0
-    return Interleaving(union[merged.items[0, filled]], merged.teams[0, filled])
+    k = len(lists)
+    if k < 2:
+        raise ValueError(f"interleaving needs at least 2 rankings, got {k}")
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    # One list: plain Python (serving drafts one per request; the batch's numpy rounds
+    # cost ~50 us each). Round r breaks ties with the r-th k draws, as `team_draft_many`
+    # does; all are drawn at once (at most `length` picks and k drop-outs).
+    orders = [r.tolist() for r in lists]
+    cursor, picks, active = [0] * k, [0] * k, [True] * k
+    shown: set[int] = set()
+    items: list[int] = []
+    teams: list[int] = []
+    ties = rng.random((min(length, sum(map(len, orders))) + k, k)).tolist()
+    for tie in ties:
+        if len(items) == length or not any(active):
+            break
+        team, best = -1, float("inf")  # the active ranker with the fewest picks, then random
+        for i in range(k):
+            if active[i] and picks[i] + tie[i] < best:
+                team, best = i, picks[i] + tie[i]
+        order, at = orders[team], cursor[team]
+        while at < len(order) and order[at] in shown:
+            at += 1
+        if at == len(order):
+            active[team] = False
+            continue
+        items.append(order[at])
+        teams.append(team)
+        shown.add(order[at])
+        cursor[team], picks[team] = at + 1, picks[team] + 1
+    return Interleaving(np.array(items, dtype=np.int64), np.array(teams, dtype=np.intp))
 
 
 def team_draft_many(

@@ -92,6 +92,7 @@ from rankstream.serve.bodies import (
     ranking_json,
 )
 from rankstream.serve.feedback import FeedbackDesk, InProgress, publish_clicks
+from rankstream.serve.interleaved import Interleaver
 from rankstream.serve.models import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
 from rankstream.serve.registry import (
@@ -131,6 +132,7 @@ class ServeState:
         self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
         self.swaps = np.random.default_rng()  # the propensity interventions' coin
+        self.interleaver = Interleaver(settings)
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
         self._probe_lock = asyncio.Lock()
@@ -314,12 +316,25 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     loaded = await _serving_model(state, query)
     scores = loaded.scorer.score(query.phi)
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
+    ranked = scores[order]
     intervention = None  # a share of the logged rankings swap ranks 1 and k (propensities)
-    if state.impressions is not None and state.settings.intervention_share > 0:
+    teams: dict[str, Any] = {}  # an interleaved list's teams (serve.interleaved)
+    challengers = (
+        state.interleaver.challengers(state.registry.snapshot, loaded.name)
+        if state.impressions is not None and state.interleaver.enabled
+        and query.model in (None, "champion") and query.version is None
+        else []
+    )  # fmt: skip
+    if challengers:
+        merged = state.interleaver.interleave(loaded, scores, challengers, query.phi)
+        order, ranked = merged.order, merged.scores
+        teams = {"teams": merged.teams, "team_models": merged.team_models}
+    elif state.impressions is not None and state.settings.intervention_share > 0:
         k = choose_swap(state.swaps, state.settings.intervention_share, len(order))
         if k is not None:
             order, intervention = swap(order, k), swap_intervention(k)
-    ids, ranked = query.candidate_ids[order], scores[order]
+            ranked = scores[order]
+    ids = query.candidate_ids[order]
     latest = state.registry.snapshot.latest
     given = request.headers.get("x-request-id")
     caller = {
@@ -333,7 +348,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
             functools.partial(
                 served_impression, impression_id, query.candidate_ids, query.phi, order,
                 loaded.name, loaded.version, latest, time=time.time(),
-                intervention=intervention, **caller,
+                intervention=intervention, **teams, **caller,
             )
         )  # fmt: skip
     echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}

@@ -4,12 +4,10 @@ Each entry: name, kind, newest stored version, the version served by default (th
 when pinned), triplets seen by that version, and the evaluator's rolling NDCG@50 / MAP
 and how many judged queries they cover (a trend), and for each challenger its race
 against the champion (`workers.champion`): paired queries, mean NDCG@50 difference with
-its always-valid confidence interval, the test's statistic and its decision, and its
-interleaving race on click traffic (`workers.interleaving`): impressions interleaved,
-wins/losses/ties, the statistic, the decision and which evidence decides it
-(docs/CONTRACTS.md "Champion"; null for a model with no interleaved impressions this
-race). Pin records (`workers.pins`) are not models and are left out; the model they pin
-says `pinned: true`.
+its always-valid confidence interval, the test's statistic and its decision; beside it
+`interleaving`, its race on click traffic (`workers.interleaving`: impressions, wins,
+losses, ties, statistic, threshold, decision), published by the click join. Pin records
+(`workers.pins`) are not models and are left out; the model they pin says `pinned: true`.
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "queries_evaluated": snapshot.scores.get("queries_evaluated", 0),
         "race": _settings(snapshot.scores.get("race", {})),
         "interleaving": _settings(snapshot.scores.get("interleaving", {})),
+        "champion_decision": snapshot.scores.get("champion_decision"),
         "models": [model_entry(snapshot, name) for name in names],
     }
 

@@ -33,6 +33,8 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.baseline import calibrating
+from rankstream.workers.champion import CHAMPION_RECORD, stored_champion
+from rankstream.workers.interleaving import INTERLEAVING_RECORD
 from rankstream.workers.pins import is_pin_record, pins
 from rankstream.workers.scoring import (
     EVALUATOR_RECORD,
@@ -203,18 +205,27 @@ class ModelRegistry:
             return current
 
     def _scores(self, old: Snapshot, latest: Mapping[str, int]) -> tuple[Mapping[str, Any], str]:
-        """The evaluator record's meta and champion (re-read only when it changed)."""
-        version = latest.get(EVALUATOR_RECORD)
-        if version is None:
+        """The evaluator record's meta with the click join's `interleaving` evidence, and
+        the champion (`workers.champion`: the champion record's, else the evaluator's);
+        re-read only when one of the three records changed."""
+        versions = [latest.get(name) for name in (EVALUATOR_RECORD, CHAMPION_RECORD,
+                                                  INTERLEAVING_RECORD)]  # fmt: skip
+        if not any(versions):
             return {}, UNI_CON
-        if old.scores.get("_version") == version:
+        if old.scores.get("_versions") == versions:
             return old.scores, old.champion
-        record = self.store.load(EVALUATOR_RECORD)
-        if record is None:
-            return old.scores, old.champion
-        champion = record.meta.get("champion")
-        meta = {**record.meta, "_version": record.version}
-        return meta, champion if isinstance(champion, str) and champion else UNI_CON
+        meta: dict[str, Any] = {"_versions": versions}
+        evaluator = self.store.load(EVALUATOR_RECORD) if versions[0] else None
+        if evaluator is not None:
+            meta.update(evaluator.meta)
+        interleaving = self.store.load(INTERLEAVING_RECORD) if versions[2] else None
+        if interleaving is not None:
+            meta["interleaving"] = interleaving.meta.get("interleaving", {})
+        decided = self.store.load(CHAMPION_RECORD) if versions[1] else None
+        if decided is not None:  # who decided the current champion, and on what evidence
+            meta["champion_decision"] = {k: v for k, v in decided.meta.items() if k != "champion"}
+        champion = stored_champion(self.store, latest) or UNI_CON
+        return meta, champion
 
     def _publish(self, snapshot: Snapshot) -> None:
         previous = self.snapshot

@@ -90,6 +90,14 @@ def _share(name: str, value: str) -> float:
     return number
 
 
+def _portion(name: str, value: str) -> float:
+    """A share of traffic that may be all of it: 0 up to 1, both included."""
+    number = _number(value)
+    if number is None or not 0.0 <= number <= 1.0:
+        raise SettingsError(ENV_PREFIX + name, value, "a number >= 0 and <= 1")
+    return number
+
+
 def _ndcg_difference(name: str, value: str) -> float:
     """A positive NDCG difference, at most 1."""
     number = _number(value)
@@ -219,6 +227,19 @@ def _topic_prefix(name: str, value: str) -> str:
     return value
 
 
+# How `rankstream serve` interleaves (`serve.interleaved`): the champion with one
+# challenger per impression (team draft, round-robin), or with every challenger at once
+# (team-draft multileave).
+TEAM_DRAFT, MULTILEAVE = "team-draft", "multileave"
+INTERLEAVING_METHODS = (TEAM_DRAFT, MULTILEAVE)
+
+
+def _interleaving_method(name: str, value: str) -> str:
+    if value not in INTERLEAVING_METHODS:
+        raise SettingsError(ENV_PREFIX + name, value, " or ".join(INTERLEAVING_METHODS))
+    return value
+
+
 def _on_off(name: str, value: str) -> bool:
     """A switch: on or off."""
     if value not in ("on", "off"):
@@ -297,6 +318,12 @@ class Settings:
     # that learns from clicks sets a small share, e.g. 0.05; without it the join's weights
     # use the 1/rank prior.
     intervention_share: float = 0.0
+    # The share of /v1/rank requests for the champion (no model or version named) that
+    # `rankstream serve` answers with an interleaved list of the champion and challengers
+    # (`serve.interleaved`), whose clicks the click join credits to decide the champion
+    # on click traffic (`workers.interleaving`). 0: judged-only deployments.
+    interleaving_share: float = 0.0
+    interleaving_method: str = TEAM_DRAFT
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
@@ -382,4 +409,6 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "click_window_s": ("CLICK_WINDOW_SECONDS", _positive_seconds),
     "click_grace_s": ("CLICK_GRACE_SECONDS", _positive_seconds),
     "intervention_share": ("INTERVENTION_SHARE", _share),
+    "interleaving_share": ("INTERLEAVING_SHARE", _portion),
+    "interleaving_method": ("INTERLEAVING_METHOD", _interleaving_method),
 }

@@ -64,6 +64,22 @@ def test_a_seed_gives_the_same_list(lists, length, seed) -> None:
     assert first.teams.tolist() == again.teams.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(rankings, st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_one_list_drafts_as_the_batch_does(lists, length, seed) -> None:
+    """`team_draft` (plain Python, for serving) is `team_draft_many`'s draft of one list."""
+    arrays = [np.array(r, dtype=np.int64) for r in lists]
+    one = team_draft(arrays, length, np.random.default_rng(seed))
+    depth = max(len(r) for r in lists)
+    batch = np.full((len(lists), 1, depth), -1, dtype=np.int64)
+    for i, r in enumerate(lists):
+        batch[i, 0, : len(r)] = r
+    many = team_draft_many(batch, 31, length, np.random.default_rng(seed))
+    filled = many.teams[0] >= 0
+    assert one.items.tolist() == many.items[0, filled].tolist()
+    assert one.teams.tolist() == many.teams[0, filled].tolist()
+
+
 def test_two_identical_rankings_show_that_ranking_and_split_the_picks() -> None:
     ranking = np.arange(10)
     shown = team_draft([ranking, ranking], 10, np.random.default_rng(3))
@@ -181,58 +197,3 @@ def test_a_race_saved_by_the_msprt_starts_over() -> None:
     assert (
         InterleavingRace.from_state(ChampionPolicy(), race.to_state()).summary() == race.summary()
     )
-
-
-def test_the_race_is_exported_as_interleaving_gauges_and_restored_with_them() -> None:
-    from rankstream.workers.metrics import REGISTRY, sample_value
-
-    race = InterleavingRace(ChampionPolicy())
-    race.observe("opar2", [1, 1, -1, 0, 0])
-    labels = {"model": "opar2"}
-    assert sample_value("rankstream_interleaving_impressions", labels) == 5
-    wins, losses, ties = (
-        sample_value("rankstream_interleaving_outcomes", {**labels, "outcome": o})
-        for o in ("win", "loss", "tie")
-    )
-    assert (wins, losses, ties) == (2, 1, 2)
-    evidence = race.evidence()["opar2"]
-    assert sample_value("rankstream_interleaving_log_statistic", labels) == pytest.approx(
-        evidence.log_statistic
-    )
-    assert sample_value("rankstream_interleaving_decision", labels) == 0.0  # undecided
-    assert sample_value("rankstream_interleaving_threshold") == pytest.approx(np.log(100))
-    state = race.to_state()
-    race.restart("opar2")  # the judged race switched: every series of the old race goes
-    assert REGISTRY.get_sample_value("rankstream_interleaving_impressions", labels) is None
-    InterleavingRace.from_state(ChampionPolicy(), state)
-    assert sample_value("rankstream_interleaving_impressions", labels) == 5
-
-
-def test_judgments_decide_a_challenger_they_paired_and_clicks_decide_the_rest() -> None:
-    """The rule of docs/CONTRACTS.md "Champion": the same clicking evidence switches a
-    challenger with no judged pairs, and only shows its verdict for one with some."""
-    from rankstream.workers.champion import ChampionRace
-
-    policy = ChampionPolicy()
-    judged = ChampionRace(policy)
-    judged.observe({"uni_con": 0.5, "opar1": 0.52})  # one judged pair for opar1 only
-    pairs = judged.judged_pairs()
-    assert pairs == {"opar1": 1}
-    race = InterleavingRace(policy)
-    clear_win = [1, 1, 0, 1, -1] * 200
-    assert race.observe("opar1", clear_win, pairs.get("opar1", 0)) is None
-    seen = race.summary()["challengers"]["opar1"]
-    assert seen["decision"] == "switch" and seen["decided_by"] == "judgments"
-    restored = InterleavingRace.from_state(policy, race.to_state())
-    assert restored.summary() == race.summary()
-    assert race.observe("ogdr", clear_win, pairs.get("ogdr", 0)) == "ogdr"
-    assert race.incumbent == "ogdr" and race.races == {}
-    judged.restart(race.incumbent)  # the judged race follows, and starts over
-    assert judged.incumbent == "ogdr" and judged.judged_pairs() == {}
-
-
-def test_judged_pairs_are_counted_from_zero() -> None:
-    from rankstream.workers.champion import deciding_evidence
-
-    with pytest.raises(ValueError, match="from 0"):
-        deciding_evidence(-1)

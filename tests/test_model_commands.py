@@ -116,17 +116,22 @@ def test_list_shows_the_interleaving_race_in_json_and_in_the_table(
     store, capsys, monkeypatch
 ) -> None:
     from rankstream.workers.champion import ChampionPolicy
-    from rankstream.workers.interleaving import InterleavingRace
+    from rankstream.workers.interleaving import (
+        INTERLEAVING_KIND,
+        INTERLEAVING_RECORD,
+        InterleavingRace,
+    )
 
     race = InterleavingRace(ChampionPolicy(), incumbent="uni_con")
     race.observe("arow", [1, 1, 0, -1, 0, 0])
-    evaluator = {"champion": "uni_con", "interleaving": race.summary()}
-    store.save("evaluator", kind="scores", meta=evaluator, arrays={}, offsets={},
-               expected_version=1)  # fmt: skip
+    # what the click join publishes (`workers.click_join`)
+    store.save(INTERLEAVING_RECORD, kind=INTERLEAVING_KIND,
+               meta={"interleaving": race.summary()}, arrays={}, offsets={},
+               expected_version=0)  # fmt: skip
     code, listing, _ = _run(capsys, "list")
     arow = {m["name"]: m for m in listing["models"]}["arow"]["interleaving"]
     assert code == 0 and (arow["wins"], arow["losses"], arow["ties"]) == (2, 1, 3)
     monkeypatch.setenv("COLUMNS", "400")  # rich wraps cells to the terminal's width
     assert main(["model", "list"]) == 0
     table = capsys.readouterr().out
-    assert "2/1/3" in table and "undecided (clicks decide)" in table
+    assert "2/1/3" in table and "undecided" in table

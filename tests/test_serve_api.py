@@ -362,18 +362,21 @@ def test_models_lists_versions_kinds_and_rolling_scores(store) -> None:
 
 
 def test_models_show_each_challengers_interleaving_race(store) -> None:
-    """The evaluator record's meta `interleaving` (an `InterleavingRace.summary()`) is
-    what /v1/models shows per challenger and for the race (docs/CONTRACTS.md)."""
+    """The click join's published record `interleaving` (an `InterleavingRace.summary()`)
+    is what /v1/models shows per challenger and for the race (docs/CONTRACTS.md)."""
     from rankstream.workers.champion import ChampionPolicy
-    from rankstream.workers.interleaving import InterleavingRace
+    from rankstream.workers.interleaving import (
+        INTERLEAVING_KIND,
+        INTERLEAVING_RECORD,
+        InterleavingRace,
+    )
 
     _save(store, "opar1", np.ones(PHI_DIM))
     race = InterleavingRace(ChampionPolicy())
-    race.observe("opar1", [1, 0, -1, 1], judged_pairs=2)
-    current = store.latest_versions().get(EVALUATOR_RECORD, 0)
-    meta = {"champion": "uni_con", "interleaving": race.summary()}
-    store.save(EVALUATOR_RECORD, kind="scores", meta=meta, arrays={}, offsets={},
-               expected_version=current)  # fmt: skip
+    race.observe("opar1", [1, 0, -1, 1])
+    store.save(INTERLEAVING_RECORD, kind=INTERLEAVING_KIND,
+               meta={"interleaving": race.summary()}, arrays={}, offsets={},
+               expected_version=0)  # fmt: skip
     with _client(store) as client:
         listing = _eventually(
             lambda: (reply := client.get("/v1/models").json())["interleaving"] and reply
@@ -383,7 +386,6 @@ def test_models_show_each_challengers_interleaving_race(store) -> None:
         "impressions": 4, "wins": 2, "losses": 1, "ties": 1,
     }  # fmt: skip
     assert entry["interleaving"]["decision"] == "undecided"
-    assert entry["interleaving"]["decided_by"] == "judgments"
     assert listing["interleaving"]["incumbent"] == "uni_con"
     assert listing["interleaving"]["alpha"] == 0.01 and "challengers" not in listing["interleaving"]
 

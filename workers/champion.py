@@ -29,11 +29,22 @@ race started afresh at a time that does not depend on its data is as valid as an
 The rolling means (`workers.evaluator.RollingScores`) no longer decide anything: they
 were means over different queries (Uni-Con's from the stream's start, a learned model's
 only from its first checkpoint), which is not evidence that one ranker beats another.
+
+Two races, one champion. The judged race (the evaluator) and the interleaving race (the
+click join, `workers.interleaving`) each decide on their own evidence; the champion is
+the store record `champion` (kind "champion", meta {"champion", "previous",
+"decided_by": "judged" | "clicks" | "fallback", "evidence", "time"}), written only by
+`publish_champion`, a compare-and-set on the champion it replaces. The rule: whichever
+race decides first switches; the other race sees the record change (`stored_champion`)
+and starts over against the new champion (`ChampionRace.follow`). A race that decides
+against a champion already replaced loses the compare-and-set and follows the stored one.
+Without the record (a store from before it) the evaluator record's `champion` is read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,34 +52,16 @@ from typing import Any
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
 from rankstream.stream.settings import Settings
+from rankstream.stream.store import FencingError, ModelStore
 from rankstream.workers import metrics
+from rankstream.workers.scoring import EVALUATOR_RECORD
 from rankstream.workers.structured_log import get_logger, log_event
 
 DECISION_VALUES = {SWITCH: 1.0, REFUSE: -1.0}  # the decision gauge; undecided is 0
-JUDGMENTS, CLICKS = "judgments", "clicks"  # the two kinds of evidence a race can rest on
+CHAMPION_RECORD = CHAMPION_KIND = "champion"  # the store record naming who serves
+JUDGED, CLICKS, FALLBACK = "judged", "clicks", "fallback"  # what decided a switch
 
 log = get_logger("rankstream.champion")
-
-
-def deciding_evidence(judged_pairs: int) -> str:
-    """Which evidence may switch a challenger in: its judged pairs against the incumbent
-    if it has any, else its interleaved clicks (docs/CONTRACTS.md "Champion").
-
-    Judged NDCG@50 is the quality every report and dashboard states; clicks are a proxy
-    for it, bent by position and by how users stop (`rankstream eval interleaving`: an
-    A/B test of click-through rate refuses a ranker truly 0.01 better). So where both
-    arrive, the judged race decides and the interleaving race is shown beside it; clicks
-    decide only a challenger no judged query has paired with the incumbent yet. Each
-    switch is made by one test at alpha: a deployment with one kind of evidence keeps
-    alpha; a race that changes kind midway (clicks first, then judgments) spends at most
-    alpha on each.
-
-    >>> deciding_evidence(0), deciding_evidence(1)
-    ('clicks', 'judgments')
-    """
-    if judged_pairs < 0:
-        raise ValueError(f"judged pairs are counted from 0, got {judged_pairs}")
-    return JUDGMENTS if judged_pairs > 0 else CLICKS
 
 
 @dataclass(frozen=True)
@@ -96,6 +89,7 @@ class ChampionRace:
         self.incumbent = incumbent or policy.default
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.refused: set[str] = set()  # races whose refusal was logged
+        self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
 
     def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
         """Add one query's paired differences; the new champion if one won, else None."""
@@ -116,22 +110,13 @@ class ChampionRace:
             return None
         winner = max(winners, key=lambda m: evidence[m].ci_low)
         self._log("champion switched", winner, evidence[winner], query)
+        self.decided = {"challenger": winner, **evidence[winner].as_dict()}
         metrics.CHAMPION_SWITCHES.inc()
-        self.restart(winner)
-        return winner
-
-    def restart(self, incumbent: str) -> None:
-        """`incumbent` is the champion now (this race's winner, or the interleaving
-        race's, `workers.interleaving`): every race starts over against it."""
-        self.incumbent = incumbent
+        self.incumbent = winner
         self.races.clear()
         self.refused.clear()
         self._export({})
-
-    def judged_pairs(self) -> dict[str, int]:
-        """Per challenger, the judged queries paired with the incumbent's this race:
-        what `deciding_evidence` asks of the interleaving race's challengers."""
-        return {m: s.n for m, s in sorted(self.races.items())}
+        return winner
 
     def fall_back(self, query: int = 0, reason: str = "not in the store") -> str | None:
         """The incumbent is gone: the default serves and every race starts over.
@@ -151,8 +136,23 @@ class ChampionRace:
             queries_evaluated=query,
         )
         metrics.CHAMPION_SWITCHES.inc()
-        self.restart(self.policy.default)
+        self.incumbent = self.policy.default
+        self.races.clear()
+        self.refused.clear()
+        self._export({})
         return self.incumbent
+
+    def follow(self, champion: str) -> bool:
+        """Another race switched the champion: every race starts over against it."""
+        if champion == self.incumbent:
+            return False
+        log_event(log, "champion races restarted", incumbent=self.incumbent,
+                  champion=champion, reason="the champion changed")  # fmt: skip
+        self.incumbent = champion
+        self.races.clear()
+        self.refused.clear()
+        self._export({})
+        return True
 
     def evidence(self) -> dict[str, Evidence]:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
@@ -221,3 +221,51 @@ class ChampionRace:
             delta=self.policy.test.delta,
             **seen.as_dict(),
         )
+
+
+def stored_champion(store: ModelStore, latest: Mapping[str, int] | None = None) -> str | None:
+    """The champion in the store: the `champion` record's, else the evaluator record's
+    (a store from before the record); None when neither names one."""
+    latest = store.latest_versions() if latest is None else latest
+    for name in (CHAMPION_RECORD, EVALUATOR_RECORD):
+        if name in latest:
+            record = store.load(name)
+            champion = None if record is None else record.meta.get("champion")
+            if isinstance(champion, str) and champion:
+                return champion
+    return None
+
+
+def publish_champion(
+    store: ModelStore,
+    champion: str,
+    *,
+    previous: str,
+    decided_by: str,
+    evidence: Mapping[str, Any],
+) -> tuple[str, bool]:
+    """Make `champion` the stored champion if `previous` still is (compare-and-set).
+
+    Returns the champion now in the store and whether this call put it there (the
+    other race's, or this one already written by an earlier attempt, is not)."""
+    for _ in range(5):
+        record = store.load(CHAMPION_RECORD)
+        current = record.meta.get("champion") if record is not None else None
+        if current is None:
+            current = stored_champion(store) or previous
+        if current != previous:
+            return str(current), False
+        meta = {"champion": champion, "previous": previous, "decided_by": decided_by,
+                "evidence": dict(evidence), "time": time.time()}  # fmt: skip
+        try:
+            store.save(
+                CHAMPION_RECORD, kind=CHAMPION_KIND, meta=meta, arrays={}, offsets={},
+                expected_version=0 if record is None else record.version,
+                expected_write_id=None if record is None else (record.write_id or None),
+            )  # fmt: skip
+        except FencingError:
+            continue  # a concurrent write: read again
+        log_event(log, "champion published", champion=champion, previous=previous,
+                  decided_by=decided_by)  # fmt: skip
+        return champion, True
+    raise FencingError(CHAMPION_RECORD, 0, 0)

@@ -65,8 +65,20 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
+from rankstream.workers.champion import (
+    CLICKS,
+    ChampionPolicy,
+    publish_champion,
+    stored_champion,
+)
 from rankstream.workers.click_join_options import JoinOptions
 from rankstream.workers.click_window import ClickWindow, Closed, PendingClick, Rejected
+from rankstream.workers.interleaving import (
+    INTERLEAVING_KIND,
+    INTERLEAVING_RECORD,
+    InterleavingRace,
+    session_outcomes,
+)
 from rankstream.workers.runtime import Handler, StreamRuntime
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -87,6 +99,7 @@ class JoinCounters:
     triplets: int = 0  # triplets emitted (into the outbox)
     sent: int = 0  # output messages sent and acknowledged
     dead_letters: int = 0
+    stale_interleavings: int = 0  # interleaved sessions drafted against an earlier champion
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -128,6 +141,11 @@ class ClickJoinHandler(Handler):
         self.dirty = False
         self._published: list[float] | None = None
         self._hydrate_below: dict[int, int] = {}
+        self.policy = ChampionPolicy.from_settings(settings)
+        self.race = InterleavingRace(self.policy)  # credited clicks -> the champion
+        self.pending_switch: dict[str, Any] | None = None  # decided, not yet in the store
+        self.interleaving_fence = Fence()
+        self._published_race: dict[str, Any] | None = None
 
     # --- the runtime's calls --------------------------------------------------------------
     def topics(self) -> dict[str, int]:
@@ -142,7 +160,9 @@ class ClickJoinHandler(Handler):
         store = runtime.store
         stored = store.load(self.options.name)
         self.propensity_fence = Fence.of(store.load(PROPENSITIES_MODEL))
+        self.interleaving_fence = Fence.of(store.load(INTERLEAVING_RECORD))
         if stored is None:
+            self._follow_champion(store)
             return
         if stored.kind != JOIN_KIND:
             raise ValueError(f"store model {stored.name!r} is a {stored.kind!r}, not a click join")
@@ -161,6 +181,12 @@ class ClickJoinHandler(Handler):
             int(p): int(o) for p, o in state["scan_from"].items()
         }  # fmt: skip
         self.maybe_sent = bool(self.outbox)
+        saved = state.get("interleaving", {})
+        self.race = InterleavingRace.from_state(self.policy, saved.get("race", {}))
+        self.race.export()
+        self.pending_switch = saved.get("pending_switch")
+        self._publish_switch(store)
+        self._follow_champion(store)
         log_event(
             log,
             "join loaded",
@@ -212,6 +238,11 @@ class ClickJoinHandler(Handler):
         if self.outbox:
             self._send_outbox(runtime)
             saved["sent"] = self.counters.sent
+        self._publish_switch(runtime.store)
+        self._follow_champion(runtime.store)
+        race = self._publish_race(runtime.store, runtime.writer)
+        if race is not None:
+            saved[INTERLEAVING_RECORD] = race
         version = self._publish_propensities(runtime.store, runtime.writer)
         if version is not None:
             saved[PROPENSITIES_MODEL] = version
@@ -281,6 +312,7 @@ class ClickJoinHandler(Handler):
         blocks = []
         for closed in ready:
             self._rejected(runtime, closed.rejects)
+            self._credit(closed)
             block = self._pairs(closed)
             if block is not None:
                 blocks.append(block)
@@ -327,6 +359,62 @@ class ClickJoinHandler(Handler):
             phi=impression.phi,
             weight=pairs.weight.astype(np.float32),
         ).compact()
+
+    # --- interleaving -------------------------------------------------------------------
+    def _credit(self, closed: Closed) -> None:
+        """An interleaved session's outcomes into the race (`workers.interleaving`); a
+        decided switch waits for the checkpoint that saves it (`_publish_switch`)."""
+        impression = closed.impression
+        if impression.teams is None or len(impression.team_models) < 2:
+            return
+        if impression.team_models[0] != self.race.incumbent:
+            self.counters.stale_interleavings += 1  # drafted against an earlier champion
+            return
+        previous = self.race.incumbent
+        outcomes = session_outcomes(impression.team_models, impression.teams, closed.clicked)
+        for challenger, value in outcomes.items():
+            if challenger != previous and self.race.observe(challenger, [value]) is not None:
+                self.pending_switch = {"champion": challenger, "previous": previous,
+                                       "evidence": self.race.decided}  # fmt: skip
+                log_event(log, "champion switched", decided_by=CLICKS, incumbent=previous,
+                          **self.race.decided)  # fmt: skip
+                return  # the other challengers' outcomes were against the old champion
+
+    def _publish_switch(self, store: ModelStore) -> None:
+        """Write a saved switch to the champion record (compare-and-set: if the judged
+        race switched first, this race follows that champion instead)."""
+        switch = self.pending_switch
+        if switch is None:
+            return
+        champion, landed = publish_champion(
+            store, switch["champion"], previous=switch["previous"], decided_by=CLICKS,
+            evidence=switch["evidence"],
+        )  # fmt: skip
+        if landed:
+            metrics.CHAMPION_SWITCHES.inc()
+        self.pending_switch = None
+        self.race.follow(champion)
+        self.dirty = True
+
+    def _follow_champion(self, store: ModelStore) -> None:
+        """Every race starts over when the stored champion is not the race's incumbent."""
+        champion = stored_champion(store)
+        if champion is not None and self.race.follow(champion):
+            log_event(log, "interleaving races restarted", champion=champion)
+            self.dirty = True
+
+    def _publish_race(self, store: ModelStore, writer: str) -> int | None:
+        """The race's evidence as the record `interleaving` when it changed (/v1/models)."""
+        summary = self.race.summary()
+        if summary == self._published_race:
+            return None
+        version = fenced_save(
+            store, INTERLEAVING_RECORD, self.interleaving_fence, kind=INTERLEAVING_KIND,
+            meta={"writer": writer, "source": self.options.name, "interleaving": summary},
+            arrays={}, offsets={},
+        )  # fmt: skip
+        self._published_race = summary
+        return version
 
     def _send_outbox(self, runtime: StreamRuntime) -> None:
         """Send what the last save holds and is not in Kafka yet; flush; empty the outbox."""
@@ -395,6 +483,10 @@ class ClickJoinHandler(Handler):
                 "scan_from": None
                 if self.scan_from is None
                 else {str(p): o for p, o in self.scan_from.items()},
+                "interleaving": {
+                    "race": self.race.to_state(),
+                    "pending_switch": self.pending_switch,
+                },
             },
         }
         arrays = {

@@ -63,7 +63,14 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
-from rankstream.workers.champion import ChampionPolicy, ChampionRace
+from rankstream.workers.champion import (
+    FALLBACK,
+    JUDGED,
+    ChampionPolicy,
+    ChampionRace,
+    publish_champion,
+    stored_champion,
+)
 from rankstream.workers.evaluator_options import EvaluatorOptions
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
@@ -161,6 +168,7 @@ class EvaluatorHandler(Handler):
         self._record_fence = Fence()  # the record last loaded or published here
         self._dirty = False  # evaluated or moved past a message since the last publish
         self._champion_changed = False
+        self._pending_switch: tuple[str, str, dict] | None = None  # for the champion record
 
     # --- scoring (pure given the store) -----------------------------------------------
     def evaluate(self, query: JudgedQuery) -> QueryScores:
@@ -249,10 +257,41 @@ class EvaluatorHandler(Handler):
         longer scorable), the race falls back to Uni-Con as serving does
         (`ChampionRace.fall_back`).
         """
+        before = self.race.incumbent
         if self._incumbent_gone(ndcg) and self.race.fall_back(self.queries_evaluated):
             self._champion_changed = True
+            self._switch(before, FALLBACK, {"reason": "not in the store"})
         if self.race.observe(ndcg, self.queries_evaluated) is not None:
             self._champion_changed = True  # published at once (`process`)
+            self._switch(before, JUDGED, self.race.decided)
+
+    def _switch(self, previous: str, decided_by: str, evidence: dict) -> None:
+        """A switch for the champion record, written by `publish_switch` (outside
+        `evaluate`, which a store outage repeats: it must change nothing before it ends)."""
+        if self._pending_switch is not None:  # several in one batch: the first one's previous
+            previous = self._pending_switch[0]
+        self._pending_switch = (previous, decided_by, evidence)
+
+    def publish_switch(self) -> None:
+        """The store's champion record (`workers.champion.publish_champion`); when the
+        click race switched first, this race follows that champion instead."""
+        if self._pending_switch is None:
+            return
+        previous, decided_by, evidence = self._pending_switch
+        stored, _ = publish_champion(
+            self.cache.store, self.race.incumbent, previous=previous,
+            decided_by=decided_by, evidence=evidence,
+        )  # fmt: skip
+        self._pending_switch = None
+        self.race.follow(stored)
+
+    def follow_stored_champion(self) -> None:
+        """Start every race over when another race (the click join's) switched the champion."""
+        if self._pending_switch is not None:
+            return  # this race's own switch is not in the record yet
+        stored = stored_champion(self.cache.store)
+        if stored is not None and self.race.follow(stored):
+            self._dirty = True
 
     def _incumbent_gone(self, ndcg: dict[str, float]) -> bool:
         """Not scored on this query, and not (or no longer scorable) in the store."""
@@ -300,6 +339,7 @@ class EvaluatorHandler(Handler):
             self.judgments.update(record.meta.get("judgments", {}))
             self.offsets = dict(record.offsets.get(self.settings.queries_topic, {}))
             self._export(self.rolling.ndcg)
+        self.follow_stored_champion()
         log_event(
             log,
             "evaluator started",
@@ -320,6 +360,8 @@ class EvaluatorHandler(Handler):
         store outage the query is scored again, with back-off, until the store answers.
         """
         evaluated = 0
+        if messages:
+            runtime.retry("champion", self.follow_stored_champion)
         for message in messages:
             try:
                 query = decode_query(message.value, width=self.settings.phi_dim)
@@ -341,6 +383,7 @@ class EvaluatorHandler(Handler):
             self._dirty = True
         if self._champion_changed:
             self._champion_changed = False
+            runtime.retry("champion", self.publish_switch)
             runtime.request_checkpoint()
         return evaluated
 
@@ -352,6 +395,7 @@ class EvaluatorHandler(Handler):
 
     def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
         """Publish the scores record (fenced) when something new was read."""
+        self.publish_switch()  # (a switch of `evaluate` called directly, as the demo does)
         if not self._dirty:
             return {}
         ndcg, ap = self.rolling.means()

@@ -18,14 +18,7 @@ impressions only.
 The state is counts and the test's state of the outcomes (`to_state`), so the click join
 can checkpoint it with its offsets and restore it (`from_state`); a state saved by the
 mSPRT before (counts and [n, mean, m2]) restores the counts' race from zero, as
-`workers.champion` does, since a wealth cannot be rebuilt from moments. `summary`
-is what `GET /v1/models` and `model list --json` show per challenger (docs/CONTRACTS.md
-"Champion"), and the `rankstream_interleaving_*` gauges say the same to Prometheus.
-
-Where judgments arrive too, `workers.champion.deciding_evidence` says which race may
-switch a challenger: `observe` takes the challenger's judged pairs against the same
-incumbent (`ChampionRace.judged_pairs`); with any, its interleaving race goes on and is
-shown but does not switch. A switch made by the other race is followed with `restart`.
+`workers.champion` does, since a wealth cannot be rebuilt from moments.
 
 >>> race = InterleavingRace(ChampionPolicy())
 >>> race.observe("opar1", [1, 0, 1, -1, 1] * 4) is None  # 20 impressions, not yet sure
@@ -36,34 +29,43 @@ True
 'opar1'
 >>> race.incumbent, race.races
 ('opar1', {})
->>> race.observe("ogdr", [1, 1, 0] * 200, judged_pairs=3) is None  # judgments decide it
-True
->>> race.summary()["challengers"]["ogdr"]["decision"], race.decided_by["ogdr"]
-('switch', 'judgments')
+
+In the click join (`workers.click_join`), each closed session of an interleaved impression
+(its `teams` and `team_models`, the champion first) gives every challenger in it one
+outcome (`session_outcomes`); an impression served under a champion that is no longer the
+race's incumbent is skipped (its teams were drafted against another champion). The race
+state is saved in the join's checkpoint; its evidence (`summary`) is published as the
+store record `interleaving` (kind "interleaving", meta {"interleaving": summary}), read by
+`GET /v1/models` beside the judged race.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rankstream.ranking.interleaving import LOSS, TIE, WIN
+import numpy as np
+
+from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome
 from rankstream.ranking.sequential import SWITCH, Evidence
 from rankstream.workers import metrics
-from rankstream.workers.champion import (
-    CLICKS,
-    DECISION_VALUES,
-    JUDGMENTS,
-    ChampionPolicy,
-    deciding_evidence,
-)
-from rankstream.workers.structured_log import get_logger, log_event
+from rankstream.workers.champion import DECISION_VALUES, ChampionPolicy
 
 OUTCOMES = {WIN: "wins", LOSS: "losses", TIE: "ties"}
-GAUGE_OUTCOMES = {"wins": "win", "losses": "loss", "ties": "tie"}  # the outcome label
+OUTCOME_LABELS = {WIN: "win", LOSS: "loss", TIE: "tie"}
+INTERLEAVING_RECORD = INTERLEAVING_KIND = "interleaving"  # the published evidence
 
-log = get_logger("rankstream.interleaving")
+
+def session_outcomes(
+    team_models: tuple[str, ...], teams: np.ndarray, clicked: np.ndarray
+) -> dict[str, int]:
+    """Each challenger's outcome against the champion (`team_models[0]`) on one closed
+    session: clicks credited to the team that placed the clicked result (team draft);
+    positions of no team (-1) earn no one credit."""
+    teams, clicked = np.asarray(teams), np.asarray(clicked, dtype=bool)
+    shown = teams >= 0
+    credits = credit(teams[shown], clicked[shown], len(team_models))
+    return {m: outcome(credits, challenger=j) for j, m in enumerate(team_models) if j > 0}
 
 
 class InterleavingRace:
@@ -74,16 +76,20 @@ class InterleavingRace:
         self.incumbent = incumbent or policy.default
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.counts: dict[str, dict[str, int]] = {}
-        self.decided_by: dict[str, str] = {}  # per challenger: CLICKS or JUDGMENTS
+        self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
 
-    def observe(
-        self, challenger: str, outcomes: Iterable[int], judged_pairs: int = 0
-    ) -> str | None:
-        """Add a challenger's outcomes against the incumbent; the new champion, or None.
+    def follow(self, champion: str) -> bool:
+        """The champion changed (this race or the judged one switched): every race starts over."""
+        if champion == self.incumbent:
+            return False
+        self.incumbent = champion
+        self.races.clear()
+        self.counts.clear()
+        self.export()
+        return True
 
-        `judged_pairs`: the challenger's judged queries paired with the same incumbent
-        (`ChampionRace.judged_pairs`); with any, judgments decide it, not these clicks.
-        """
+    def observe(self, challenger: str, outcomes: Iterable[int]) -> str | None:
+        """Add a challenger's outcomes against the incumbent; the new champion, or None."""
         if challenger == self.incumbent:
             raise ValueError(f"{challenger!r} is the champion, not a challenger")
         test = self.policy.test
@@ -93,53 +99,39 @@ class InterleavingRace:
             if value not in OUTCOMES:
                 raise ValueError(f"an interleaving outcome is -1, 0 or +1, got {value!r}")
             counts[OUTCOMES[value]] += 1
+            metrics.INTERLEAVING_IMPRESSIONS.labels(challenger=challenger).inc()
+            metrics.INTERLEAVING_OUTCOMES.labels(challenger, OUTCOME_LABELS[value]).inc()
             state = test.add(state, float(value))
         self.races[challenger] = state
-        self.decided_by[challenger] = deciding_evidence(judged_pairs)
-        seen = test.evidence(state)
-        if seen.decision != SWITCH or self.decided_by[challenger] != CLICKS:
-            self._export()
+        if test.decision(state) != SWITCH:
+            self.export()
             return None
-        log_event(
-            log,
-            "champion switched on clicks",
-            level=logging.INFO,
-            incumbent=self.incumbent,
-            challenger=challenger,
-            alpha=test.alpha,
-            delta=test.delta,
-            **counts,
-            **seen.as_dict(),
-        )
-        metrics.CHAMPION_SWITCHES.inc()
-        self.restart(challenger)
+        evidence = test.evidence(state)
+        self.decided = {"challenger": challenger, "impressions": evidence.pairs, **counts,
+                        **evidence.as_dict()}  # fmt: skip
+        self.follow(challenger)
         return challenger
 
-    def restart(self, incumbent: str) -> None:
-        """`incumbent` is the champion now (this race's winner or the judged race's):
-        every race starts over against it."""
-        self.incumbent = incumbent
-        self.races.clear()
-        self.counts.clear()
-        self.decided_by.clear()
-        self._export()
+    def export(self) -> None:
+        """The statistic and decision gauges, per challenger of the current races."""
+        for gauge in (metrics.INTERLEAVING_STATISTIC, metrics.INTERLEAVING_DECISION):
+            gauge.clear()
+        for model, seen in self.evidence().items():
+            metrics.INTERLEAVING_STATISTIC.labels(challenger=model).set(seen.log_statistic)
+            metrics.INTERLEAVING_DECISION.labels(challenger=model).set(
+                DECISION_VALUES.get(seen.decision, 0.0)
+            )
 
     def evidence(self) -> dict[str, Evidence]:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
 
     def summary(self) -> dict[str, Any]:
-        """Per challenger: impressions, wins/losses/ties, the statistic, the verdict and
-        which evidence decides it (docs/CONTRACTS.md "Champion")."""
+        """Per challenger: impressions, wins/losses/ties, the statistic and the verdict."""
         return {
             "incumbent": self.incumbent,
             **self.policy.describe(),
             "challengers": {
-                m: {
-                    "impressions": e.pairs,
-                    **self.counts[m],
-                    **e.as_dict(),
-                    "decided_by": self.decided_by.get(m, CLICKS),
-                }
+                m: {"impressions": e.pairs, **self.counts[m], **e.as_dict()}
                 for m, e in self.evidence().items()
             },
         }
@@ -149,11 +141,7 @@ class InterleavingRace:
         return {
             "incumbent": self.incumbent,
             "races": {
-                m: {
-                    "counts": self.counts[m],
-                    "stats": self.policy.test.to_json(s),
-                    "decided_by": self.decided_by.get(m, CLICKS),
-                }
+                m: {"counts": self.counts[m], "stats": self.policy.test.to_json(s)}
                 for m, s in sorted(self.races.items())
             },
         }
@@ -170,26 +158,4 @@ class InterleavingRace:
             if race.races[model] == policy.test.start():  # an older test's race starts over
                 counts = dict.fromkeys(OUTCOMES.values(), 0)
             race.counts[model] = counts
-            decided_by = saved.get("decided_by", CLICKS)
-            if decided_by not in (CLICKS, JUDGMENTS):
-                raise ValueError(f"race {model!r}: decided_by {decided_by!r} is not evidence")
-            race.decided_by[model] = decided_by
-        race._export()
         return race
-
-    def _export(self) -> None:
-        """The races as `rankstream_interleaving_*` gauges (the Prometheus view of
-        `summary`): only this race's challengers have series."""
-        for gauge in metrics.INTERLEAVING_GAUGES:
-            gauge.clear()
-        metrics.INTERLEAVING_THRESHOLD.set(self.policy.test.threshold)
-        for model, seen in self.evidence().items():
-            metrics.INTERLEAVING_IMPRESSIONS.labels(model=model).set(seen.pairs)
-            for key, label in GAUGE_OUTCOMES.items():
-                metrics.INTERLEAVING_OUTCOMES.labels(model=model, outcome=label).set(
-                    self.counts[model][key]
-                )
-            metrics.INTERLEAVING_STATISTIC.labels(model=model).set(seen.log_statistic)
-            metrics.INTERLEAVING_DECISION.labels(model=model).set(
-                DECISION_VALUES.get(seen.decision, 0.0)
-            )

@@ -174,38 +174,26 @@ CHAMPION_RACE_GAUGES = (
     CHAMPION_RACE_STATISTIC,
     CHAMPION_RACE_DECISION,
 )
-# the interleaving race (`workers.interleaving`): the same test on click outcomes
-INTERLEAVING_IMPRESSIONS = Gauge(
-    "rankstream_interleaving_impressions",
-    "Interleaved impressions of the champion with this challenger whose clicks were "
-    "joined, this race.",
-    ["model"],
+# --- the interleaving race (`workers.interleaving`, in the click join) --------------------
+INTERLEAVING_IMPRESSIONS = Counter(
+    "rankstream_interleaving_impressions_interleaved_total",
+    "Interleaved impressions of the champion with this challenger the click join credited.",
+    ["challenger"],
 )
-INTERLEAVING_OUTCOMES = Gauge(
-    "rankstream_interleaving_outcomes",
-    "This race's impressions by the challenger's outcome: win (its team got more clicks), "
-    "loss (fewer) or tie (as many, none included).",
-    ["model", "outcome"],
+INTERLEAVING_OUTCOMES = Counter(
+    "rankstream_interleaving_outcomes_total",
+    "Interleaved impressions by the challenger's outcome (win, loss, tie; no click is a tie).",
+    ["challenger", "outcome"],
 )
 INTERLEAVING_STATISTIC = Gauge(
     "rankstream_interleaving_log_statistic",
-    "log of the mSPRT statistic on the outcomes (+1/0/-1); a switch needs "
-    "rankstream_interleaving_threshold and more wins than losses.",
-    ["model"],
+    "log of the interleaving race's wealth against 'no better'; a switch at log(1/alpha).",
+    ["challenger"],
 )
 INTERLEAVING_DECISION = Gauge(
     "rankstream_interleaving_decision",
-    "The interleaving race's verdict: 1 switch, 0 undecided, -1 refused (not delta better).",
-    ["model"],
-)
-INTERLEAVING_THRESHOLD = Gauge(
-    "rankstream_interleaving_threshold", "log(1/alpha): the statistic a switch on clicks needs."
-)
-INTERLEAVING_GAUGES = (
-    INTERLEAVING_IMPRESSIONS,
-    INTERLEAVING_OUTCOMES,
-    INTERLEAVING_STATISTIC,
-    INTERLEAVING_DECISION,
+    "The interleaving race's verdict: 1 switch, 0 undecided, -1 refused.",
+    ["challenger"],
 )
 
 # --- serving (the simulated search engine) ------------------------------------------------

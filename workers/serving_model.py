@@ -17,6 +17,7 @@ from rankstream.ranking.baselines import UNI_CON
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
+from rankstream.workers.champion import CHAMPION_RECORD, stored_champion
 from rankstream.workers.pins import pin_record_name, pinned_model
 from rankstream.workers.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
@@ -60,7 +61,7 @@ class ServingModel:
         self.current: Served | None = None
         self.switches = 0
         self._champion: str = UNI_CON
-        self._record_version = 0
+        self._record_version: tuple[int, int] = (0, 0)
         self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
 
     def refresh(self) -> Served:
@@ -100,14 +101,12 @@ class ServingModel:
         return cached[1]
 
     def _read_champion(self, latest: Mapping[str, int]) -> str:
-        version = latest.get(EVALUATOR_RECORD, 0)
-        if version != self._record_version:
-            record = self.store.load(EVALUATOR_RECORD)
-            if record is not None:
-                self._record_version = record.version
-                champion = record.meta.get("champion")
-                if isinstance(champion, str) and champion:
-                    self._champion = champion
+        versions = (latest.get(EVALUATOR_RECORD, 0), latest.get(CHAMPION_RECORD, 0))
+        if versions != self._record_version:
+            champion = stored_champion(self.store, latest)
+            self._record_version = versions
+            if champion is not None:
+                self._champion = champion
         return self._champion
 
     def _switch(self, name: str, version: int, scorer: Scorer) -> None:

@@ -1,5 +1,6 @@
 """`rankstream bench serve`: /v1/rank p50/p99 and requests/s (Arrow, JSON) while reloading,
-with impression logging on and off in the same run (`harness.serve_bench`)."""
+with impression logging on and off, and every request interleaved, in the same run
+(`harness.serve_bench`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
                 f"(achieved {r['achieved_rate']}); sustained {r['sustained_rps']} req/s; "
                 f"impression logging off: p50 {off['p50_ms']} ms, p99 {off['p99_ms']} ms; "
                 f"on/off p99 x{cost['p99_ratio']} (paired rounds x"
-                f"{cost['p99_ratio_paired_median']})"
+                f"{cost['p99_ratio_paired_median']}); interleaving on/off p99 "
+                f"x{r['interleaving_cost']['p99_ratio_paired_median']} (paired rounds)"
             )
         print(f"reload lag p99 {result['reload']['lag_p99_s']} s")
     return 0

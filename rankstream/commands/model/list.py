@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         cells = [entry[c] for c in columns] + [race.get(c) for c in race_columns]
         cells += [None, None] if clicks is None else [
             f"{clicks['wins']}/{clicks['losses']}/{clicks['ties']}",
-            f"{clicks['decision']} ({clicks['decided_by']} decide)",
+            clicks["decision"],
         ]  # fmt: skip
         table.add_row(*("" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
                         for v in cells))  # fmt: skip
