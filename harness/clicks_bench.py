@@ -13,7 +13,9 @@ Three kinds of run, alternating within each repeat:
 
 Set-up (before the clock), per run on a fresh topic/key prefix: `impressions` impressions
 (`candidates` results each, one phi table shared by all, query ids 0..n-1) written
-straight to the impressions topic, as `/v1/rank` logs them. Every impression gets two
+straight to the impressions topic (one partition), as `/v1/rank`'s writer
+(`workers.impressions`) logs a busy server's: up to `BATCH_MAX` impressions a message, cut
+by `message_groups`, keyed by the message's first impression. Every impression gets two
 clicks (at ranks 1-5 and 6-12, with position and dwell, as an engine reports them).
 
 The load. HTTP: a JSON body of `batch` impressions' clicks (`{"impressions": [...]}`,
@@ -70,6 +72,7 @@ from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.click_join import ClickJoin, JoinOptions
 from rankstream.workers.click_producer import ClickProducer
+from rankstream.workers.impressions import BATCH_MAX, message_groups
 
 KINDS = ("http", "producer", "embedded")
 CLICKS_PER_IMPRESSION = 2
@@ -158,11 +161,15 @@ class _Bench:
              s.dead_letter_topic: 1}
         )  # fmt: skip
         producer = self.transport.producer()
-        for request in range(self.requests):
-            for j in range(self.options.batch):
-                imp = self._impression(request, j, self.t0)
-                producer.send(s.impressions_topic, encode_impressions([imp]),
-                              key=impression_key(imp.impression_id))  # fmt: skip
+        served = [
+            self._impression(request, j, self.t0)
+            for request in range(self.requests)
+            for j in range(self.options.batch)
+        ]
+        for start in range(0, len(served), BATCH_MAX):
+            for group in message_groups(served[start : start + BATCH_MAX]):
+                producer.send(s.impressions_topic, encode_impressions(group),
+                              key=impression_key(group[0].impression_id), partition=0)  # fmt: skip
         producer.flush()
         producer.close()
 

@@ -83,19 +83,21 @@ def click_pairs(
         winner = np.repeat(np.flatnonzero(clicked), clicked.shape[0] - 1)
         loser = np.concatenate([shown[shown != i] for i in np.flatnonzero(clicked)] or [[]])
         return _weighted(winner, loser.astype(np.int64), propensities, min_propensity)
-    winners: list[int] = []
-    losers_: list[int] = []
+    # Per click i, in displayed order: the skipped results above it (ascending), then i + 1
+    # if it exists and was not clicked. As whole-array operations: a list is one event.
+    n = clicked.shape[0]
+    clicks_at = np.flatnonzero(clicked)
     skipped = np.flatnonzero(~clicked)
-    for i in np.flatnonzero(clicked).tolist():
-        above = skipped[skipped < i]
-        winners.extend([i] * len(above))
-        losers_.extend(above.tolist())
-        below = skipped[skipped > i]
-        if below.size and below[0] == i + 1:  # the next result, if it was not clicked
-            winners.append(i)
-            losers_.append(i + 1)
-    winner = np.array(winners, dtype=np.int64)
-    loser = np.array(losers_, dtype=np.int64)
+    above = np.searchsorted(skipped, clicks_at)  # skipped results above each click
+    has_next = clicks_at + 1 < n
+    has_next[has_next] = ~clicked[clicks_at[has_next] + 1]
+    per_click = above + has_next
+    winner = np.repeat(clicks_at, per_click).astype(np.int64)
+    starts = np.cumsum(per_click) - per_click  # each click's first pair
+    within = np.arange(winner.shape[0]) - np.repeat(starts, per_click)
+    loser = np.take(skipped, within, mode="clip")  # clipped: the i + 1 pairs, replaced below
+    is_next = within == np.repeat(above, per_click)  # the pair past the skips: i + 1
+    loser = np.where(is_next, winner + 1, loser).astype(np.int64)
     return _weighted(winner, loser, propensities, min_propensity)
 
 

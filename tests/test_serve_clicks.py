@@ -238,7 +238,7 @@ def test_impressions_beyond_a_message_budget_go_in_several_messages():
     imp = served_impression("a", np.array(IDS), PHI, np.arange(K), "m", 1, {}, time=0.0)
     per = imp.phi.nbytes + imp.candidate_ids.nbytes
     budget = impression_log.MESSAGE_BYTES // per
-    messages = impression_log._messages([imp] * (2 * budget + 1))
+    messages = impression_log.message_groups([imp] * (2 * budget + 1))
     assert [len(m) for m in messages] == [budget, budget, 1]
 
 

@@ -103,7 +103,7 @@ def served_impression(
     )
 
 
-def _messages(impressions: list[Impression]) -> list[list[Impression]]:
+def message_groups(impressions: list[Impression]) -> list[list[Impression]]:
     """`impressions` cut into messages of at most `MESSAGE_BYTES` of phi and ids each (one
     impression a message at least), in order."""
     messages: list[list[Impression]] = [[]]
@@ -205,7 +205,7 @@ class ImpressionLog:
             self._retire()
             return
         for partition, group in by_partition.items():
-            for message in _messages(group):
+            for message in message_groups(group):
                 self._send(topic, partition, message)
 
     def _send(self, topic: str, partition: int, impressions: list[Impression]) -> None:
