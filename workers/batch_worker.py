@@ -63,7 +63,14 @@ from rankstream.workers.batch_models import (
     fit_rankmkl,
 )
 from rankstream.workers.batch_options import BatchOptions
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
+from rankstream.workers.runtime import (
+    EXIT_FENCED,
+    EXIT_OK,
+    FromHandler,
+    Handler,
+    OptionsRuntime,
+    StreamRuntime,
+)
 from rankstream.workers.runtime_options import CadenceTimer
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -302,8 +309,11 @@ class BatchHandler(Handler):
         return {"n_seen": self.reservoir.n_seen, "refits": self.counters.refits}
 
 
-class BatchWorker(StreamRuntime):
+class BatchWorker(OptionsRuntime):
     """The stream runtime running the batch handler."""
+
+    options_type = BatchOptions
+    options: BatchOptions
 
     handler: BatchHandler
     reservoir = FromHandler[TripletReservoir]()
@@ -312,14 +322,8 @@ class BatchWorker(StreamRuntime):
     reservoir_version = FromHandler[int]()
     model_versions = FromHandler[dict[str, int]]()
 
-    def __init__(
-        self, settings: Settings, options: BatchOptions | None = None, **services: Any
-    ) -> None:
-        """`services`: `transport=` and/or `store=` to use instead of opening the configured."""
-        options = options or BatchOptions()
-        handler = BatchHandler(settings, options)
-        super().__init__(settings, handler, options.runtime(), **services)
-        self.options = options
+    def build_handler(self, settings: Settings, options: BatchOptions) -> BatchHandler:
+        return BatchHandler(settings, options)
 
     def refit_due(self) -> bool:
         return self.handler.refit_due()

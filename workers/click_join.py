@@ -43,7 +43,7 @@ online worker's).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -79,7 +79,7 @@ from rankstream.workers.interleaving import (
     InterleavingRace,
     session_outcomes,
 )
-from rankstream.workers.runtime import Handler, StreamRuntime
+from rankstream.workers.runtime import Handler, OptionsRuntime, StreamRuntime
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.click_join")
@@ -265,14 +265,25 @@ class ClickJoinHandler(Handler):
         for row, impression in _rows(decoded):
             self.window.hydrate(impression, (message.topic, message.partition, message.offset, row))
 
-    def _impressions(self, runtime: StreamRuntime, message: Message) -> int:
+    def _decoded(
+        self, runtime: StreamRuntime, message: Message, decode: Callable[[bytes], Any]
+    ) -> Any:
+        """`decode(message.value)`; a bad message, or each bad row, dead-lettered with its
+        reason (None for a bad message)."""
         try:
-            decoded = decode_impressions(message.value, width=self.settings.phi_dim)
+            decoded = decode(message.value)
         except SchemaError as exc:
             self._dead_letter(runtime, message, exc.reason, exc.detail)
-            return 0
+            return None
         for row, reason, detail in decoded.rejects:
             self._dead_letter(runtime, message, reason, detail, [row])
+        return decoded
+
+    def _impressions(self, runtime: StreamRuntime, message: Message) -> int:
+        width = self.settings.phi_dim
+        decoded = self._decoded(runtime, message, lambda v: decode_impressions(v, width=width))
+        if decoded is None:
+            return 0
         for row, impression in _rows(decoded):
             if self.window.knows(impression.impression_id):
                 self._dead_letter(runtime, message, BAD_SCHEMA, "impression id seen before", [row])
@@ -283,13 +294,9 @@ class ClickJoinHandler(Handler):
         return len(decoded.records)
 
     def _clicks(self, runtime: StreamRuntime, message: Message) -> int:
-        try:
-            decoded = decode_clicks(message.value)
-        except SchemaError as exc:
-            self._dead_letter(runtime, message, exc.reason, exc.detail)
+        decoded = self._decoded(runtime, message, decode_clicks)
+        if decoded is None:
             return 0
-        for row, reason, detail in decoded.rejects:
-            self._dead_letter(runtime, message, reason, detail, [row])
         for row, click in _rows(decoded):
             at = click.time if click.time is not None else message.timestamp_ms / 1000.0
             source = (message.topic, message.partition, message.offset, row)
@@ -565,17 +572,11 @@ def _split(values: np.ndarray, ends: np.ndarray) -> list[bytes]:
     return [data[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]
 
 
-class ClickJoin(StreamRuntime):
+class ClickJoin(OptionsRuntime):
     """The stream runtime running the click join."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        options: JoinOptions | None = None,
-        *,
-        transport: Transport | None = None,
-        store: ModelStore | None = None,
-    ) -> None:
-        options = options or JoinOptions()
-        handler = ClickJoinHandler(settings, options)
-        super().__init__(settings, handler, options.runtime(), transport=transport, store=store)
+    options_type = JoinOptions
+    options: JoinOptions
+
+    def build_handler(self, settings: Settings, options: JoinOptions) -> ClickJoinHandler:
+        return ClickJoinHandler(settings, options)

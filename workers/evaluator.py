@@ -72,7 +72,14 @@ from rankstream.workers.champion import (
     stored_champion,
 )
 from rankstream.workers.evaluator_options import EvaluatorOptions
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, FromHandler, Handler, StreamRuntime
+from rankstream.workers.runtime import (
+    EXIT_FENCED,
+    EXIT_OK,
+    FromHandler,
+    Handler,
+    OptionsRuntime,
+    StreamRuntime,
+)
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -415,8 +422,11 @@ class EvaluatorHandler(Handler):
         return {EVALUATOR_RECORD: version}
 
 
-class Evaluator(StreamRuntime):
+class Evaluator(OptionsRuntime):
     """The stream runtime running the evaluator handler."""
+
+    options_type = EvaluatorOptions
+    options: EvaluatorOptions
 
     handler: EvaluatorHandler
     champion = FromHandler[str]()
@@ -427,14 +437,8 @@ class Evaluator(StreamRuntime):
     cache = FromHandler[ScorerCache]()
     offsets = FromHandler[dict[int, int]]()
 
-    def __init__(
-        self, settings: Settings, options: EvaluatorOptions | None = None, **services: Any
-    ) -> None:
-        """`services`: `transport=` and/or `store=` to use instead of opening the configured."""
-        options = options or EvaluatorOptions()
-        super().__init__(settings, Handler(), options.runtime(), **services)
-        self.options = options
-        self.handler = EvaluatorHandler(settings, options, self.store)  # the scorers' store
+    def build_handler(self, settings: Settings, options: EvaluatorOptions) -> EvaluatorHandler:
+        return EvaluatorHandler(settings, options, self.store)  # the scorers' store
 
     def evaluate(self, query: JudgedQuery) -> QueryScores:
         return self.handler.evaluate(query)

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.errors import TRANSIENT
@@ -530,6 +530,24 @@ class StreamRuntime:
 
 
 # --- scale-out: one handler per partition -----------------------------------------------------
+class OptionsRuntime(StreamRuntime):
+    """A worker's runtime built from its options dataclass, one way for every worker:
+    `options_type()` when none are given, its `runtime()` cadence, and the handler from
+    `build_handler` (called once the store is known: a handler may need it).
+    `services`: `transport=` and/or `store=` to use instead of opening the configured."""
+
+    options_type: ClassVar[type]
+
+    def __init__(self, settings: Settings, options: Any = None, **services: Any) -> None:
+        options = options if options is not None else self.options_type()
+        super().__init__(settings, Handler(), options.runtime(), **services)
+        self.options = options
+        self.handler = self.build_handler(settings, options)
+
+    def build_handler(self, settings: Settings, options: Any) -> Handler:
+        raise NotImplementedError
+
+
 class PerPartition(Handler):
     """A handler per assigned partition, made by `factory(partition)`; for consumer groups.
 
