@@ -35,6 +35,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -309,11 +310,55 @@ def _send_undecodable_triplets(count: int = 3) -> None:
     producer.close()
 
 
+def _click_engine(stop: threading.Event, failures: list[BaseException]) -> None:
+    """An engine on the host, through the serving API only: it ranks (serve logs each
+    impression), posts what its users clicked and then the end of the session, so
+    impressions and clicks flow end to end into the click join; one click names an
+    impression nobody served (the join dead-letters it: the late/unknown panel)."""
+    try:
+        _run_click_engine(stop)
+    except BaseException as exc:  # reported by the test's assertion, not lost in a thread
+        failures.append(exc)
+
+
+def _run_click_engine(stop: threading.Event) -> None:
+    def ready() -> bool:
+        try:
+            return bool(_http(SERVE_URL + "/readyz")["ready"])
+        except OSError:
+            return False
+
+    wait_for("the serving API is ready on 127.0.0.1:8000", ready, timeout=120)
+    rng = np.random.default_rng(29)
+    _http(SERVE_URL + "/v1/clicks", {"impression_id": "f" * 32, "clicks": [{"candidate_id": 5}]})
+    while not stop.is_set():
+        ids = rng.permutation(10**6)[:50]
+        body = {"candidate_ids": ids.tolist(), "phi": rng.random((50, 36)).round(5).tolist()}
+        ranking = _http(SERVE_URL + "/v1/rank", body)
+        shown = ranking["candidate_ids"][:10]
+        clicks = [{"candidate_id": c, "position": i + 1} for i, c in enumerate(shown)
+                  if rng.random() < 0.3]  # fmt: skip
+        impression = ranking["impression_id"]
+        _http(SERVE_URL + "/v1/clicks", {"impression_id": impression, "clicks": clicks})
+        _http(SERVE_URL + "/v1/clicks", {"impression_id": impression, "clicks": []})
+        stop.wait(0.3)
+
+
 def test_every_grafana_panel_query_returns_data(stack: Stack) -> None:
     _send_undecodable_triplets()
     queries = dashboard_queries(window=PANEL_WINDOW)
     assert queries
+    stop, failures = threading.Event(), []
+    engine = threading.Thread(target=_click_engine, args=(stop, failures), daemon=True)
+    engine.start()
+    try:
+        _wait_for_every_panel(queries, failures)
+    finally:
+        stop.set()
+        engine.join(timeout=30)
 
+
+def _wait_for_every_panel(queries: list[tuple[str, str, str]], failures: list) -> None:
     def empty() -> list[str]:
         return [
             f"{title} [{ref}]: {expr}"
@@ -326,7 +371,7 @@ def test_every_grafana_panel_query_returns_data(stack: Stack) -> None:
     while missing and time.monotonic() < deadline:
         time.sleep(5)
         missing = empty()
-    assert not missing, "no data from:\n  " + "\n  ".join(missing)
+    assert not missing, "no data from:\n  " + "\n  ".join(missing) + f"\nengine: {failures}"
 
 
 def test_prometheus_graph_page_draws_every_model(stack: Stack, tmp_path: Path) -> None:
