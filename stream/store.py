@@ -87,6 +87,13 @@ def check_width(stored: StoredModel, width: int) -> StoredModel:
     return stored
 
 
+def check_kind(stored: StoredModel, kind: str) -> StoredModel:
+    """The record itself, if it holds what its reader expects (a name holds one kind)."""
+    if stored.kind != kind:
+        raise ValueError(f"model {stored.name!r} has kind {stored.kind!r}, not {kind!r}")
+    return stored
+
+
 class FencingError(RuntimeError):
     """The stored model is not the one the writer expected: someone else wrote first."""
 

@@ -25,7 +25,8 @@ from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import EXIT_OK, OnlineWorker, WorkerOptions
+from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.runtime import EXIT_OK
 from rankstream.workers.scaleout import partition_model_name
 
 PARTITIONS, BLOCK, BLOCKS_PER_QUARTER = 4, 1000, 12  # 4 quarters x 12,000 triplets

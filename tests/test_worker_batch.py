@@ -17,13 +17,12 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError
 from rankstream.workers.batch_models import RankMKLParams
 from rankstream.workers.batch_worker import (
-    EXIT_FENCED,
-    EXIT_OK,
     RESERVOIR_NAME,
     BatchOptions,
     BatchWorker,
 )
 from rankstream.workers.metrics import sample_value
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK
 from rankstream.workers.scoring import ScorerCache
 
 
@@ -87,7 +86,7 @@ def test_crash_and_restart_ends_with_the_uninterrupted_reservoir(embedded_settin
     assert first.counters.skipped_messages == 1
     second = BatchWorker(embedded_settings, options)
     second.start()
-    assert second.reservoir_version == first.reservoir_version
+    assert second.handler.reservoir_version == first.handler.reservoir_version
     assert second.reservoir.n_seen == first.reservoir.n_seen
     while second.counters.messages < 8:
         second.process(second.poll())

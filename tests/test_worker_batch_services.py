@@ -9,7 +9,8 @@ from test_worker_batch import assert_same_reservoir, produce, reference_reservoi
 from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.stream.connect import open_store
 from rankstream.workers.batch_models import RankMKLParams
-from rankstream.workers.batch_worker import EXIT_OK, RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.batch_worker import RESERVOIR_NAME, BatchOptions, BatchWorker
+from rankstream.workers.runtime import EXIT_OK
 from rankstream.workers.scoring import ScorerCache
 
 

@@ -20,12 +20,11 @@ from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import TrackedModel, weights_sha256
 from rankstream.workers.metrics import sample_value
 from rankstream.workers.online import (
-    EXIT_FENCED,
-    EXIT_OK,
     LINEAR_ALGOS,
     OnlineWorker,
     WorkerOptions,
 )
+from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK
 
 N_BLOCKS, BLOCK = 12, 250  # 3,000 triplets
 

@@ -6,7 +6,7 @@ import pytest
 
 from rankstream.harness.chaos import ChaosPlan, run_chaos
 from rankstream.stream.settings import Settings
-from rankstream.workers.online import EXIT_FENCED
+from rankstream.workers.runtime import EXIT_FENCED
 
 
 @pytest.mark.timeout(300)

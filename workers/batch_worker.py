@@ -53,7 +53,7 @@ from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.schema import SchemaError, decode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, check_width, fenced_save
+from rankstream.stream.store import Fence, check_kind, check_width, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.batch_models import (
@@ -64,8 +64,6 @@ from rankstream.workers.batch_models import (
 )
 from rankstream.workers.batch_options import BatchOptions
 from rankstream.workers.runtime import (
-    EXIT_FENCED,
-    EXIT_OK,
     FromHandler,
     Handler,
     OptionsRuntime,
@@ -74,7 +72,7 @@ from rankstream.workers.runtime import (
 from rankstream.workers.runtime_options import CadenceTimer
 from rankstream.workers.structured_log import get_logger, log_event
 
-__all__ = ["EXIT_FENCED", "EXIT_OK", "BatchHandler", "BatchOptions", "BatchWorker"]
+__all__ = ["BatchHandler", "BatchOptions", "BatchWorker"]
 
 RESERVOIR_NAME = "reservoir"
 RESERVOIR_KIND = "reservoir"
@@ -136,11 +134,7 @@ class BatchHandler(Handler):
         """The stored reservoir with its offsets, and the version of every batch model."""
         stored = runtime.store.load(RESERVOIR_NAME)
         if stored is not None:
-            if stored.kind != RESERVOIR_KIND:
-                raise ValueError(
-                    f"model {RESERVOIR_NAME!r} has kind {stored.kind!r}, not {RESERVOIR_KIND!r}"
-                )
-            check_width(stored, self.settings.phi_dim)
+            check_width(check_kind(stored, RESERVOIR_KIND), self.settings.phi_dim)
             self.reservoir = TripletReservoir.from_state(stored.meta, stored.arrays)
             self.offsets = {t: dict(parts) for t, parts in stored.offsets.items()}
             self.fences[RESERVOIR_NAME] = Fence.of(stored)
@@ -309,18 +303,11 @@ class BatchHandler(Handler):
         return {"n_seen": self.reservoir.n_seen, "refits": self.counters.refits}
 
 
-class BatchWorker(OptionsRuntime):
-    """The stream runtime running the batch handler."""
+class BatchWorker(OptionsRuntime[BatchOptions, BatchHandler]):
+    """The stream runtime running the batch handler (its other state: `handler`)."""
 
-    options_type = BatchOptions
-    options: BatchOptions
-
-    handler: BatchHandler
     reservoir = FromHandler[TripletReservoir]()
     counters = FromHandler[BatchCounters]()
-    offsets = FromHandler[dict[str, dict[int, int]]]()
-    reservoir_version = FromHandler[int]()
-    model_versions = FromHandler[dict[str, int]]()
 
     def build_handler(self, settings: Settings, options: BatchOptions) -> BatchHandler:
         return BatchHandler(settings, options)

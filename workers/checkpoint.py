@@ -30,7 +30,7 @@ import numpy as np
 from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock, pair_table
-from rankstream.stream.store import Fence, ModelStore, StoredModel, fenced_save
+from rankstream.stream.store import Fence, ModelStore, StoredModel, check_kind, fenced_save
 from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
 
 MODEL_KIND = "online"
@@ -189,8 +189,7 @@ class TrackedModel:
     @classmethod
     def from_stored(cls, stored: StoredModel) -> TrackedModel:
         """Rebuild a model exactly as it was saved (weights, scaler, offsets, counters)."""
-        if stored.kind != MODEL_KIND:
-            raise ValueError(f"model {stored.name!r} has kind {stored.kind!r}, not {MODEL_KIND!r}")
+        check_kind(stored, MODEL_KIND)
         ranker = OnlineRanker.from_state(stored.meta, stored.arrays)
         if ranker.scaler is None:
             raise ValueError(f"stored model {stored.name!r} has no scaler")

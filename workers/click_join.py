@@ -273,10 +273,10 @@ class ClickJoinHandler(Handler):
         try:
             decoded = decode(message.value)
         except SchemaError as exc:
-            self._dead_letter(runtime, message, exc.reason, exc.detail)
+            runtime.dead_letter(message, exc.reason, exc.detail, counted_in=self.counters)
             return None
         for row, reason, detail in decoded.rejects:
-            self._dead_letter(runtime, message, reason, detail, [row])
+            runtime.dead_letter(message, reason, detail, [row], counted_in=self.counters)
         return decoded
 
     def _impressions(self, runtime: StreamRuntime, message: Message) -> int:
@@ -286,7 +286,13 @@ class ClickJoinHandler(Handler):
             return 0
         for row, impression in _rows(decoded):
             if self.window.knows(impression.impression_id):
-                self._dead_letter(runtime, message, BAD_SCHEMA, "impression id seen before", [row])
+                runtime.dead_letter(
+                    message,
+                    BAD_SCHEMA,
+                    "impression id seen before",
+                    [row],
+                    counted_in=self.counters,
+                )
                 continue
             source = (message.topic, message.partition, message.offset, row)
             self._rejected(runtime, self.window.add_impression(impression, source))
@@ -533,18 +539,7 @@ class ClickJoinHandler(Handler):
             click = Click(r.impression_id, r.candidate_id, time=r.time)
             original = Message(topic, partition, offset, r.impression_id.encode(),
                                encode_clicks([click]), 0)  # fmt: skip
-            self._dead_letter(runtime, original, r.reason, r.detail, [row])
-
-    def _dead_letter(
-        self,
-        runtime: StreamRuntime,
-        message: Message,
-        reason: str,
-        detail: str,
-        rows: list[int] | None = None,
-    ) -> None:
-        runtime.dead_letter(message, reason, detail, rows)
-        self.counters.dead_letters += 1
+            runtime.dead_letter(original, r.reason, r.detail, [row], counted_in=self.counters)
 
 
 def _count_session(clicked: np.ndarray) -> None:
@@ -572,11 +567,8 @@ def _split(values: np.ndarray, ends: np.ndarray) -> list[bytes]:
     return [data[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]
 
 
-class ClickJoin(OptionsRuntime):
+class ClickJoin(OptionsRuntime[JoinOptions, ClickJoinHandler]):
     """The stream runtime running the click join."""
-
-    options_type = JoinOptions
-    options: JoinOptions
 
     def build_handler(self, settings: Settings, options: JoinOptions) -> ClickJoinHandler:
         return ClickJoinHandler(settings, options)

@@ -60,7 +60,7 @@ from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, ModelStore, fenced_save
+from rankstream.stream.store import Fence, ModelStore, check_kind, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
 from rankstream.workers import metrics
 from rankstream.workers.champion import (
@@ -73,8 +73,6 @@ from rankstream.workers.champion import (
 )
 from rankstream.workers.evaluator_options import EvaluatorOptions
 from rankstream.workers.runtime import (
-    EXIT_FENCED,
-    EXIT_OK,
     FromHandler,
     Handler,
     OptionsRuntime,
@@ -83,7 +81,7 @@ from rankstream.workers.runtime import (
 from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
 
-__all__ = ["EXIT_FENCED", "EXIT_OK", "Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
+__all__ = ["Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
 MISSING_VERSION, NO_SCORER, SCORE_ERROR = "missing_version", "no_scorer", "score_error"
 NOT_JUDGED = "unjudged"  # a query with no graded candidate: no model can be scored on it
@@ -334,10 +332,7 @@ class EvaluatorHandler(Handler):
         """Restore the published scores record: windows, champion and the offsets it covers."""
         record = runtime.store.load(EVALUATOR_RECORD)
         if record is not None:
-            if record.kind != SCORES_KIND:
-                raise ValueError(
-                    f"model {EVALUATOR_RECORD!r} has kind {record.kind!r}, not {SCORES_KIND!r}"
-                )
+            check_kind(record, SCORES_KIND)
             self._record_fence = Fence.of(record)
             self.rolling = RollingScores.from_arrays(self.options.window, record.arrays)
             state = record.meta.get("race_state") or {"incumbent": record.meta.get("champion")}
@@ -422,13 +417,9 @@ class EvaluatorHandler(Handler):
         return {EVALUATOR_RECORD: version}
 
 
-class Evaluator(OptionsRuntime):
+class Evaluator(OptionsRuntime[EvaluatorOptions, EvaluatorHandler]):
     """The stream runtime running the evaluator handler."""
 
-    options_type = EvaluatorOptions
-    options: EvaluatorOptions
-
-    handler: EvaluatorHandler
     champion = FromHandler[str]()
     rolling = FromHandler[RollingScores]()
     history = FromHandler[deque[QueryScores]]()

@@ -57,13 +57,11 @@ from rankstream.workers.checkpoint import (
     save_checkpoint,
 )
 from rankstream.workers.online_options import LINEAR_ALGOS, WorkerOptions
-from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK, Handler, PerPartition, StreamRuntime
+from rankstream.workers.runtime import Handler, PerPartition, StreamRuntime
 from rankstream.workers.scaleout import MIXER_PARTITION, partition_model_name, publish_mix
 from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = [
-    "EXIT_FENCED",
-    "EXIT_OK",
     "LINEAR_ALGOS",
     "OnlineHandler",
     "OnlineWorker",
@@ -297,10 +295,8 @@ class OnlineHandler(Handler):
         rows: list[int] | None = None,
     ) -> None:
         """Dead-letter a message, unless a previous worker already did (before its save)."""
-        if message.offset < self._dead_letter_from.get(message.partition, 0):
-            return
-        runtime.dead_letter(message, reason, detail, rows)
-        self.counters.dead_letters += 1
+        if message.offset >= self._dead_letter_from.get(message.partition, 0):
+            runtime.dead_letter(message, reason, detail, rows, counted_in=self.counters)
 
 
 class OnlineWorker(StreamRuntime):

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, get_args, get_origin, overload
 
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.errors import TRANSIENT
@@ -151,6 +151,10 @@ class FromHandler(Generic[T]):
 
     def __set__(self, instance: object, value: object) -> None:
         raise AttributeError(f"{self.name} is the handler's; set it there")
+
+
+class DeadLetterCount(Protocol):
+    dead_letters: int
 
 
 @dataclass
@@ -366,10 +370,19 @@ class StreamRuntime:
         return not self.fenced and self._checkpoint_backoff.ready()
 
     def dead_letter(
-        self, message: Message, reason: str, detail: str, rows: list[int] | None = None
+        self,
+        message: Message,
+        reason: str,
+        detail: str,
+        rows: list[int] | None = None,
+        counted_in: DeadLetterCount | None = None,
     ) -> None:
-        """Send a message that could not be used to the dead-letter topic (counted, logged)."""
+        """Send a message that could not be used to the dead-letter topic (counted, logged);
+        `counted_in`: the handler's counters, when they keep their own count (saved with
+        its state, so it survives a restart, where `stats` is this process's)."""
         self.stats.dead_letters += 1
+        if counted_in is not None:
+            counted_in.dead_letters += 1
         send_dead_letter(
             self.producer,
             self.settings.dead_letter_topic,
@@ -529,25 +542,43 @@ class StreamRuntime:
             log_event(log, "lag refresh failed", level=logging.WARNING, error=repr(exc))
 
 
-# --- scale-out: one handler per partition -----------------------------------------------------
-class OptionsRuntime(StreamRuntime):
+OptionsT = TypeVar("OptionsT")
+HandlerT = TypeVar("HandlerT", bound=Handler)
+
+
+class OptionsRuntime(StreamRuntime, Generic[OptionsT, HandlerT]):
     """A worker's runtime built from its options dataclass, one way for every worker:
     `options_type()` when none are given, its `runtime()` cadence, and the handler from
     `build_handler` (called once the store is known: a handler may need it).
-    `services`: `transport=` and/or `store=` to use instead of opening the configured."""
+    `services`: `transport=` and/or `store=` to use instead of opening the configured.
+
+    A worker names its options and handler types once, as the class's parameters
+    (`class BatchWorker(OptionsRuntime[BatchOptions, BatchHandler])`); `options_type` is
+    read from them."""
 
     options_type: ClassVar[type]
+    options: OptionsT
+    handler: HandlerT
 
-    def __init__(self, settings: Settings, options: Any = None, **services: Any) -> None:
-        options = options if options is not None else self.options_type()
-        super().__init__(settings, Handler(), options.runtime(), **services)
-        self.options = options
-        self.handler = self.build_handler(settings, options)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if get_origin(base) is OptionsRuntime:
+                cls.options_type = get_args(base)[0]
 
-    def build_handler(self, settings: Settings, options: Any) -> Handler:
+    def __init__(
+        self, settings: Settings, options: OptionsT | None = None, **services: Any
+    ) -> None:
+        chosen = options if options is not None else self.options_type()
+        super().__init__(settings, Handler(), chosen.runtime(), **services)
+        self.options = chosen
+        self.handler = self.build_handler(settings, chosen)
+
+    def build_handler(self, settings: Settings, options: OptionsT) -> HandlerT:
         raise NotImplementedError
 
 
+# --- scale-out: one handler per partition -----------------------------------------------------
 class PerPartition(Handler):
     """A handler per assigned partition, made by `factory(partition)`; for consumer groups.
 
