@@ -63,6 +63,8 @@ cap 0.5: 992 / 1,360 / 1,210; 0.75: 679 / 1,251 / 1,010; 0.9: 580 / 1,299 / 976;
 * **delta**: the smallest difference worth a switch; it enters only the refusal. The
   switch is tested against 0, not delta: a challenger truly 0.01 better is 0.01 from H0.
 * `min_pairs`: no verdict before (default 1: betting needs no burn-in to be valid).
+* When both wealths have crossed (a challenger better than 0 yet, with error alpha, less
+  than delta better), the refusal wins: a switch is only worth its churn at delta.
 
 The price of validity for every bounded distribution is that the bets are capped by the
 range, not the spread: when d varies little (spread 0.05) the best bet on a +0.01

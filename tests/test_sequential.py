@@ -3,6 +3,8 @@ vectorized and incremental forms agreeing, and the race around it (`workers.cham
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -132,6 +134,11 @@ def test_verdicts_and_interval() -> None:
     assert evidence.decision == SWITCH and 0 < evidence.ci_low < 0.2 <= evidence.ci_high
     assert evidence.log_statistic >= evidence.threshold == pytest.approx(np.log(100))
     assert test.decision(test.update(test.start(), [0.0] * 1500)) == REFUSE
+    # both wealths past the threshold (better than 0, not delta better): the refusal wins
+    crossed = dataclasses.replace(
+        test.update(test.start(), [0.0] * 20), log_wealth=9.0, log_wealth_refuse=9.0
+    )
+    assert test.decision(crossed) == REFUSE
     # identical rankers are not refused on 200 pairs: a wealth of ties grows slowly
     assert test.decision(test.update(test.start(), [0.0] * 200)) == UNDECIDED
     with pytest.raises(ValueError, match=r"\[-1, 1\]"):
