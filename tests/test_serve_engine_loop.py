@@ -117,6 +117,7 @@ def run_engine_and_check(url: str, data: tuple[Path, dict]) -> None:
     )  # fmt: skip
     assert loop.returncode == 0, loop.stderr[-3000:]
     summary = json.loads(loop.stdout)
+    print("engine loop summary:", json.dumps(summary))  # shown by `pytest -rP`
     assert summary["queries"] == QUERIES and summary["triplets"] > 10_000
     assert summary["first"][0] == "uni_con"  # a fresh store starts on Uni-Con
     assert summary["settled_on"] in LEARNED
