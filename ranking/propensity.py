@@ -249,11 +249,25 @@ class SwapPropensityEstimator:
         clicks = np.asarray(clicks)
         if clicks.ndim != 1 or clicks.dtype != bool or clicks.shape[0] < 1:
             raise ValueError(f"clicks must be a 1-d bool array, got {clicks.dtype} {clicks.shape}")
-        rank = 1 if k is None else int(k)
-        if rank > min(self.depth, clicks.shape[0]) or rank < 1 or (k is not None and rank < 2):
+        if k is not None and int(k) < 2:
             return
-        self.impressions[rank - 1] += 1
-        self.clicks[rank - 1] += bool(clicks[rank - 1])
+        self.observe_many(np.array([0 if k is None else int(k)]), clicks[None, :])
+
+    def observe_many(self, swapped: np.ndarray, clicks: np.ndarray) -> None:
+        """Count n impressions at once: `swapped` (n,) the k each was swapped with (0:
+        unswapped), `clicks` (n, L) bool in displayed order; as `observe` counts each."""
+        swapped, clicks = np.asarray(swapped), np.asarray(clicks)
+        if clicks.ndim != 2 or clicks.dtype != bool or clicks.shape[1] < 1:
+            raise ValueError(f"clicks must be (n, >= 1) bool, got {clicks.dtype} {clicks.shape}")
+        if swapped.shape != clicks.shape[:1] or not np.issubdtype(swapped.dtype, np.integer):
+            raise ValueError(f"swapped must be {clicks.shape[0]} integers, got {swapped.shape}")
+        rank = np.where(swapped == 0, 1, swapped)
+        counted = ((swapped == 0) | (swapped >= 2)) & (rank <= min(self.depth, clicks.shape[1]))
+        rows, at = np.flatnonzero(counted), rank[counted] - 1
+        self.impressions += np.bincount(at, minlength=self.depth)
+        self.clicks += np.bincount(at, weights=clicks[rows, at], minlength=self.depth).astype(
+            np.int64
+        )
 
     def relative_ctr(self) -> np.ndarray:
         """p_k / p_1 for ranks 1..depth (see the class docstring)."""

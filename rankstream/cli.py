@@ -10,9 +10,9 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream|clicks|champion|interleaving
-                              the papers' experiments, learning from clicks, the champion
-                              test, interleaving vs A/B on click traffic
+    eval cbir|dml|mkl|stream|clicks|propensities|champion|interleaving
+                              the papers' experiments, learning from clicks, propensity
+                              estimates, the champion test, interleaving vs A/B on clicks
     bench learners|pipeline|scaleout|replay|serve|ingest|clicks
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
@@ -54,6 +54,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "clicks"): (
         "eval.clicks",
         "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
+    ),
+    ("eval", "propensities"): (
+        "eval.propensities",
+        "impressions the online propensity estimate needs (position-based users)",
     ),
     ("eval", "champion"): (
         "eval.champion",

@@ -323,3 +323,28 @@ def plot_interleaving(report: Mapping, path: str | Path) -> Path:
         )
         axis.legend(fontsize=7, loc="upper right")
     return _save(fig, plt, path)
+
+
+def plot_propensity_errors(report: Mapping, path: str | Path) -> Path:
+    """`eval propensities`: the largest relative error at ranks 1..R against impressions,
+    one line per click model and seed (log-log), the tolerance dashed."""
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(6.4, 4.2))
+    for i, (model, cell) in enumerate(report["click_models"].items()):
+        for j, run in enumerate(cell["runs"]):
+            checks = np.asarray(run["checks"], dtype=np.float64)
+            label = model if j == 0 else None
+            axis.plot(checks[:, 0], checks[:, 1], color=f"C{i}", linewidth=1.2, label=label)
+    axis.axhline(report["tolerance"], color="black", linestyle="--", linewidth=1, label="tolerance")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("impressions")
+    axis.set_ylabel(f"largest relative error, ranks 1-{report['ranks']}")
+    axis.set_title(
+        f"Propensity estimates ({report['intervention']} on {report['share']:.0%} of "
+        f"impressions, {report['collection']})",
+        fontsize=10,
+    )
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
+    return _save(fig, plt, path)

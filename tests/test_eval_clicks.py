@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
+from rankstream.evals.clicks import evaluate_clicks
 
 SMALL = {"n_images": 4000}
 ARMS = {
@@ -78,16 +78,6 @@ def test_the_learning_curves_are_saved(result) -> None:
 def test_a_seed_gives_the_same_run_again(cache, result) -> None:
     again = evaluate_clicks("synthetic", "pbm:1", [1], cache, impressions=40, options=SMALL)
     assert again["runs"][0] == result["runs"][1]
-
-
-def test_the_propensity_measurement_reports_its_count(cache) -> None:
-    found = propensity_convergence(
-        "synthetic", [1.0], cache, max_impressions=40_000, check_every=20_000,
-        pool_queries=20, options=SMALL,
-    )  # fmt: skip
-    cell = found["pbm:1"]
-    assert cell["impressions"] == 40_000 and cell["truth"][:3] == [1.0, 0.5, 0.3333]
-    assert cell["within_tolerance_from"] in (None, 20_000, 40_000)
 
 
 def test_the_command_refuses_an_unknown_click_model(capsys) -> None:

@@ -28,9 +28,7 @@ share of the judged arm's, among the family's own click arms (naive, IPS: "same_
 the target's reading) and with PDGD beside them ("with_pdgd": PDGD has no judged form);
 IPS minus naive at the end; the worst click arm's final gain.
 
-`propensity_convergence` measures the estimator of `ranking.propensity` alone: intervened
-impressions of a position-based user over the collection's Uni-Con top 10s, counted until
-every rank 1..10 stays within a tolerance of the simulator's truth.
+The propensity estimators alone are measured by `evals.propensities`.
 """
 
 from __future__ import annotations
@@ -48,8 +46,6 @@ import numpy as np
 from rankstream.evals.cbir import spread
 from rankstream.plots import plot_ndcg
 from rankstream.ranking import learners
-from rankstream.ranking.metrics import ranked_order
-from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import (
     DEFAULT_DISPLAY,
@@ -57,7 +53,7 @@ from rankstream.simulators.click_feedback import (
     click_arms,
     margin_scale,
 )
-from rankstream.simulators.clicks import PositionBasedClickModel, click_model
+from rankstream.simulators.clicks import click_model
 from rankstream.simulators.feedback import BASELINE, CALIBRATION_QUERIES, experiment_setup, run_arms
 
 FINAL_SHARE = 0.1  # "at the end": the last 10% of the impressions
@@ -242,60 +238,3 @@ def plot_curves(
     mean = {name: np.mean([c[name] for c in curves], axis=0) for name in curves[0]}
     title = f"Learning from {model} clicks on {collection} (NDCG@50, mean of {len(curves)} seeds)"
     return plot_ndcg(mean, path, title=title)
-
-
-def propensity_convergence(
-    collection: str,
-    etas: Sequence[float],
-    cache_dir: str | os.PathLike,
-    max_impressions: int = 1_000_000,
-    check_every: int = 10_000,
-    tolerance: float = 0.10,
-    ranks: int = 10,
-    seed: int = 0,
-    pool_queries: int = 500,
-    options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Impressions the online estimator needs per eta (module docstring).
-
-    The pool: Uni-Con's top-`ranks` grades of `pool_queries` queries of the seed. Each
-    simulated impression draws a pool query, shows its top `ranks` shuffled (the
-    estimator's intervention) to a position-based user with that eta, and is counted.
-    Every `check_every` impressions the estimate at ranks 1..`ranks` is compared with the
-    truth (1/k)^eta; reported: the first count from which every later check stayed within
-    `tolerance` (relative), None if the last did not, and the errors at the end.
-    """
-    served = load_collection(check_name(collection), cache_dir, False, **(options or {}))
-    sim, _, arms = experiment_setup(served.collection, seed, served.index)
-    pool = []
-    for _ in range(pool_queries):
-        query = sim.next_query()
-        pool.append(query.relevance[ranked_order(arms[BASELINE].serve(query))[:ranks]])
-    grades = np.array(pool, dtype=np.int64)
-    result: dict[str, Any] = {"collection": collection, "tolerance": tolerance, "ranks": ranks}
-    for eta in etas:
-        users = click_model(f"pbm:{eta:g}", RELEVANCE_GRADES)
-        assert isinstance(users, PositionBasedClickModel)
-        truth = users.propensities(ranks)
-        estimator = PropensityEstimator(depth=ranks)
-        rng = np.random.default_rng([seed, int(eta * 1000)])
-        attractiveness = np.asarray(users.click_probability)
-        stayed_from, checks = None, []
-        while estimator.impressions < max_impressions:
-            n = min(check_every, max_impressions - estimator.impressions)
-            shown = grades[rng.integers(0, len(grades), n)]
-            shown = np.take_along_axis(shown, rng.random(shown.shape).argsort(axis=1), axis=1)
-            examined = rng.random(shown.shape) < truth
-            estimator.observe_many(examined & (rng.random(shown.shape) < attractiveness[shown]))
-            error = np.abs(estimator.propensities(ranks) / truth - 1.0)
-            within = bool((error <= tolerance).all())
-            stayed_from = (stayed_from or estimator.impressions) if within else None
-            checks.append((estimator.impressions, float(error.max())))
-        result[f"pbm:{eta:g}"] = {
-            "impressions": estimator.impressions,
-            "within_tolerance_from": stayed_from,
-            "max_relative_error_at_end": checks[-1][1],
-            "estimate": estimator.propensities(ranks).round(4).tolist(),
-            "truth": truth.round(4).tolist(),
-        }
-    return result

@@ -12,7 +12,7 @@ from rankstream.commands._collection_args import (
     collections_cache,
     loader_options,
 )
-from rankstream.commands._json_output import add_json_argument, print_json, print_report
+from rankstream.commands._json_output import add_json_argument, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,15 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plot", default=None, help="learning curves (default report/clicks_<collection>_<M>.png)"
-    )
-    parser.add_argument(
-        "--propensities",
-        type=float,
-        nargs="+",
-        default=None,
-        metavar="ETA",
-        help="instead: how many randomized impressions the propensity estimator needs "
-        "for ranks 1-10 within 10%% of a position-based user's with each ETA (first seed)",
     )
     add_json_argument(parser)
 
@@ -92,25 +83,18 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.evals.clicks import evaluate_clicks, propensity_convergence
+    from rankstream.evals.clicks import evaluate_clicks
 
-    cache, options = collections_cache(), loader_options(args)
     with collection_checked():
-        if args.propensities is not None:
-            result = propensity_convergence(
-                args.collection, args.propensities, cache, seed=args.seeds[0], options=options
-            )
-            print_json(result)
-            return 0
         model = args.click_model.replace(":", "-")
         result = evaluate_clicks(
             args.collection,
             args.click_model,
             args.seeds,
-            cache,
+            collections_cache(),
             impressions=args.impressions,
             progress=True,  # on stderr: --json keeps stdout to the object
-            options=options,
+            options=loader_options(args),
             plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
             jobs=args.jobs,
         )
