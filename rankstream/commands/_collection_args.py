@@ -4,11 +4,13 @@ collections are cached, and the refusal of one that cannot be had."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rankstream.commands._json_output import print_report
 from rankstream.commands._usage import UsageError, options_checked
 from rankstream.simulators.catalog import COLLECTIONS
 from rankstream.stream.settings import Settings
@@ -71,3 +73,20 @@ def collection_checked() -> Iterator[None]:
             yield
     except FashionMNISTMissingError as error:
         raise UsageError(str(error)) from error
+
+
+def run_collection_eval(
+    args: argparse.Namespace,
+    evaluate: Callable[[Path, dict[str, Any]], dict[str, Any]],
+    summary: Callable[[dict[str, Any]], None],
+) -> int:
+    """An eval over `--collection`, one way for each: `evaluate(cache, options)` gets where
+    collections are cached and the given collection options (`loader_options`); a
+    collection whose data is missing is refused in one line; the report is printed as
+    JSON or by `summary`, and the plot it names is announced on stderr."""
+    with collection_checked():
+        result = evaluate(collections_cache(), loader_options(args))
+    code = print_report(args, result, summary)
+    if "plot" in result:
+        print(f"wrote {result['plot']}", file=sys.stderr)
+    return code

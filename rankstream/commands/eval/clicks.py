@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from rankstream.commands._collection_args import (
-    add_collection_arguments,
-    collection_checked,
-    collections_cache,
-    loader_options,
-)
-from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
+from rankstream.commands._json_output import add_json_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,24 +72,24 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{learner}: {'; '.join(shares)}; "
             f"final IPS - naive {_cell(family['final_ips_minus_naive'])}"
         )
-    if "plot" in result:
-        print(f"wrote {result['plot']}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.evals.clicks import evaluate_clicks
 
-    with collection_checked():
-        model = args.click_model.replace(":", "-")
-        result = evaluate_clicks(
+    model = args.click_model.replace(":", "-")
+    return run_collection_eval(
+        args,
+        lambda cache, options: evaluate_clicks(
             args.collection,
             args.click_model,
             args.seeds,
-            collections_cache(),
+            cache,
             impressions=args.impressions,
             progress=True,  # on stderr: --json keeps stdout to the object
-            options=loader_options(args),
+            options=options,
             plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
             jobs=args.jobs,
-        )
-    return print_report(args, result, print_summary)
+        ),
+        print_summary,
+    )

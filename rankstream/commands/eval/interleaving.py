@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from rankstream.commands._collection_args import (
-    add_collection_arguments,
-    collection_checked,
-    collections_cache,
-    loader_options,
-)
-from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
+from rankstream.commands._json_output import add_json_argument
 
 DEFAULT_CLICK_MODELS = ("informational", "navigational")
 
@@ -93,8 +87,6 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{name} A/A false decisions: interleaving {aa['interleaving']['false_decisions']:.3f}"
             f", A/B {aa['ab']['false_decisions']:.3f}"
         )
-    if "plot" in result:
-        print(f"wrote {result['plot']}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.stream.settings import Settings
     from rankstream.workers.champion import ChampionPolicy
 
-    with collection_checked():
-        result = evaluate_interleaving(
+    return run_collection_eval(
+        args,
+        lambda cache, options: evaluate_interleaving(
             args.collection,
             click_models(args.click_model),
-            collections_cache(),
+            cache,
             ChampionPolicy.from_settings(Settings.from_env()).test,
             runs=args.runs,
             targets=args.differences,
@@ -120,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
             },
             seed=args.seed,
             pool_queries=args.queries,
-            options=loader_options(args),
+            options=options,
             progress=True,  # on stderr: --json keeps stdout to the object
             plot_path=args.plot or f"report/interleaving_{args.collection}.png",
-        )
-    return print_report(args, result, print_summary)
+        ),
+        print_summary,
+    )

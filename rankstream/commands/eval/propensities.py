@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from rankstream.commands._collection_args import (
-    add_collection_arguments,
-    collection_checked,
-    collections_cache,
-    loader_options,
-)
-from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
+from rankstream.commands._json_output import add_json_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,19 +67,18 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{_count(cell['within_tolerance_from'])}; "
             f"worst error at the end {error['max']:.1%} (mean over seeds {error['mean']:.1%})"
         )
-    if "plot" in result:
-        print(f"wrote {result['plot']}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.evals.propensities import DEFAULT_INTERVENTION_SHARE, evaluate_propensities
 
-    with collection_checked():
-        result = evaluate_propensities(
+    return run_collection_eval(
+        args,
+        lambda cache, options: evaluate_propensities(
             args.collection,
             args.click_model,
             args.seeds,
-            collections_cache(),
+            cache,
             intervention=args.intervention,
             impressions=args.impressions,
             share=DEFAULT_INTERVENTION_SHARE if args.swap_share is None else args.swap_share,
@@ -93,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
             tolerance=args.tolerance,
             pool_queries=args.queries,
             progress=True,  # on stderr: --json keeps stdout to the object
-            options=loader_options(args),
+            options=options,
             plot_path=args.plot or "report/propensities.png",
-        )
-    return print_report(args, result, print_summary)
+        ),
+        print_summary,
+    )
