@@ -262,6 +262,17 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
             listing = client.get("/v1/models").json()
             if listing["champion"] != UNI_CON:
                 break
+        # The join's checkpoint writes the champion record, then the race's record: serve
+        # may show the new champion beside the previous race for a poll (a wait bounded by
+        # a deadline that only guards a hang; the race's record must follow).
+        deadline = time.monotonic() + 30
+        while (
+            listing["champion"] != UNI_CON
+            and listing["interleaving"]["incumbent"] != listing["champion"]
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+            listing = client.get("/v1/models").json()
     assert listing["champion"] != UNI_CON, "the champion never left Uni-Con on clicks"
     decision = listing["champion_decision"]
     assert decision["decided_by"] == "clicks" and decision["previous"] == UNI_CON
