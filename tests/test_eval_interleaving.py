@@ -29,6 +29,7 @@ def result(cache, tmp_path_factory):
         cache,
         PairedTest(),
         runs=3,
+        aa_runs=4,
         targets=(0.05,),
         horizons=HORIZONS,
         pool_queries=100,
@@ -64,6 +65,11 @@ def test_aa_runs_make_no_false_decision_and_the_report_is_json(result) -> None:
     aa = result["click_models"]["perfect"]["aa"]
     assert aa["interleaving"]["false_decisions"] == 0.0 == aa["ab"]["false_decisions"]
     assert aa["interleaving"]["horizon_impressions"] == HORIZONS["interleaving"]
+    assert aa["interleaving"]["runs"] == 4 == aa["ab"]["runs"] == result["aa_runs"]
+    assert result["click_models"]["perfect"]["0.05"]["interleaving"]["runs"] == 3
+    # 0 of 4: no evidence against alpha (p-value 1), and a wide bound (1 - 0.05^(1/4))
+    assert aa["interleaving"]["false_decision_bound"]["p_value"] == 1.0
+    assert aa["interleaving"]["false_decision_bound"]["upper"] == pytest.approx(0.5271, abs=1e-4)
     json.dumps(result)
     with open(result["plot"], "rb") as plot:
         assert plot.read(8) == b"\x89PNG\r\n\x1a\n"

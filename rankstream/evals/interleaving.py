@@ -288,6 +288,7 @@ def evaluate_interleaving(
     cache_dir: str | os.PathLike,
     test: ChampionTest,
     runs: int = 100,
+    aa_runs: int | None = None,
     targets: Sequence[float] = TARGETS,
     horizons: Mapping[str, int] | None = None,
     seed: int = 0,
@@ -299,10 +300,14 @@ def evaluate_interleaving(
     """Every click model, target difference and method, plus A/A (module docstring).
 
     `horizons`: impressions per run at most, per method (default `HORIZONS`).
+    `aa_runs`: runs of the A/A case (default `runs`): a false-decision rate near alpha
+    needs many more runs than a median does to be told apart from alpha
+    (`false_decision_bound`).
     """
     users = {m: click_model(m, RELEVANCE_GRADES) for m in models}  # refuse unknown names first
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, got {runs}")
+    aa_runs = runs if aa_runs is None else aa_runs
+    if min(runs, aa_runs) < 1:
+        raise ValueError(f"runs must be >= 1, got {min(runs, aa_runs)}")
     limits = {**HORIZONS, **(horizons or {})}
     for method, limit in limits.items():
         if limit // PER_PAIR[method] < test.min_pairs:
@@ -321,6 +326,7 @@ def evaluate_interleaving(
         "shown": SHOWN,
         "test": test.describe(),
         "runs": runs,
+        "aa_runs": aa_runs,
         "seed": seed,
         "pairs": {
             key: {
@@ -333,7 +339,8 @@ def evaluate_interleaving(
         },
         "click_models": {},
     }
-    total = len(models) * len(cases) * len(METHODS) * runs
+    case_runs = {key: aa_runs if key == "aa" else runs for key in cases}
+    total = len(models) * sum(case_runs.values()) * len(METHODS)
     with progress_bar(progress, f"eval interleaving on {collection}", total) as advance:
         for model_index, name in enumerate(models):
             per_case: dict[str, Any] = {}
@@ -343,7 +350,7 @@ def evaluate_interleaving(
                 for method_index, method in enumerate(METHODS):
                     horizon = limits[method] // PER_PAIR[method]
                     done = []
-                    for run in range(runs):
+                    for run in range(case_runs[key]):
                         rng = np.random.default_rng(
                             [seed, model_index, case_index, method_index, run]
                         )
@@ -351,10 +358,14 @@ def evaluate_interleaving(
                         advance()
                     cell = summarise(done, PER_PAIR[method], horizon, test.alpha)
                     if key == "aa":
+                        false = sum(r.switch is not None for r in done)
                         cell = {
-                            "runs": runs,
+                            "runs": len(done),
                             "horizon_impressions": cell["horizon_impressions"],
                             "false_decisions": cell["switched"],
+                            "false_decision_bound": false_decision_bound(
+                                false, len(done), test.alpha
+                            ),
                         }
                     per_case[key][method] = cell
             per_case["ab_over_interleaving"] = {key: _ratio(per_case[key]) for key in pairs}
@@ -362,6 +373,26 @@ def evaluate_interleaving(
     if plot_path is not None:
         result["plot"] = str(plot_interleaving(result, plot_path))
     return result
+
+
+def false_decision_bound(false: int, runs: int, alpha: float) -> dict[str, float]:
+    """What `false` switches in `runs` A/A runs say of the true false-decision rate p.
+
+    `upper`: the one-sided 95% Clopper-Pearson upper bound on p; `p_value`: P(at least
+    `false` of `runs` | p = alpha), small when the runs are evidence that p > alpha.
+    A point estimate above alpha on a few runs is no such evidence (3 of 100 at alpha
+    0.01: p-value 0.08), which is why the A/A case takes its own number of runs.
+
+    >>> b = false_decision_bound(3, 100, 0.01)
+    >>> round(b["upper"], 4), round(b["p_value"], 3)
+    (0.0757, 0.079)
+    >>> round(false_decision_bound(0, 1000, 0.01)["upper"], 4)
+    0.003
+    """
+    from scipy.stats import beta, binom
+
+    upper = 1.0 if false >= runs else float(beta.ppf(0.95, false + 1, runs - false))
+    return {"upper": upper, "p_value": float(binom.sf(false - 1, runs, alpha))}
 
 
 def _ratio(cell: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--runs", type=int, default=100, help="runs per case (default 100)")
     parser.add_argument(
+        "--aa-runs",
+        type=int,
+        default=None,
+        help="runs of the A/A case (default --runs): a false-decision rate is told from "
+        "alpha only over many runs",
+    )
+    parser.add_argument(
         "--differences",
         type=float,
         nargs="+",
@@ -84,8 +91,10 @@ def print_summary(result: dict[str, Any]) -> None:
                 )
         aa = cases["aa"]
         print(
-            f"{name} A/A false decisions: interleaving {aa['interleaving']['false_decisions']:.3f}"
-            f", A/B {aa['ab']['false_decisions']:.3f}"
+            f"{name} A/A false decisions ({aa['interleaving']['runs']} runs): interleaving "
+            f"{aa['interleaving']['false_decisions']:.3f} (95% upper "
+            f"{aa['interleaving']['false_decision_bound']['upper']:.4f}), A/B "
+            f"{aa['ab']['false_decisions']:.3f}"
         )
 
 
@@ -102,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             cache,
             ChampionPolicy.from_settings(Settings.from_env()).test,
             runs=args.runs,
+            aa_runs=args.aa_runs,
             targets=args.differences,
             horizons={
                 method: limit
