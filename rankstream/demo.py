@@ -16,6 +16,27 @@ step API:
     BatchWorker.step()      reservoir sample; refit() every `refit_every` queries
                             publishes cMDS-DML and RankMKL
 
+The click demo (`DemoOptions.feedback` "clicks:<model>", `rankstream demo --feedback
+clicks:MODEL`) sends no judgment at all: nobody grades, and the evaluator (the judged
+race) is not run. Its loop instead:
+
+    Simulation.step()       serve one query as an engine would: the champion's ranking,
+                            or on `interleaving_share` of them (default 0.5) its team
+                            draft with a challenger (`workers.interleaver`, as `rankstream
+                            serve` does); users of the click model click on its top 50;
+                            publish the impression (with its teams) and the clicks
+    ClickJoin.step()        join them into weighted click-pair triplets and credit the
+                            clicks of an interleaved impression to its teams (the
+                            interleaving race, `workers.interleaving`); checkpoint() sends
+                            the triplets and writes a decided switch to the champion
+                            record, which the next query is served by
+    OnlineWorker.step(), BatchWorker.step()   as above, learning from the join's triplets
+
+The simulator also measures the true NDCG@50 of every list it showed from the
+collection's ground truth (`StepResult.shown_ndcg`): the report's measurement, never
+sent to the system. `rankstream.click_demo` keeps the champion's history and the
+interleaving evidence and builds the click demo's report.
+
 The demo is the loop: each worker reads its own topic through its own consumer, polled
 without waiting, and nothing runs on a thread, so one query is evaluated before any
 worker has learned from its feedback (the stamps guarantee that in a distributed run
@@ -48,18 +69,22 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rankstream.click_demo import ClickDemoResult, ClickHistory
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import UNI_CON as BASELINE
+from rankstream.simulators.clicks import FEEDBACK_JUDGED, feedback_click_model
 from rankstream.simulators.feedback import CALIBRATION_QUERIES
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_triplets, encode_triplets
-from rankstream.stream.settings import Settings
+from rankstream.stream.settings import INTERLEAVING_METHODS, TEAM_DRAFT, Settings
 from rankstream.workers.batch_models import BATCH_KINDS, CMDSDMLParams, RankMKLParams
 from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 from rankstream.workers.checkpoint import TrackedModel, learn_together
+from rankstream.workers.click_join import ClickJoin
+from rankstream.workers.click_join_options import JoinOptions
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.simulator import SimulateOptions, Simulation, load_collection
@@ -75,6 +100,7 @@ def report_models() -> tuple[str, ...]:
 
 
 _POLL_RECORDS = 100_000  # one poll takes everything one query produced
+CLICK_DEMO_INTERLEAVING_SHARE = 0.5  # the click demo's share of interleaved rankings
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,10 @@ class DemoOptions:
     window: int = 200  # evaluator's rolling window (champion choice)
     scaler_rows: int = 2000  # triplets an online model holds back to fit its scaler
     calibration_queries: int = CALIBRATION_QUERIES
+    # judged (the paper's setting), or clicks:<model>: the click demo (module docstring)
+    feedback: str = FEEDBACK_JUDGED
+    interleaving_share: float = CLICK_DEMO_INTERLEAVING_SHARE  # the click demo's
+    interleaving_method: str = TEAM_DRAFT  # the click demo's (`Settings.interleaving_method`)
 
     def __post_init__(self) -> None:
         positive = (
@@ -121,8 +151,22 @@ class DemoOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.triplets is not None and self.triplets < 1:
             raise ValueError(f"triplets must be >= 1, got {self.triplets}")
+        if not 0.0 <= self.interleaving_share <= 1.0:
+            raise ValueError(
+                f"interleaving_share must lie in [0, 1], got {self.interleaving_share}"
+            )
+        if self.interleaving_method not in INTERLEAVING_METHODS:
+            raise ValueError(
+                f"interleaving_method must be one of {INTERLEAVING_METHODS}, "
+                f"got {self.interleaving_method!r}"
+            )
         object.__setattr__(self, "hyper", learners.hyperparameters(self.hyper))
-        self.simulate_options()  # the collection and its options are checked there
+        self.simulate_options()  # the collection, its options and the feedback are checked there
+
+    @property
+    def clicks(self) -> bool:
+        """True for the click demo (`feedback` "clicks:<model>")."""
+        return feedback_click_model(self.feedback) is not None
 
     def simulate_options(self, **overrides: Any) -> SimulateOptions:
         """The simulator's options for this run: its collection, seeds and size."""
@@ -136,6 +180,8 @@ class DemoOptions:
             # each query evaluated before any worker learns from it, one query a step:
             # its triplets and judged query are on the stream when `step()` returns
             "queries_per_message": 1,
+            "feedback": self.feedback,
+            "queries": self.queries,
         }
         return SimulateOptions(**{**fields, **overrides})
 
@@ -167,6 +213,10 @@ class DemoOptions:
             cmds_dml=CMDSDMLParams(max_iter=self.cmds_dml_iterations),
             rankmkl=RankMKLParams(max_pairs=self.rankmkl_pairs, seed=self.seed),
         )
+
+    def join_options(self) -> JoinOptions:
+        """The click join's: checkpointed (its triplets sent, a switch published) by the demo."""
+        return JoinOptions(checkpoint_records=None, checkpoint_seconds=None, poll_ms=0)
 
     def evaluator_options(self) -> EvaluatorOptions:
         """The evaluator's: its window, and a score record every `publish_every` queries."""
@@ -294,7 +344,8 @@ def compile_learners(algos: tuple[str, ...]) -> dict[str, float]:
 
 
 class DemoPipeline:
-    """Simulator, online worker, batch worker and evaluator on one embedded transport/store."""
+    """Simulator, online worker, batch worker and evaluator on one embedded transport/store
+    (the click demo: the click join instead of the evaluator)."""
 
     def __init__(
         self,
@@ -305,9 +356,11 @@ class DemoPipeline:
         index: CandidateRetriever | None = None,
     ) -> None:
         # no services, whatever the environment says: the demo is the embedded pipeline
-        self.settings = dataclasses.replace(
-            settings or Settings.from_env(), kafka_bootstrap=None, redis_url=None
-        )
+        services: dict[str, Any] = {"kafka_bootstrap": None, "redis_url": None}
+        if options.clicks:  # the demo sets the share of interleaved rankings
+            services["interleaving_share"] = options.interleaving_share
+            services["interleaving_method"] = options.interleaving_method
+        self.settings = dataclasses.replace(settings or Settings.from_env(), **services)
         self.options = options
         self.transport = EmbeddedTransport()
         self.store = EmbeddedModelStore()
@@ -326,9 +379,22 @@ class DemoPipeline:
         self.batch = BatchWorker(
             self.settings, options.batch_options(), transport=self.transport, store=self.store
         )
-        self.evaluator = Evaluator(
-            self.settings, options.evaluator_options(), transport=self.transport, store=self.store
-        )
+        # judged: the evaluator scores and races; clicks: the join joins and races
+        self.evaluator: Evaluator | None = None
+        self.join: ClickJoin | None = None
+        self.clicks: ClickHistory | None = None
+        if options.clicks:
+            self.join = ClickJoin(
+                self.settings, options.join_options(), transport=self.transport, store=self.store
+            )
+            self.clicks = ClickHistory(self.store)
+        else:
+            self.evaluator = Evaluator(
+                self.settings,
+                options.evaluator_options(),
+                transport=self.transport,
+                store=self.store,
+            )
         self.models = report_models()
         self.clock = LearningClock(self.models)
         self.first_call: dict[str, float] = {}  # the learners' compile or cache load
@@ -341,12 +407,22 @@ class DemoPipeline:
         self.simulation.start()
         self.online.start()
         self.batch.start()
-        self.evaluator.start()
+        for worker in (self.evaluator, self.join):
+            if worker is not None:
+                worker.start()
         self.first_call = compile_learners(self.online.options.algos)
 
     @property
     def done(self) -> bool:
         return len(self.served_by) >= self.options.queries or self.simulation.done
+
+    @property
+    def champion(self) -> str:
+        """The champion the next query is served by."""
+        if self.evaluator is not None:
+            return self.evaluator.champion
+        assert self.clicks is not None
+        return self.clicks.champion
 
     @property
     def learning_seconds(self) -> dict[str, float]:
@@ -355,12 +431,21 @@ class DemoPipeline:
 
     def step(self) -> str:
         """One query through the whole pipeline; returns the model that served it."""
-        served = self.simulation.step().served.name
+        result = self.simulation.step()
+        served = result.served.name
         self.served_by.append(served)
         n = len(self.served_by)
-        champion = self.evaluator.champion
-        _drain(lambda: self.evaluator.step(timeout_ms=0))  # scored before anyone learns
-        if self.evaluator.champion != champion:
+        champion = self.champion
+        if self.evaluator is not None:
+            evaluator = self.evaluator
+            _drain(lambda: evaluator.step(timeout_ms=0))  # scored before anyone learns
+        else:
+            assert self.join is not None and self.clicks is not None
+            join = self.join
+            _drain(lambda: join.step(timeout_ms=0))  # joined and credited before anyone learns
+            join.checkpoint()  # sends its triplets; writes a decided switch to the record
+            self.clicks.step(result, join.handler.race)
+        if self.champion != champion:
             self.champion_switches += 1
         _drain(lambda: self.online.step(timeout_ms=0))
         _drain(self.batch.step)
@@ -393,13 +478,16 @@ class DemoPipeline:
         self.online.close()
         self.batch.close()
         self.simulation.close()
-        self.evaluator.close()
+        for worker in (self.evaluator, self.join):
+            if worker is not None:
+                worker.close()
 
     def score_curves(self, metric: str = "ndcg") -> dict[str, np.ndarray]:
         """Per-query NDCG@50 ("ndcg") or AP over the candidates ("ap") of every report
         model from the evaluator's history; NaN where a model was not scored."""
         n = len(self.served_by)
         curves = {m: np.full(n, np.nan) for m in self.models}
+        assert self.evaluator is not None, "the click demo scores no model on judgments"
         for scores in self.evaluator.history:
             for model, value in getattr(scores, metric).items():
                 if model in curves and 0 <= scores.seq < n:
@@ -407,18 +495,25 @@ class DemoPipeline:
         return curves
 
 
-def run_demo(
-    options: DemoOptions,
-    settings: Settings | None = None,
-    *,
-    collection: ImageCollection | None = None,
-    index: CandidateRetriever | None = None,
-    progress: bool = True,
-) -> DemoResult:
-    """Build or load the collection, run the pipeline for the options' queries, collect.
+@dataclass
+class _Run:
+    """A finished pipeline and what its run took."""
 
-    `collection` (and its `index`) given: served instead of the options' collection.
-    """
+    pipeline: DemoPipeline
+    collection: ImageCollection
+    seconds: float
+    cpu_seconds: float
+    collection_seconds: float
+
+
+def _run(
+    options: DemoOptions,
+    settings: Settings | None,
+    collection: ImageCollection | None,
+    index: CandidateRetriever | None,
+    progress: bool,
+) -> _Run:
+    """Build or load the collection, run the pipeline for the options' queries."""
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()
     settings = settings or Settings.from_env()
@@ -435,15 +530,42 @@ def run_demo(
                 advance(pipeline)
     finally:
         pipeline.close()
+    return _Run(
+        pipeline,
+        collection,
+        time.perf_counter() - started,
+        time.process_time() - cpu_started,
+        collection_seconds,
+    )
+
+
+def run_demo(
+    options: DemoOptions,
+    settings: Settings | None = None,
+    *,
+    collection: ImageCollection | None = None,
+    index: CandidateRetriever | None = None,
+    progress: bool = True,
+) -> DemoResult:
+    """The judged demo: build or load the collection, run the pipeline for the options'
+    queries, collect (`run_click_demo` for clicks).
+
+    `collection` (and its `index`) given: served instead of the options' collection.
+    """
+    if options.clicks:
+        raise ValueError(f"feedback {options.feedback!r}: that is the click demo, run_click_demo")
+    run = _run(options, settings, collection, index, progress)
+    pipeline = run.pipeline
+    assert pipeline.evaluator is not None
     summary = pipeline.evaluator.summary()
     return DemoResult(
         options=options,
-        collection=collection.name,
-        images=collection.n_images,
+        collection=run.collection.name,
+        images=run.collection.n_images,
         triplets=pipeline.simulation.triplets_produced,
-        seconds=time.perf_counter() - started,
-        cpu_seconds=time.process_time() - cpu_started,
-        collection_seconds=collection_seconds,
+        seconds=run.seconds,
+        cpu_seconds=run.cpu_seconds,
+        collection_seconds=run.collection_seconds,
         ndcg=pipeline.score_curves("ndcg"),
         ap=pipeline.score_curves("ap"),
         learning_seconds=pipeline.clock.arrays(),
@@ -452,6 +574,52 @@ def run_demo(
         champion_switches=pipeline.champion_switches,
         refits=pipeline.batch.counters.refits,
         rolling_ndcg=summary["rolling_ndcg"],
+        first_call=pipeline.first_call,
+    )
+
+
+def run_click_demo(
+    options: DemoOptions,
+    settings: Settings | None = None,
+    *,
+    collection: ImageCollection | None = None,
+    index: CandidateRetriever | None = None,
+    progress: bool = True,
+) -> ClickDemoResult:
+    """The click demo (`options.feedback` "clicks:<model>"; module docstring): no
+    judgment sent, the interleaving race moves the champion; collect its history."""
+    if not options.clicks:
+        raise ValueError("the click demo needs feedback clicks:<model>; judged is run_demo")
+    run = _run(options, settings, collection, index, progress)
+    pipeline = run.pipeline
+    assert pipeline.join is not None and pipeline.clicks is not None
+    simulation, join = pipeline.simulation.handler, pipeline.join.handler
+    counters = join.counters.to_json()
+    return ClickDemoResult(
+        options=options,
+        collection=run.collection.name,
+        images=run.collection.n_images,
+        seconds=run.seconds,
+        cpu_seconds=run.cpu_seconds,
+        collection_seconds=run.collection_seconds,
+        history=pipeline.clicks,
+        settings={
+            "interleaving_share": pipeline.settings.interleaving_share,
+            "interleaving_method": pipeline.settings.interleaving_method,
+            "test": join.policy.describe(),
+        },
+        judged={  # nothing judged reached the system: no judged query, no judged triplet
+            "queries_sent": sum(
+                pipeline.transport.end_offsets(pipeline.settings.queries_topic).values()
+            ),
+            "triplets_sent": simulation.triplets_produced,
+        },
+        join={
+            k: counters[k] for k in ("sessions", "triplets", "dead_letters", "stale_interleavings")
+        },
+        learned_triplets=pipeline.online.counters.records,
+        learning_seconds=pipeline.clock.arrays(),
+        refits=pipeline.batch.counters.refits,
         first_call=pipeline.first_call,
     )
 
@@ -478,9 +646,17 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[DemoPipeline], No
                 task,
                 completed=len(pipeline.served_by),
                 status=(
-                    f"{pipeline.simulation.triplets_produced:,} triplets, "
+                    f"{_produced(pipeline)}, "
                     f"serving {pipeline.served_by[-1]}, refits {pipeline.batch.counters.refits}"
                 ),
             )
 
         yield advance
+
+
+def _produced(pipeline: DemoPipeline) -> str:
+    """What the run has produced so far: triplets (judged), or clicks and the champion."""
+    if pipeline.clicks is None:
+        return f"{pipeline.simulation.triplets_produced:,} triplets"
+    clicks = sum(pipeline.clicks.clicks)
+    return f"{clicks:,} clicks, champion {pipeline.champion}"

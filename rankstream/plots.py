@@ -283,6 +283,57 @@ def _save(fig, plt, path: str | Path) -> Path:
     return path
 
 
+def plot_click_demo(
+    shown_ndcg: Sequence[float],
+    statistics: Mapping[str, Sequence[tuple[int, float]]],
+    switches: Sequence[tuple[int, str]],
+    threshold: float | None,
+    path: str | Path,
+    title: str = "Click demo",
+) -> Path:
+    """The click demo: the true NDCG@50 of what was shown (running mean over the last 100
+    impressions and cumulative; the simulator's measurement, never sent) above each
+    challenger's log test statistic after each interleaved impression against the
+    threshold; a vertical line where the clicks decided a switch, named by the new
+    champion."""
+    plt = _pyplot()
+    values = np.asarray(shown_ndcg, dtype=np.float64)
+    if values.ndim != 1 or not len(values) or not np.isfinite(values).all():
+        raise ValueError("shown_ndcg must be a non-empty 1-d sequence of finite values")
+    n = len(values)
+    impressions = np.arange(1, n + 1)
+    window = min(100, n)
+    rolling = np.convolve(values, np.ones(window) / window, mode="valid")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    top.plot(impressions, cumulative_mean(values), color="black", label="cumulative mean")
+    top.plot(impressions[window - 1 :], rolling, color="C0", linewidth=1.0,
+             label=f"mean of the last {window}")  # fmt: skip
+    for name, points in statistics.items():
+        if points:
+            at, log = np.asarray(points, dtype=np.float64).T
+            bottom.step(at, log, where="post", **_style(name))
+    if threshold is not None:
+        bottom.axhline(threshold, color="black", linestyle="--", linewidth=1.2,
+                       label="threshold log(1/alpha)")  # fmt: skip
+    for axis in (top, bottom):
+        for at, _ in switches:
+            axis.axvline(at, color="grey", linestyle=":", linewidth=1.2)
+        axis.grid(True, alpha=0.3)
+        axis.set_xlim(1, max(n, 2))
+    for at, champion in switches:
+        top.annotate(f"champion: {model_label(champion)}", (at, 1.0), fontsize=8,
+                     xycoords=("data", "axes fraction"), xytext=(3, -12),
+                     textcoords="offset points")  # fmt: skip
+    top.set_ylabel("true NDCG@50 of the shown list\n(simulator's measurement)")
+    top.set_title(title)
+    top.legend(loc="lower right", fontsize=8)
+    bottom.set_ylabel("interleaving test: log statistic\n(vs the champion of the time)")
+    bottom.set_xlabel("impressions")
+    if bottom.get_legend_handles_labels()[0]:  # no challenger raced yet: nothing to name
+        bottom.legend(loc="upper left", ncol=3, fontsize=8)
+    return _save(fig, plt, path)
+
+
 def plot_interleaving(report: Mapping, path: str | Path) -> Path:
     """`eval interleaving`: median impressions to a correct switch per NDCG@50 difference,
     interleaving vs A/B, one panel per click model (log scale; a hollow bar: no switch

@@ -227,9 +227,9 @@ def _topic_prefix(name: str, value: str) -> str:
     return value
 
 
-# How `rankstream serve` interleaves (`serve.interleaved`): the champion with one
-# challenger per impression (team draft, round-robin), or with every challenger at once
-# (team-draft multileave).
+# How `rankstream serve` and the simulated engine interleave (`workers.interleaver`): the
+# champion with one challenger per impression (team draft, round-robin), or with every
+# challenger at once (team-draft multileave).
 TEAM_DRAFT, MULTILEAVE = "team-draft", "multileave"
 INTERLEAVING_METHODS = (TEAM_DRAFT, MULTILEAVE)
 
@@ -319,9 +319,11 @@ class Settings:
     # use the 1/rank prior.
     intervention_share: float = 0.0
     # The share of /v1/rank requests for the champion (no model or version named) that
-    # `rankstream serve` answers with an interleaved list of the champion and challengers
-    # (`serve.interleaved`), whose clicks the click join credits to decide the champion
-    # on click traffic (`workers.interleaving`). 0: judged-only deployments.
+    # `rankstream serve` (and the simulated engine of `simulate --feedback clicks:MODEL` and
+    # the click demo, for the rankings it serves with the champion) answers with an
+    # interleaved list of the champion and challengers (`workers.interleaver`), whose
+    # clicks the click join credits to decide the champion on click traffic
+    # (`workers.interleaving`). 0: judged-only deployments.
     interleaving_share: float = 0.0
     interleaving_method: str = TEAM_DRAFT
 

@@ -365,6 +365,44 @@ def test_clicking_users_send_impressions_and_their_clicks_as_an_engine_would(
     assert summary["clicks"] == total > 0
 
 
+def test_clicking_users_see_the_champion_interleaved_as_serve_drafts_it(
+    embedded_settings, world
+) -> None:
+    """With an interleaving share, the simulated engine serves the champion's team draft
+    with the other scorable model (`workers.interleaver`, serve's): every impression shows
+    the top 50 of the merged list with its teams, the champion first; the same seed
+    drafts the same lists; a named serving model is never interleaved."""
+    from rankstream.ranking.interleaving import team_draft
+    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.workers.simulator import INTERLEAVING_STREAM
+
+    settings = dataclasses.replace(embedded_settings, interleaving_share=1.0)
+    store = open_store(settings)
+    ranker = OnlineRanker(algo="opr", warm_start=np.linspace(-1.0, 1.0, 36))
+    meta, arrays = ranker.to_state()
+    store.save("opr", kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+    summary = _simulate(settings, world, CLICK_OPTIONS).summary()
+    assert summary["interleaved"] == summary["queries"] == 12
+    assert 0 < summary["shown_ndcg_at_50"] <= 1
+    collection, index = world
+    replay = FeedbackSimulator(collection, seed=CLICK_OPTIONS.seed, index=index)
+    scorers = {name: scorer_for(store.load(name)) for name in (UNI_CON, "opr")}
+    drafts = np.random.default_rng([CLICK_OPTIONS.seed, INTERLEAVING_STREAM])
+    for message in _read(settings, settings.impressions_topic):
+        (impression,) = decode_impressions(message.value).records
+        query = replay.next_query()
+        assert impression.model == UNI_CON and impression.team_models == (UNI_CON, "opr")
+        rankings = [np.argsort(-scorers[m].score(query.phi), kind="stable") for m in scorers]
+        drafted = team_draft(rankings, len(query.candidate_ids), drafts)
+        np.testing.assert_array_equal(
+            impression.candidate_ids, query.candidate_ids[drafted.items[:50]]
+        )
+        np.testing.assert_array_equal(impression.teams, drafted.teams[:50])
+    named = dataclasses.replace(CLICK_OPTIONS, serving="opr")
+    assert _simulate(settings, world, named).summary()["interleaved"] == 0
+
+
 def test_the_click_join_turns_the_simulated_clicks_into_weighted_triplets(
     embedded_settings, world
 ) -> None:

@@ -5,10 +5,12 @@ An engine that feeds rankstream clicks serves a ranking (`/v1/rank` logs it as a
 its user clicked (`/v1/clicks`: one `Click` per clicked candidate, then the "session
 over" row, `Click.no_click`, which alone means "shown, nothing clicked").
 `impression_and_clicks` plays both sides for a simulated user: it shows the top
-`display` of a served ranking, lets a click model (`simulators.clicks`) click by the
-ground-truth grades, and returns exactly those
-records (`stream.click_schema`), so what learns from them (the click join, PDGD) sees
-what an engine would send and nothing more: no grade leaves this module.
+`display` of a served ranking (the champion's, or an interleaved list with its teams,
+`workers.interleaver`), lets a click model (`simulators.clicks`) click by the
+ground-truth grades, and returns exactly those records (`stream.click_schema`; the
+impression made by `workers.impressions.served_impression`, as serve makes it), so what
+learns from them (the click join, PDGD) sees what an engine would send and nothing more:
+no grade leaves this module.
 
 `feedback_users` reads the `--feedback judged|clicks:<model>` option of `rankstream
 simulate`: None for judged feedback (the paper's setting), else the click model, with
@@ -19,7 +21,7 @@ the collections' three grades.
 >>> query = RetrievedQuery(7, 1, np.array([10, 11, 12]), np.eye(3, dtype=np.float32),
 ...                        np.array([0, 2, 0], dtype=np.int8))
 >>> impression, clicks = impression_and_clicks(
-...     query, np.array([0.1, 0.9, 0.5]), feedback_users("clicks:perfect"),
+...     query, np.array([1, 2, 0]), feedback_users("clicks:perfect"),
 ...     np.random.default_rng(0), served_by="uni_con", version=1, model_versions={"uni_con": 1},
 ...     time=0.0, display=2)
 >>> impression.candidate_ids.tolist(), [(c.candidate_id, c.position) for c in clicks]
@@ -33,11 +35,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rankstream.ranking.metrics import ranked_order
 from rankstream.simulators.click_feedback import DEFAULT_DISPLAY, RELEVANCE_GRADES
 from rankstream.simulators.clicks import ClickModel, click_model, feedback_click_model
 from rankstream.simulators.feedback import RetrievedQuery
 from rankstream.stream.click_schema import Click, Impression
+from rankstream.workers.impressions import served_impression
 
 
 def feedback_users(feedback: str) -> ClickModel | None:
@@ -54,7 +56,7 @@ def impression_id(rng: np.random.Generator) -> str:
 
 def impression_and_clicks(
     query: RetrievedQuery,
-    scores: np.ndarray,
+    order: np.ndarray,
     users: ClickModel,
     rng: np.random.Generator,
     *,
@@ -63,27 +65,36 @@ def impression_and_clicks(
     model_versions: Mapping[str, int],
     time: float,
     display: int = DEFAULT_DISPLAY,
+    teams: np.ndarray | None = None,
+    team_models: tuple[str, ...] = (),
 ) -> tuple[Impression, list[Click]]:
-    """The impression of `query` ranked by `scores` (its top `display`) and the clicks a
-    user of the click model `users` makes on it (module docstring); `rng` draws the
-    impression id and the clicks."""
-    scores = np.asarray(scores, dtype=np.float64)
-    if scores.shape != query.candidate_ids.shape:
-        raise ValueError(f"need one score per candidate {query.candidate_ids.shape}")
-    if not np.isfinite(scores).all():
-        raise ValueError("scores must be finite")
+    """The impression of `query` served in `order` (indices into its candidates, best
+    first; its top `display` shown) and the clicks a user of the click model `users`
+    makes on it (module docstring). An interleaved list gives its `teams` (per position
+    of `order`) and `team_models`. `rng` draws the impression id and the clicks."""
+    order = np.asarray(order)
+    n = len(query.candidate_ids)
+    if order.ndim != 1 or not np.issubdtype(order.dtype, np.integer):
+        raise ValueError(f"order must be a 1-d array of candidate indices, got {order.shape}")
+    if order.size and (order.min() < 0 or order.max() >= n or len(np.unique(order)) < len(order)):
+        raise ValueError(f"order must list candidates 0..{n - 1} at most once each")
     if display < 1:
         raise ValueError(f"display must be >= 1, got {display}")
-    shown = ranked_order(scores)[:display]
-    impression = Impression(
-        impression_id=impression_id(rng),
+    if teams is not None and np.shape(teams) != order.shape:
+        raise ValueError(f"need one team per position of order {order.shape}")
+    shown = order[:display]
+    impression = served_impression(
+        impression_id(rng),
+        query.candidate_ids,
+        query.phi,
+        shown,
+        served_by,
+        version,
+        model_versions,
         time=time,
-        model=served_by,
-        version=version,
-        model_versions=model_versions,
-        candidate_ids=query.candidate_ids[shown],
-        phi=query.phi[shown],
         query_id=query.query_id,
+        teams=None if teams is None else np.asarray(teams, dtype=np.int8)[:display],
+        team_models=team_models,
     )
     clicked = users.clicks(query.relevance[shown].astype(np.int64), rng)
     clicks = [

@@ -10,7 +10,7 @@ model beats it on evidence. How a stored model scores is `workers.scoring`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from rankstream.ranking.baselines import UNI_CON
@@ -63,9 +63,25 @@ class ServingModel:
         self._champion: str = UNI_CON
         self._record_version: tuple[int, int] = (0, 0)
         self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
+        self._latest: Mapping[str, int] = {}  # the store's versions at the last refresh
+
+    def others(self, served: Served) -> Mapping[str, Served]:
+        """Every other scorable model at the version it would serve (its pinned one, else
+        its newest, as of the last `refresh`), loaded only when looked up: the challengers
+        an interleaved ranking drafts against (`workers.interleaver`) read one or two."""
+        return _Others(self, served)
+
+    def _load(self, name: str, version: int) -> Served:
+        held = self._pinned(name, self._latest)
+        if held is not None:
+            return Served(name, held.version, self.cache.adopt(held), {})
+        scorer = self.cache.get(name, version)
+        if scorer is None:
+            raise LookupError(f"model {name!r} v{version} vanished from the store")
+        return Served(name, version, scorer, {})
 
     def refresh(self) -> Served:
-        latest = self.store.latest_versions()
+        latest = self._latest = self.store.latest_versions()
         self.cache.learn_kinds(sorted(latest))
         versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
         name = self.serving if self.serving != CHAMPION else self._read_champion(latest)
@@ -128,3 +144,20 @@ class ServingModel:
             version=version,
             mode=self.serving,
         )
+
+
+class _Others(Mapping[str, Served]):
+    """`ServingModel.others`: name -> Served, loaded (through the LRU) on lookup."""
+
+    def __init__(self, serving: ServingModel, served: Served) -> None:
+        self._serving = serving
+        self._versions = {n: v for n, v in served.model_versions.items() if n != served.name}
+
+    def __getitem__(self, name: str) -> Served:
+        return self._serving._load(name, self._versions[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._versions)
+
+    def __len__(self) -> int:
+        return len(self._versions)

@@ -39,7 +39,14 @@ simulator sends what an engine's logging and its `POST /v1/clicks` would: the
 over" row, on `settings.clicks_topic`, both keyed by the impression id
 (`stream.click_schema`). No triplet and no judged query comes from it: the click join
 turns impressions and clicks into the learners' triplets. It stops after
-`SimulateOptions.queries` impressions; its rate limit counts clicks.
+`SimulateOptions.queries` impressions; its rate limit counts clicks. Serving the
+champion, it interleaves as `rankstream serve` does (`workers.interleaver`): a share
+`Settings.interleaving_share` of its rankings is the champion's team draft with a
+challenger (or all of them, `Settings.interleaving_method`), the impression records the
+teams, and the click join's race can move the champion on these clicks alone (the click
+demo). Each step also measures the true NDCG@50 of what it showed from the collection's
+ground truth (`StepResult.shown_ndcg`, `summary()`'s `shown_ndcg_at_50`): the
+simulator's own measurement for reports, never sent.
 
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
@@ -56,8 +63,10 @@ from pathlib import Path
 import numpy as np
 
 from rankstream.ranking import DEFAULT_PHI_DIM
+from rankstream.ranking.metrics import ranked_order
 from rankstream.simulators import catalog
-from rankstream.simulators.feedback import FeedbackSimulator, RetrievedQuery
+from rankstream.simulators.click_feedback import order_scores
+from rankstream.simulators.feedback import FeedbackSimulator, RetrievedQuery, served_ndcg
 from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
 from rankstream.stream.click_schema import encode_clicks, encode_impressions, impression_key
 from rankstream.stream.errors import TRANSIENT
@@ -68,15 +77,18 @@ from rankstream.stream.transport import Transport
 from rankstream.workers import baseline
 from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
 from rankstream.workers.feedback_producer import FeedbackProducer
+from rankstream.workers.interleaver import Interleaver
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving_model import Served, ServingModel
+from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
 from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
 CLICKS_STREAM = 26
 """The simulated users' clicks and impression ids: the seed's own child stream."""
+INTERLEAVING_STREAM = 27
+"""Which rankings are interleaved and the team drafts' coins: another child stream."""
 
 
 class TokenBucket:
@@ -148,11 +160,16 @@ def publish_unicon(
 
 @dataclass(frozen=True)
 class StepResult:
-    """One served query: who ranked it and how many triplets it produced."""
+    """One served query: who ranked it and how many triplets it produced; with clicks,
+    the clicks, the teams of an interleaved list (champion first; () when not) and the
+    true NDCG@50 of what was shown (the simulator's measurement, never sent)."""
 
     query_id: int
     triplets: int
     served: Served
+    clicks: int = 0
+    team_models: tuple[str, ...] = ()
+    shown_ndcg: float | None = None
 
 
 class SimulatorHandler(Handler):
@@ -174,9 +191,14 @@ class SimulatorHandler(Handler):
         self.bucket = TokenBucket(options.rate) if options.rate is not None else None
         self.users = feedback_users(options.feedback)
         self.click_rng = np.random.default_rng([options.seed, CLICKS_STREAM])
+        self.interleaver = Interleaver(
+            settings, np.random.default_rng([options.seed, INTERLEAVING_STREAM])
+        )
         self.triplets_produced = 0
         self.queries_produced = 0
         self.clicks_produced = 0
+        self.interleaved_produced = 0
+        self.shown_ndcg_total = 0.0
         self.served_by: dict[str, int] = {}
         self.last: StepResult | None = None
         self.feedback: FeedbackProducer | None = None
@@ -230,18 +252,32 @@ class SimulatorHandler(Handler):
         return n
 
     def _produce_clicks(self, runtime: StreamRuntime, served: Served, query: RetrievedQuery) -> int:
-        """Show the top `judged` to a clicking user; send the impression, then its clicks."""
+        """Show the top `judged` of the champion's ranking, or of its interleaved list, to
+        a clicking user; send the impression, then its clicks."""
         assert self.users is not None
+        scores = served.scorer.score(query.phi)
+        order, drafted = ranked_order(scores), {}
+        challengers = (
+            self.interleaver.challengers(self.serving.others(served), served.name)
+            if self.interleaver.enabled and self.options.serving == CHAMPION
+            else []
+        )
+        if challengers:
+            merged = self.interleaver.interleave(served, scores, challengers, query.phi)
+            order = merged.order
+            drafted = {"teams": merged.teams, "team_models": merged.team_models}
+        display = self.simulator.n_judged
         impression, clicks = impression_and_clicks(
             query,
-            served.scorer.score(query.phi),
+            order,
             self.users,
             self.click_rng,
             served_by=served.name,
             version=served.version,
             model_versions=served.model_versions,
             time=time.time(),
-            display=self.simulator.n_judged,
+            display=display,
+            **drafted,
         )
         n = sum(click.clicked for click in clicks)
         if self.bucket is not None and n:
@@ -252,13 +288,24 @@ class SimulatorHandler(Handler):
         )
         runtime.producer.send(self.settings.clicks_topic, encode_clicks(clicks), key)
         self.clicks_produced += n
-        self._served(query.query_id, 0, served)
+        self.interleaved_produced += bool(challengers)
+        shown = served_ndcg(query, order_scores(order[:display], len(order)))
+        self.shown_ndcg_total += shown
+        self._served(query.query_id, 0, served, n, impression.team_models, shown)
         return 1 + len(clicks)  # records sent: the impression and its click rows
 
-    def _served(self, query_id: int, triplets: int, served: Served) -> None:
+    def _served(
+        self,
+        query_id: int,
+        triplets: int,
+        served: Served,
+        clicks: int = 0,
+        team_models: tuple[str, ...] = (),
+        shown_ndcg: float | None = None,
+    ) -> None:
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
-        self.last = StepResult(query_id, triplets, served)
+        self.last = StepResult(query_id, triplets, served, clicks, team_models, shown_ndcg)
         if self.on_step is not None:
             self.on_step(self.last)
 
@@ -300,11 +347,23 @@ class SimulatorHandler(Handler):
             "triplets": self.triplets_produced,
             "queries": self.queries_produced,
             "clicks": self.clicks_produced,
+            **self._click_summary(),
             "served_by": dict(sorted(self.served_by.items())),
             "serving_switches": self.serving.switches,
             "seed": self.options.seed,
             "collection": self.simulator.collection.name,
             "images": self.simulator.collection.n_images,
+        }
+
+    def _click_summary(self) -> dict:
+        """With clicks: the interleaved impressions and the mean true NDCG@50 of what was
+        shown (the simulator's measurement from the ground truth, never sent)."""
+        if self.users is None:
+            return {}
+        n = self.queries_produced
+        return {
+            "interleaved": self.interleaved_produced,
+            "shown_ndcg_at_50": round(self.shown_ndcg_total / n, 4) if n else None,
         }
 
 

@@ -1,0 +1,106 @@
+"""Interleaved serving: a share of the champion's traffic merged with challengers' rankings.
+
+With `RANKSTREAM_INTERLEAVING_SHARE` > 0, that share of the rankings served with the
+champion is one merged list (`ranking.interleaving.team_draft`), and its impression
+records the teams: per displayed position the index into `team_models`, the champion
+first. The click join credits each click to its team and decides the champion on clicks
+(`workers.interleaving`). Two servers use this one `Interleaver`: `rankstream serve`
+for the `/v1/rank` requests that ask for the champion (no model or version named), and
+the simulated engine (`workers.simulator`, `rankstream simulate --feedback clicks:MODEL`
+and the click demo) when it serves the champion.
+
+Which challengers: every other servable model (serve: its registry snapshot's; the
+simulator: every scorable model of the store). `team-draft` (the default,
+`RANKSTREAM_INTERLEAVING_METHOD`) pairs the champion with one challenger per impression,
+taking them in turn (round-robin over the sorted names), so every race gets an equal
+share; `multileave` drafts the champion with all of them at once (team-draft multileave:
+every race gains an outcome per impression, each list is shared by more teams). Only the
+challengers drafted are read from `models` (a mapping that loads on access pays for one).
+
+What serve's caller sees: the merged list as `candidate_ids` and, as `scores`, the
+champion's scores sorted from high to low laid on it, position by position. So the scores
+descend as always (a caller that re-sorts by score keeps the shown order) and stay on the
+champion's scale; they are not any model's score of the result beside them.
+
+Cost: only an interleaved request scores a second model and drafts; every other request
+takes the same path as without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from rankstream.ranking.interleaving import team_draft
+from rankstream.stream.settings import MULTILEAVE, Settings
+from rankstream.workers.scoring import Scorer
+
+
+class Ranker(Protocol):
+    """A servable model as the interleaver needs it: its name and its scorer."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scorer(self) -> Scorer: ...
+
+
+R = TypeVar("R", bound=Ranker)
+
+
+@dataclass(frozen=True)
+class InterleavedList:
+    """A merged ranking: `order` indexes the request's candidates (displayed order),
+    `teams` (int8) the ranker per position, `team_models` the champion first."""
+
+    order: np.ndarray
+    teams: np.ndarray
+    team_models: tuple[str, ...]
+    scores: np.ndarray  # what the answer shows (module docstring)
+
+
+class Interleaver:
+    """Decides which requests are interleaved, with whom, and drafts their lists."""
+
+    def __init__(self, settings: Settings, rng: np.random.Generator | None = None) -> None:
+        self.share = settings.interleaving_share
+        self.multileave = settings.interleaving_method == MULTILEAVE
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self._turn = itertools.count()
+
+    @property
+    def enabled(self) -> bool:
+        return self.share > 0
+
+    def challengers(self, models: Mapping[str, R], champion: str) -> list[R]:
+        """This ranking's challengers among `models` (name -> servable model, the
+        champion's entry ignored): none (not interleaved), one in turn, or all."""
+        if self.share < 1.0 and self.rng.random() >= self.share:
+            return []
+        others = sorted(name for name in models if name != champion)
+        if others and not self.multileave:
+            others = [others[next(self._turn) % len(others)]]
+        return [models[name] for name in others]
+
+    def interleave(
+        self,
+        champion: Ranker,
+        champion_scores: np.ndarray,
+        challengers: list[R],
+        phi: np.ndarray,
+    ) -> InterleavedList:
+        """The team draft of the champion's ranking with the challengers' on `phi`."""
+        scores = [champion_scores, *(c.scorer.score(phi) for c in challengers)]
+        rankings = [np.argsort(-s, kind="stable") for s in scores]
+        drafted = team_draft(rankings, len(champion_scores), self.rng)
+        return InterleavedList(
+            order=drafted.items,
+            teams=drafted.teams.astype(np.int8),
+            team_models=(champion.name, *(c.name for c in challengers)),
+            scores=np.sort(champion_scores)[::-1],
+        )
