@@ -17,7 +17,11 @@ Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36
 * sustained: wrk (Debian's package, apt-get installed here as root like the services'
   packages) closed-loop with 4 connections for `seconds`, the requests/s the server
   keeps up; without wrk (not root, no apt) the figure is null and `sustained_note` and
-  the progress lines say why.
+  the progress lines say why. Over it, and until the impressions it caused are written,
+  the server's CPU time per answer (`cpu_us_per_request`: /proc's user + system time of
+  all its threads / its /v1/rank answers, Linux only): the server is busy throughout, so
+  idle threads hardly count, and time other processes take from it does not count at
+  all, which makes it the steadier measure of what a mode costs on a shared machine.
 
 Impression logging on vs off, and interleaving on vs off, in the same run: one serve
 process per mode on the same store, measured one after the other in every round, the
@@ -34,11 +38,13 @@ drained (no run pays for a backlog the one before it left, e.g. wrk's flood):
   /metrics: interleaved / all /v1/rank answers over the runs (the reference's count of
   interleaved answers is reported too: 0).
 
-Per body format the report gives each one's p50/p99 and sustained rate (medians over the
-rounds) and, against the reference (`impression_logging_cost`: on / off; per share,
-`cost`: interleaved / on), the ratios of those medians, each round's paired p99 and
-sustained ratios with their median and quartiles (the spread over rounds), and the
-impressions the reference wrote and dropped (its /metrics).
+Per body format the report gives each one's p50/p99, sustained rate and CPU per answer
+(medians over the rounds) and, against the reference (`impression_logging_cost`: on /
+off; per share, `cost`: interleaved / on), the ratios of those medians, each round's
+paired p99, sustained and CPU-per-answer ratios with their median and quartiles (the
+spread over rounds), and the impressions the reference wrote and dropped (its /metrics).
+The reference also answers the reload lag's 2-candidate probes (a few a second among
+thousands: they hardly move its CPU per answer).
 
 Each is repeated `repeats` times and the medians are reported, with the load average
 seen (the machine is shared). Before the first round of each body format every server
@@ -248,9 +254,33 @@ def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
         time.sleep(0.25)
 
 
+def _cpu_seconds(server: ServeProcess) -> float | None:
+    """The serve process's CPU time so far (user + system, every thread), from Linux's
+    /proc; None elsewhere."""
+    try:
+        stat = Path(f"/proc/{server.process.pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_request(
+    server: ServeProcess, cpu_before: float | None, counts_before: dict[str, float]
+) -> float | None:
+    """Its CPU microseconds per /v1/rank answer since `cpu_before`/`counts_before`."""
+    cpu = _cpu_seconds(server)
+    ranked = server.ranking_counts()["ranked"] - counts_before["ranked"]
+    if cpu is None or cpu_before is None or ranked <= 0:
+        return None
+    return round((cpu - cpu_before) / ranked * 1e6, 1)
+
+
 def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     measured = [rps for rps in sustained if rps is not None]
+    cpu = [r["cpu_us_per_request"] for r in runs if r.get("cpu_us_per_request") is not None]
     return {
+        "cpu_us_per_request": round(statistics.median(cpu), 1) if cpu else None,
         "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
         "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
         "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
@@ -283,7 +313,15 @@ def _cost(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
         for a, b in zip(on["sustained_runs"], off["sustained_runs"], strict=True)
         if a is not None and b
     ]
+    cpu = [
+        a["cpu_us_per_request"] / b["cpu_us_per_request"]
+        for a, b in zip(on["runs"], off["runs"], strict=True)
+        if a.get("cpu_us_per_request") and b.get("cpu_us_per_request")
+    ]
     return {
+        "cpu_ratio_paired_median": round(statistics.median(cpu), 3) if cpu else None,
+        "cpu_ratio_paired_quartiles": _quartiles(cpu),
+        "cpu_ratio_paired": [round(r, 3) for r in cpu],
         "p50_ratio": round(on["p50_ms"] / off["p50_ms"], 3) if off["p50_ms"] else None,
         "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 3) if off["p99_ms"] else None,
         "p99_ratio_paired_median": round(statistics.median(paired), 3) if paired else None,
@@ -354,14 +392,17 @@ def run_serve_bench(
                     label = MODES.get(mode, f"impression logging on, {mode}")
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
                              f"{label} (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
-                    runs[mode].append(_load(port, bodies[kind], kind, rate, options))
+                    run = _load(port, bodies[kind], kind, rate, options)
                     for server in logging:
                         _settled(server)
+                    before = _cpu_seconds(servers[mode]), servers[mode].ranking_counts()
                     sustained[mode].append(
                         _wrk(port, bodies[kind], kind, options.seconds, directory)
                     )
                     for server in logging:
-                        _settled(server)
+                        _settled(server)  # its impressions written: their cost counts too
+                    run["cpu_us_per_request"] = _cpu_per_request(servers[mode], *before)
+                    runs[mode].append(run)
             summaries = {m: _summary(runs[m], sustained[m]) for m in modes}
             on = summaries["on"]
             interleaving = []

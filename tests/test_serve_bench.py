@@ -9,8 +9,9 @@ from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.serve_bench import _cost, _quartiles, _share_label, _summary
 
 
-def _run(p50: float, p99: float) -> dict:
-    return {"latency_ms": {"p50": p50, "p99": p99}, "achieved_rate": 100.0, "errors": 0}
+def _run(p50: float, p99: float, cpu: float | None = None) -> dict:
+    return {"latency_ms": {"p50": p50, "p99": p99}, "achieved_rate": 100.0, "errors": 0,
+            "cpu_us_per_request": cpu}  # fmt: skip
 
 
 def test_the_cost_pairs_each_round_with_the_same_rounds_reference() -> None:
@@ -23,6 +24,16 @@ def test_the_cost_pairs_each_round_with_the_same_rounds_reference() -> None:
     assert cost["p99_ratio"] == round(4.0 / 3.0, 3)  # of the medians: not the paired figure
     assert cost["sustained_ratio_paired"] == [0.9, 0.8, 0.7]
     assert cost["sustained_ratio"] == 0.8
+    assert cost["cpu_ratio_paired"] == [] and cost["cpu_ratio_paired_median"] is None
+
+
+def test_cpu_per_answer_is_paired_round_by_round_where_both_were_read() -> None:
+    interleaved = _summary([_run(1, 2, 300.0), _run(1, 2, None), _run(1, 2, 500.0)], [1] * 3)
+    reference = _summary([_run(1, 2, 200.0), _run(1, 2, 250.0), _run(1, 2, 250.0)], [1] * 3)
+    assert interleaved["cpu_us_per_request"] == 400.0  # the median of the runs read
+    cost = _cost(interleaved, reference)
+    assert cost["cpu_ratio_paired"] == [1.5, 2.0]
+    assert cost["cpu_ratio_paired_median"] == 1.75
 
 
 def test_rounds_without_a_sustained_rate_are_left_out_of_the_pairs() -> None:
