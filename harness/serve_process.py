@@ -15,11 +15,19 @@ from typing import Any
 
 from rankstream.stream.settings import Settings
 
+_GIVEN: set[int] = set()  # ports handed out by this process (not yet bound, maybe)
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port, never one this process handed out before: the OS may offer a
+    port again until the child given it binds it (several servers start at once)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
