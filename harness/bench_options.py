@@ -20,6 +20,12 @@ class ServeBenchOptions:
     seconds: float = option(10.0, "per run")
     repeats: int = option(3, "runs; medians")
     reload_seconds: float = option(1.0, "a new champion checkpoint every S seconds", metavar="S")
+    interleaving_share: tuple[float, ...] = option(
+        (0.2, 1.0),
+        "a server per share S of interleaved /v1/rank requests, each against share 0 in "
+        "the same rounds (0.2: the share planned for compose and the click demo; 1: all)",
+        metavar="S",
+    )
     connections: int = option(8, cli=False)
 
     def __post_init__(self) -> None:
@@ -27,6 +33,10 @@ class ServeBenchOptions:
             raise ValueError("arrow_rate, json_rate, seconds and reload_seconds must be > 0")
         if min(self.repeats, self.connections) < 1:
             raise ValueError("repeats and connections must be >= 1")
+        if not all(0 < share <= 1 for share in self.interleaving_share):
+            raise ValueError("interleaving_share: each share must be in (0, 1]")
+        if len(set(self.interleaving_share)) != len(self.interleaving_share):
+            raise ValueError("interleaving_share: each share once")
 
 
 @dataclass(frozen=True)

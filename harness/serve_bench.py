@@ -17,21 +17,39 @@ Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36
 * sustained: wrk (Debian's package, apt-get installed here as root like the services'
   packages) closed-loop with 4 connections for `seconds`, the requests/s the server
   keeps up; without wrk (not root, no apt) the figure is null and `sustained_note` and
-  the progress lines say why.
+  the progress lines say why. Over it, and until the impressions it caused are written,
+  the server's CPU time per answer (`cpu_us_per_request`: /proc's user + system time of
+  all its threads / its /v1/rank answers, Linux only): the server is busy throughout, so
+  idle threads hardly count, and time other processes take from it does not count at
+  all, which makes it the steadier measure of what a mode costs on a shared machine.
 
-Impression logging on vs off, in the same run: two serve processes on the same store,
-one as deployed by default (every ranking logged to the impressions topic, on the
-configured transport) and one with `RANKSTREAM_IMPRESSION_LOGGING=off`. Each round
-measures both, one after the other, the order alternating round by round (on first, then
-off first, ...), so drifts in the machine's load fall on both alike, and every run
-starts once the logging server's queue has drained (no run pays for a backlog the one
-before it left, e.g. wrk's flood). Per body format the
-report gives each one's p50/p99 (medians over the rounds), the cost ratios on/off of
-those medians, each round's paired p99 ratio and their median, and the impressions the
-logging server wrote and dropped (its /metrics).
+Impression logging on vs off, and interleaving on vs off, in the same run: one serve
+process per mode on the same store, measured one after the other in every round, the
+order rotating round by round (each mode goes first in turn), so drifts in the machine's
+load fall on all alike, and every run starts once the logging servers' queues have
+drained (no run pays for a backlog the one before it left, e.g. wrk's flood):
+
+* `on`: as deployed by default (every ranking logged to the impressions topic, on the
+  configured transport; interleaving off), the reference;
+* `off`: `RANKSTREAM_IMPRESSION_LOGGING=off`;
+* one server per `interleaving_share` S (default 0.2, the share planned for compose and
+  the click demo, and 1, every request): logging on and `RANKSTREAM_INTERLEAVING_SHARE=S`,
+  the champion drafted with Uni-Con. Its `share_measured` is what it did, from its
+  /metrics: interleaved / all /v1/rank answers over the runs (the reference's count of
+  interleaved answers is reported too: 0).
+
+Per body format the report gives each one's p50/p99, sustained rate and CPU per answer
+(medians over the rounds) and, against the reference (`impression_logging_cost`: on /
+off; per share, `cost`: interleaved / on), the ratios of those medians, each round's
+paired p99, sustained and CPU-per-answer ratios with their median and quartiles (the
+spread over rounds), and the impressions the reference wrote and dropped (its /metrics).
+The reference also answers the reload lag's 2-candidate probes (a few a second among
+thousands: they hardly move its CPU per answer).
 
 Each is repeated `repeats` times and the medians are reported, with the load average
-seen (the machine is shared). At the end the bench's models and topics are deleted.
+seen (the machine is shared). Before the first round of each body format every server
+takes 1 s at the fixed rate, unmeasured (a fresh server's first requests are slow). At
+the end the bench's models and topics are deleted.
 """
 
 from __future__ import annotations
@@ -67,10 +85,9 @@ from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 
 SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times serving it
-MODES = {  # the servers compared in the same rounds
-    "on": "impression logging on",
+MODES = {  # the servers compared in the same rounds, besides one per interleaving share
+    "on": "impression logging on, interleaving off",
     "off": "impression logging off",
-    "interleaved": "impression logging on, every request interleaved",
 }
 
 
@@ -237,9 +254,33 @@ def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
         time.sleep(0.25)
 
 
+def _cpu_seconds(server: ServeProcess) -> float | None:
+    """The serve process's CPU time so far (user + system, every thread), from Linux's
+    /proc; None elsewhere."""
+    try:
+        stat = Path(f"/proc/{server.process.pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_request(
+    server: ServeProcess, cpu_before: float | None, counts_before: dict[str, float]
+) -> float | None:
+    """Its CPU microseconds per /v1/rank answer since `cpu_before`/`counts_before`."""
+    cpu = _cpu_seconds(server)
+    ranked = server.ranking_counts()["ranked"] - counts_before["ranked"]
+    if cpu is None or cpu_before is None or ranked <= 0:
+        return None
+    return round((cpu - cpu_before) / ranked * 1e6, 1)
+
+
 def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     measured = [rps for rps in sustained if rps is not None]
+    cpu = [r["cpu_us_per_request"] for r in runs if r.get("cpu_us_per_request") is not None]
     return {
+        "cpu_us_per_request": round(statistics.median(cpu), 1) if cpu else None,
         "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
         "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
         "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
@@ -252,22 +293,52 @@ def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     }
 
 
+def _quartiles(values: list[float]) -> list[float] | None:
+    """[25th, 75th] percentile: the spread of per-round ratios (None without any)."""
+    if not values:
+        return None
+    return [round(float(q), 3) for q in np.percentile(values, [25, 75])]
+
+
 def _cost(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
-    """Logging on / off: ratios of the medians, and the median of the paired rounds'."""
+    """`on` / `off` (two servers measured in the same rounds): the ratios of the medians,
+    and each round's paired ratio with their median and quartiles (the spread)."""
     paired = [
         a["latency_ms"]["p99"] / b["latency_ms"]["p99"]
         for a, b in zip(on["runs"], off["runs"], strict=True)
         if b["latency_ms"]["p99"] > 0
     ]
+    sustained = [
+        a / b
+        for a, b in zip(on["sustained_runs"], off["sustained_runs"], strict=True)
+        if a is not None and b
+    ]
+    cpu = [
+        a["cpu_us_per_request"] / b["cpu_us_per_request"]
+        for a, b in zip(on["runs"], off["runs"], strict=True)
+        if a.get("cpu_us_per_request") and b.get("cpu_us_per_request")
+    ]
     return {
+        "cpu_ratio_paired_median": round(statistics.median(cpu), 3) if cpu else None,
+        "cpu_ratio_paired_quartiles": _quartiles(cpu),
+        "cpu_ratio_paired": [round(r, 3) for r in cpu],
         "p50_ratio": round(on["p50_ms"] / off["p50_ms"], 3) if off["p50_ms"] else None,
         "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 3) if off["p99_ms"] else None,
         "p99_ratio_paired_median": round(statistics.median(paired), 3) if paired else None,
+        "p99_ratio_paired_quartiles": _quartiles(paired),
         "p99_ratio_paired": [round(r, 3) for r in paired],
         "sustained_ratio": round(on["sustained_rps"] / off["sustained_rps"], 3)
         if on["sustained_rps"] and off["sustained_rps"]
         else None,
+        "sustained_ratio_paired_median": round(statistics.median(sustained), 3)
+        if sustained
+        else None,
+        "sustained_ratio_paired": [round(r, 3) for r in sustained],
     }
+
+
+def _share_label(share: float) -> str:
+    return f"interleaved {share:g}"
 
 
 def run_serve_bench(
@@ -285,14 +356,15 @@ def run_serve_bench(
         "off": ServeProcess(
             bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off"
         ),
-        # every request interleaved (the worst case): the champion drafted with Uni-Con
-        "interleaved": ServeProcess(
-            bench,
-            directory / "serve-interleaved.log",
-            RANKSTREAM_IMPRESSION_LOGGING="on",
-            RANKSTREAM_INTERLEAVING_SHARE="1",
-        ),
     }
+    for share in options.interleaving_share:  # the champion drafted with Uni-Con
+        servers[_share_label(share)] = ServeProcess(
+            bench,
+            directory / f"serve-interleaved-{share:g}.log",
+            RANKSTREAM_IMPRESSION_LOGGING="on",
+            RANKSTREAM_INTERLEAVING_SHARE=repr(share),
+        )
+    logging = [server for name, server in servers.items() if name != "off"]
     load_before = os.getloadavg()
     wrk_note = ensure_wrk(directory)
     if wrk_note is not None:
@@ -308,28 +380,55 @@ def run_serve_bench(
             modes = list(servers)
             runs: dict[str, list[dict]] = {m: [] for m in modes}
             sustained: dict[str, list[float | None]] = {m: [] for m in modes}
+            for mode in modes:  # unmeasured: a fresh server's first requests are slow
+                _load(servers[mode].port, bodies[kind], kind, rate, replace(options, seconds=1))
+            for server in logging:
+                _settled(server)
+            counted = {m: servers[m].ranking_counts() for m in modes}
             for repeat in range(options.repeats):
-                for mode in modes[repeat % 3 :] + modes[: repeat % 3]:  # each goes first in turn
+                turn = repeat % len(modes)  # each goes first in turn
+                for mode in modes[turn:] + modes[:turn]:
                     port = servers[mode].port
+                    label = MODES.get(mode, f"impression logging on, {mode}")
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
-                             f"{MODES[mode]}")  # fmt: skip
-                    runs[mode].append(_load(port, bodies[kind], kind, rate, options))
-                    _settled(servers["on"])
-                    _settled(servers["interleaved"])
+                             f"{label} (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
+                    run = _load(port, bodies[kind], kind, rate, options)
+                    for server in logging:
+                        _settled(server)
+                    before = _cpu_seconds(servers[mode]), servers[mode].ranking_counts()
                     sustained[mode].append(
                         _wrk(port, bodies[kind], kind, options.seconds, directory)
                     )
-                    _settled(servers["on"])
-                    _settled(servers["interleaved"])
-            on, off, mixed = (_summary(runs[m], sustained[m]) for m in modes)
+                    for server in logging:
+                        _settled(server)  # its impressions written: their cost counts too
+                    run["cpu_us_per_request"] = _cpu_per_request(servers[mode], *before)
+                    runs[mode].append(run)
+            summaries = {m: _summary(runs[m], sustained[m]) for m in modes}
+            on = summaries["on"]
+            interleaving = []
+            for share in options.interleaving_share:
+                mode = _share_label(share)
+                after = servers[mode].ranking_counts()
+                ranked = after["ranked"] - counted[mode]["ranked"]
+                interleaved = after["interleaved"] - counted[mode]["interleaved"]
+                interleaving.append(
+                    {
+                        "share": share,
+                        # what the server did: its interleaved / ranked answers over the runs
+                        "share_measured": round(interleaved / ranked, 4) if ranked else None,
+                        **summaries[mode],
+                        "cost": _cost(summaries[mode], on),  # both log impressions
+                    }
+                )
+            reference = servers["on"].ranking_counts()
             results[kind] = {
                 "rate": rate,
                 **on,
                 "sustained_note": wrk_note,
-                "impressions_off": off,
-                "impression_logging_cost": _cost(on, off),
-                "interleaving_on": mixed,
-                "interleaving_cost": _cost(mixed, on),  # both log impressions
+                "interleaved_answers": reference["interleaved"] - counted["on"]["interleaved"],
+                "impressions_off": summaries["off"],
+                "impression_logging_cost": _cost(on, summaries["off"]),
+                "interleaving": interleaving,
             }
         reloader.stop.set()
         reloader.join()

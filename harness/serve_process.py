@@ -15,11 +15,19 @@ from typing import Any
 
 from rankstream.stream.settings import Settings
 
+_GIVEN: set[int] = set()  # ports handed out by this process (not yet bound, maybe)
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port, never one this process handed out before: the OS may offer a
+    port again until the child given it binds it (several servers start at once)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -75,25 +83,41 @@ class ServeProcess:
                     raise
                 time.sleep(0.1)
 
-    def impression_counts(self) -> dict[str, Any]:
-        """Its impressions written, dropped (total, and by reason) and waiting in its
-        queue, from its /metrics."""
+    def _samples(self) -> list[Any]:
+        """Every sample of its /metrics."""
         from prometheus_client.parser import text_string_to_metric_families
 
         with urllib.request.urlopen(self.metrics_url, timeout=10) as reply:
             text = reply.read().decode()
+        return [sample for family in text_string_to_metric_families(text)
+                for sample in family.samples]  # fmt: skip
+
+    def ranking_counts(self) -> dict[str, float]:
+        """Its /v1/rank answers (status 200) and how many of them were interleaved."""
+        counts = {"ranked": 0.0, "interleaved": 0.0}
+        for sample in self._samples():
+            if sample.name == "rankstream_http_requests_total" and sample.labels == {
+                "route": "/v1/rank", "status": "200"
+            }:  # fmt: skip
+                counts["ranked"] += sample.value
+            elif sample.name == "rankstream_rankings_interleaved_total":
+                counts["interleaved"] += sample.value
+        return counts
+
+    def impression_counts(self) -> dict[str, Any]:
+        """Its impressions written, dropped (total, and by reason) and waiting in its
+        queue, from its /metrics."""
         counts: dict[str, Any] = {
             "logged": 0.0, "dropped": 0.0, "dropped_by_reason": {}, "waiting": 0.0,
         }  # fmt: skip
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "rankstream_impressions_logged_total":
-                    counts["logged"] += sample.value
-                elif sample.name == "rankstream_impressions_waiting":
-                    counts["waiting"] = sample.value
-                elif sample.name == "rankstream_impressions_dropped_total":
-                    counts["dropped"] += sample.value
-                    counts["dropped_by_reason"][sample.labels["reason"]] = sample.value
+        for sample in self._samples():
+            if sample.name == "rankstream_impressions_logged_total":
+                counts["logged"] += sample.value
+            elif sample.name == "rankstream_impressions_waiting":
+                counts["waiting"] = sample.value
+            elif sample.name == "rankstream_impressions_dropped_total":
+                counts["dropped"] += sample.value
+                counts["dropped_by_reason"][sample.labels["reason"]] = sample.value
         return counts
 
     def stop(self) -> None:

@@ -67,7 +67,12 @@ def team_draft(rankings: Any, length: int, rng: np.random.Generator) -> Interlea
     `rankings`: a sequence of 1-d arrays of item ids, each best first and without
     repeats (the rankers may rank different items, and different numbers of them).
     See the module docstring: the draft of `team_draft_many` for one list, each round
-    with the same draws from a fresh `rng`, so the same result; plain Python (fast for one).
+    with the same draws from a fresh `rng`, so the same result.
+
+    Serving drafts one list per interleaved request, with every ranker ranking the same
+    candidates; then the turns are worked out up front (`_same_items_turns`) and only
+    the picks run in plain Python, with the same draws and the same result as the
+    round-by-round draft (`_draft_by_rounds`, which any other input takes).
 
     >>> a, b, c = np.array([0, 1, 2]), np.array([2, 1, 0]), np.array([1, 0, 2])
     >>> shown = team_draft([a, b, c], 3, np.random.default_rng(1))
@@ -75,23 +80,91 @@ def team_draft(rankings: Any, length: int, rng: np.random.Generator) -> Interlea
     ([0, 1, 2], [1, 1, 1])
     """
     lists = [np.asarray(r, dtype=np.int64).reshape(-1) for r in rankings]
-    for r in lists:
-        if len(np.unique(r)) != len(r):
-            raise ValueError("a ranking lists each item once")
+    common = _common_items(lists)  # (the items sorted, the rankings stacked) or None
+    if common is None:
+        for r in lists:
+            if len(np.unique(r)) != len(r):
+                raise ValueError("a ranking lists each item once")
     k = len(lists)
     if k < 2:
         raise ValueError(f"interleaving needs at least 2 rankings, got {k}")
     if length < 0:
         raise ValueError(f"length must be >= 0, got {length}")
-    # One list: plain Python (serving drafts one per request; the batch's numpy rounds
-    # cost ~50 us each). Round r breaks ties with the r-th k draws, as `team_draft_many`
-    # does; all are drawn at once (at most `length` picks and k drop-outs).
+    # Round r breaks ties with the r-th k draws, as `team_draft_many` does; all are drawn
+    # at once (at most `length` picks and k drop-outs), whichever way the draft runs.
+    ties = rng.random((min(length, sum(map(len, lists))) + k, k))
+    if common is not None:
+        turns = _same_items_turns(k, min(length, len(common[0])), ties)
+        if turns is not None:
+            return _picks(*common, turns)
+    return _draft_by_rounds(lists, length, ties.tolist())
+
+
+def _common_items(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """When every ranking lists the same items once each: those items sorted, and the
+    rankings stacked (k, n); else None."""
+    if any(len(r) != len(lists[0]) for r in lists):
+        return None
+    stacked = np.stack(lists)
+    ordered = np.sort(stacked, axis=1)
+    first = ordered[0]
+    if (ordered != first).any() or (first[1:] == first[:-1]).any():
+        return None
+    return first, stacked
+
+
+def _same_items_turns(k: int, steps: int, ties: np.ndarray) -> np.ndarray | None:
+    """Whose pick each of the first `steps` is, when no ranker can drop out before them
+    (all rank the same items): as in `_draft_by_rounds`, round r = step // k is taken by
+    the rankers in increasing order of r + tie among those without a pick in it yet
+    (their picks are r, the others' r + 1), ties to the lower index. None in the rare
+    case where a key r + tie rounds up to r + 1, so that the rounds' order is not sure."""
+    rounds = -(-steps // k)
+    r = np.arange(rounds, dtype=np.float64)[:, None, None]
+    keys = r + ties[: rounds * k].reshape(rounds, k, k)  # [round, turn in it, ranker]
+    if not (keys < r + 1).all():
+        return None
+    if k == 2:  # the first of a round is the lower key (the first on a tie), then the other
+        first = (keys[:, 0, 1] < keys[:, 0, 0]).astype(np.intp)
+        return np.stack([first, 1 - first], axis=1).reshape(-1)[:steps]
+    turns = np.empty((rounds, k), dtype=np.intp)
+    picked = np.zeros((rounds, k), dtype=bool)
+    every = np.arange(rounds)
+    for turn in range(k):
+        team = np.where(picked, np.inf, keys[:, turn]).argmin(axis=1)
+        turns[:, turn] = team
+        picked[every, team] = True
+    return turns.reshape(-1)[:steps]
+
+
+def _picks(common: np.ndarray, stacked: np.ndarray, turns: np.ndarray) -> Interleaving:
+    """Each turn's ranker adds its best item not shown yet (items as indices into
+    `common`, so `shown` is a bytearray; serving's rankings are such indices already)."""
+    n = len(common)
+    indices = n == 0 or (common[0] == 0 and common[-1] == n - 1)  # sorted, unique: 0..n-1
+    orders = (stacked if indices else np.searchsorted(common, stacked)).tolist()
+    rest = [iter(order) for order in orders]  # each ranker's results after its cursor
+    shown = bytearray(n)
+    picked = []
+    for team in turns.tolist():
+        for item in rest[team]:  # one is left: every ranker has every item
+            if not shown[item]:
+                break
+        shown[item] = 1
+        picked.append(item)
+    return Interleaving(common[np.array(picked, dtype=np.intp)], turns.astype(np.intp))
+
+
+def _draft_by_rounds(lists: list[np.ndarray], length: int, ties: list[list[float]]) -> Interleaving:
+    """The draft round by round, for any rankings: each step the active ranker with the
+    fewest picks goes (the lowest picks + tie), adds its best item not shown yet or
+    drops out when it has none left."""
+    k = len(lists)
     orders = [r.tolist() for r in lists]
     cursor, picks, active = [0] * k, [0] * k, [True] * k
     shown: set[int] = set()
     items: list[int] = []
     teams: list[int] = []
-    ties = rng.random((min(length, sum(map(len, orders))) + k, k)).tolist()
     for tie in ties:
         if len(items) == length or not any(active):
             break

@@ -326,9 +326,10 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         else []
     )  # fmt: skip
     if challengers:
-        merged = state.interleaver.interleave(loaded, scores, challengers, query.phi)
+        merged = state.interleaver.interleave(loaded, order, ranked, challengers, query.phi)
         order, ranked = merged.order, merged.scores
         teams = {"teams": merged.teams, "team_models": merged.team_models}
+        metrics.RANKINGS_INTERLEAVED.inc()
     elif state.impressions is not None and state.settings.intervention_share > 0:
         k = choose_swap(state.swaps, state.settings.intervention_share, len(order))
         if k is not None:

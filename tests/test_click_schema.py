@@ -107,6 +107,23 @@ def test_an_impression_round_trips_exactly_with_every_optional_field():
     assert decoded.records[0].teams is None and decoded.records[0].team_models == ()
 
 
+def test_a_message_mixing_interleaved_and_plain_impressions_round_trips():
+    """The teams column is built from the arrays: each row's teams or null, in order."""
+    impressions = [
+        _impression(seed=seed, n=3 + seed, teams=np.arange(3 + seed) % 2 - (seed == 2),
+                    team_models=("arow", "opar1"))
+        if seed % 3 else _impression(seed=seed, n=3 + seed)
+        for seed in range(7)
+    ]  # fmt: skip
+    message = encode_impressions(impressions)
+    teams = pa.ipc.open_stream(message).read_all().column("teams").to_pylist()
+    assert teams == [None if i.teams is None else i.teams.tolist() for i in impressions]
+    decoded = decode_impressions(message, width=WIDTH)
+    assert decoded.rejects == []
+    for got, sent in zip(decoded.records, impressions, strict=True):
+        _same(got, sent)
+
+
 @pytest.mark.parametrize("count", [0, 2])
 def test_the_fast_impression_writer_writes_what_pyarrows_stream_writer_writes(count):
     """encode_impressions appends a record batch to a cached schema message: the bytes

@@ -80,6 +80,101 @@ def test_one_list_drafts_as_the_batch_does(lists, length, seed) -> None:
     assert one.teams.tolist() == many.teams[0, filled].tolist()
 
 
+def _round_by_round(rankings: list, length: int, rng: np.random.Generator) -> tuple:
+    """The team draft as it was before serving's fast path (commit 3500cfb, verbatim but
+    for the return): the oracle the fast path must match, draws included."""
+    lists = [np.asarray(r, dtype=np.int64).reshape(-1) for r in rankings]
+    k = len(lists)
+    orders = [r.tolist() for r in lists]
+    cursor, picks, active = [0] * k, [0] * k, [True] * k
+    shown: set[int] = set()
+    items: list[int] = []
+    teams: list[int] = []
+    ties = rng.random((min(length, sum(map(len, orders))) + k, k)).tolist()
+    for tie in ties:
+        if len(items) == length or not any(active):
+            break
+        team, best = -1, float("inf")
+        for i in range(k):
+            if active[i] and picks[i] + tie[i] < best:
+                team, best = i, picks[i] + tie[i]
+        order, at = orders[team], cursor[team]
+        while at < len(order) and order[at] in shown:
+            at += 1
+        if at == len(order):
+            active[team] = False
+            continue
+        items.append(order[at])
+        teams.append(team)
+        shown.add(order[at])
+        cursor[team], picks[team] = at + 1, picks[team] + 1
+    return items, teams
+
+
+def _same_as_round_by_round(lists: list, length: int, seed: int) -> None:
+    fast_rng, old_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    shown = team_draft(lists, length, fast_rng)
+    items, teams = _round_by_round(lists, length, old_rng)
+    assert shown.items.tolist() == items and shown.teams.tolist() == teams
+    assert shown.items.dtype == np.int64 and shown.teams.dtype == np.intp
+    assert fast_rng.bit_generator.state == old_rng.bit_generator.state  # the same draws
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(2, 4), st.integers(0, 45), st.integers(0, 2**32 - 1))
+def test_the_draft_of_rankings_of_the_same_items_is_the_round_by_round_draft(
+    n_items, n_rankers, length, seed
+) -> None:
+    """Serving's case (every ranker ranks the request's candidates) takes the fast path:
+    the same lists, teams and generator state as the round-by-round draft."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(10**9, size=n_items, replace=False)  # any ids, not only 0..n-1
+    _same_as_round_by_round([rng.permutation(ids) for _ in range(n_rankers)], length, seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rankings, st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_the_draft_of_any_rankings_is_the_round_by_round_draft(lists, length, seed) -> None:
+    _same_as_round_by_round([np.array(r, dtype=np.int64) for r in lists], length, seed)
+
+
+def test_serving_sized_drafts_are_the_round_by_round_draft() -> None:
+    """300 requests like serving's: 300 candidates, the champion's and a challenger's
+    argsort of their scores (some tied), one generator across requests."""
+    rng = np.random.default_rng(27)
+    fast_rng, old_rng = np.random.default_rng(1), np.random.default_rng(1)
+    for _ in range(300):
+        scores = np.round(rng.standard_normal((2, 300)), 1)  # ties: argsort keeps them stable
+        lists = [np.argsort(-s, kind="stable") for s in scores]
+        shown = team_draft(lists, 300, fast_rng)
+        assert (shown.items.tolist(), shown.teams.tolist()) == _round_by_round(lists, 300, old_rng)
+    assert fast_rng.bit_generator.state == old_rng.bit_generator.state
+
+
+class _Draws:
+    """A generator stand-in that hands out fixed draws (`team_draft` only calls random)."""
+
+    def __init__(self, draws: np.ndarray) -> None:
+        self.draws = draws
+
+    def random(self, shape: tuple[int, int]) -> np.ndarray:
+        return self.draws[: shape[0], : shape[1]]
+
+
+def test_a_draw_that_rounds_its_key_up_takes_the_round_by_round_draft() -> None:
+    """1 + (1 - 2**-53) is 2.0 in float64: in round 1 below the ranker that went first
+    (picks 2, draw 0.0: key 2.0) ties the one still to go (picks 1: key 2.0) and, first
+    on a tie, goes again. The fast path's rounds would not have it: it must leave that
+    draft to the round-by-round one, whose result stands."""
+    draws = np.full((12, 2), 0.5)
+    draws[2:4] = [[0.1, 0.2], [0.0, 1 - 2**-53]]
+    lists = [np.array([5, 6, 7, 8]), np.array([8, 7, 6, 5])]
+    shown = team_draft(lists, 4, _Draws(draws))
+    items, teams = _round_by_round(lists, 4, _Draws(draws))  # type: ignore[arg-type]
+    assert teams[2:4] == [0, 0]  # the case is what it says
+    assert (shown.items.tolist(), shown.teams.tolist()) == (items, teams)
+
+
 def test_two_identical_rankings_show_that_ranking_and_split_the_picks() -> None:
     ranking = np.arange(10)
     shown = team_draft([ranking, ranking], 10, np.random.default_rng(3))

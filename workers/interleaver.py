@@ -22,8 +22,9 @@ champion's scores sorted from high to low laid on it, position by position. So t
 descend as always (a caller that re-sorts by score keeps the shown order) and stay on the
 champion's scale; they are not any model's score of the result beside them.
 
-Cost: only an interleaved request scores a second model and drafts; every other request
-takes the same path as without it.
+Cost: only an interleaved request scores a second model and drafts (with the champion's
+ranking and sorted scores as served, not sorted again); every other request takes the
+same path as without it. README "Interleaving's cost" has the measured figures.
 """
 
 from __future__ import annotations
@@ -90,17 +91,19 @@ class Interleaver:
     def interleave(
         self,
         champion: Ranker,
-        champion_scores: np.ndarray,
+        champion_order: np.ndarray,
+        champion_ranked: np.ndarray,
         challengers: list[R],
         phi: np.ndarray,
     ) -> InterleavedList:
-        """The team draft of the champion's ranking with the challengers' on `phi`."""
-        scores = [champion_scores, *(c.scorer.score(phi) for c in challengers)]
-        rankings = [np.argsort(-s, kind="stable") for s in scores]
-        drafted = team_draft(rankings, len(champion_scores), self.rng)
+        """The team draft of the champion's ranking (`champion_order`, its scores sorted
+        `champion_ranked`: what serving computed already) with the challengers' on `phi`."""
+        rankings = [champion_order, *(np.argsort(-c.scorer.score(phi), kind="stable")
+                                      for c in challengers)]  # fmt: skip
+        drafted = team_draft(rankings, len(champion_order), self.rng)
         return InterleavedList(
             order=drafted.items,
             teams=drafted.teams.astype(np.int8),
             team_models=(champion.name, *(c.name for c in challengers)),
-            scores=np.sort(champion_scores)[::-1],
+            scores=champion_ranked,
         )

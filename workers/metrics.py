@@ -221,6 +221,10 @@ HTTP_REQUESTS = Counter(
     "HTTP API requests answered, by route and status (errors: status >= 400).",
     ["route", "status"],
 )
+RANKINGS_INTERLEAVED = Counter(
+    "rankstream_rankings_interleaved_total",
+    "/v1/rank answers that were an interleaved list (RANKSTREAM_INTERLEAVING_SHARE).",
+)
 SERVING_MODEL_VERSION = Gauge(
     "rankstream_serving_model_version",
     "The version the HTTP API serves for a model by default (its newest, or its pin).",

@@ -263,7 +263,9 @@ class SimulatorHandler(Handler):
             else []
         )
         if challengers:
-            merged = self.interleaver.interleave(served, scores, challengers, query.phi)
+            merged = self.interleaver.interleave(
+                served, order, scores[order], challengers, query.phi
+            )
             order = merged.order
             drafted = {"teams": merged.teams, "team_models": merged.team_models}
         display = self.simulator.n_judged

@@ -1,6 +1,6 @@
 """`rankstream bench serve`: /v1/rank p50/p99 and requests/s (Arrow, JSON) while reloading,
-with impression logging on and off, and every request interleaved, in the same run
-(`harness.serve_bench`)."""
+with impression logging on and off, and interleaving at each `--interleaving-share` against
+none, in the same run (`harness.serve_bench`)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,19 @@ def run(args: argparse.Namespace) -> int:
         for kind in ("arrow", "json"):
             r = result[kind]
             off, cost = r["impressions_off"], r["impression_logging_cost"]
+            interleaving = "; ".join(
+                f"interleaving share {il['share']:g} (measured {il['share_measured']}): p99 "
+                f"{il['p99_ms']} ms, x{il['cost']['p99_ratio_paired_median']} of share 0 "
+                f"(paired rounds, quartiles {il['cost']['p99_ratio_paired_quartiles']}), "
+                f"sustained x{il['cost']['sustained_ratio']}"
+                for il in r["interleaving"]
+            )
             print(
                 f"{kind}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms at {r['rate']:g} req/s "
                 f"(achieved {r['achieved_rate']}); sustained {r['sustained_rps']} req/s; "
                 f"impression logging off: p50 {off['p50_ms']} ms, p99 {off['p99_ms']} ms; "
                 f"on/off p99 x{cost['p99_ratio']} (paired rounds x"
-                f"{cost['p99_ratio_paired_median']}); interleaving on/off p99 "
-                f"x{r['interleaving_cost']['p99_ratio_paired_median']} (paired rounds)"
+                f"{cost['p99_ratio_paired_median']}); {interleaving}"
             )
         print(f"reload lag p99 {result['reload']['lag_p99_s']} s")
     return 0
