@@ -92,7 +92,6 @@ from rankstream.serve.bodies import (
     ranking_json,
 )
 from rankstream.serve.feedback import FeedbackDesk, InProgress, publish_clicks
-from rankstream.serve.interleaved import Interleaver
 from rankstream.serve.models import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
 from rankstream.serve.registry import (
@@ -113,6 +112,7 @@ from rankstream.workers.candidates import FieldError
 from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.impressions import ImpressionLog, served_impression
+from rankstream.workers.interleaved import Interleaver
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
@@ -318,15 +318,17 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
     ranked = scores[order]
     intervention = None  # a share of the logged rankings swap ranks 1 and k (propensities)
-    teams: dict[str, Any] = {}  # an interleaved list's teams (serve.interleaved)
+    teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaved)
+    snapshot = state.registry.snapshot
     challengers = (
-        state.interleaver.challengers(state.registry.snapshot, loaded.name)
+        state.interleaver.challengers(snapshot.models, loaded.name)
         if state.impressions is not None and state.interleaver.enabled
         and query.model in (None, "champion") and query.version is None
         else []
     )  # fmt: skip
     if challengers:
-        merged = state.interleaver.interleave(loaded, scores, challengers, query.phi)
+        rankers = [(name, snapshot.models[name].scorer) for name in challengers]
+        merged = state.interleaver.interleave(loaded.name, scores, rankers, query.phi)
         order, ranked = merged.order, merged.scores
         teams = {"teams": merged.teams, "team_models": merged.team_models}
     elif state.impressions is not None and state.settings.intervention_share > 0:

@@ -227,8 +227,8 @@ def _topic_prefix(name: str, value: str) -> str:
     return value
 
 
-# How `rankstream serve` interleaves (`serve.interleaved`): the champion with one
-# challenger per impression (team draft, round-robin), or with every challenger at once
+# How the champion's rankings are interleaved (`workers.interleaved`): the champion with
+# one challenger per impression (team draft, round-robin), or with every challenger at once
 # (team-draft multileave).
 TEAM_DRAFT, MULTILEAVE = "team-draft", "multileave"
 INTERLEAVING_METHODS = (TEAM_DRAFT, MULTILEAVE)
@@ -320,8 +320,9 @@ class Settings:
     intervention_share: float = 0.0
     # The share of /v1/rank requests for the champion (no model or version named) that
     # `rankstream serve` answers with an interleaved list of the champion and challengers
-    # (`serve.interleaved`), whose clicks the click join credits to decide the champion
-    # on click traffic (`workers.interleaving`). 0: judged-only deployments.
+    # (`workers.interleaved`; the simulator's clicking users see the same share), whose
+    # clicks the click join credits to decide the champion on click traffic
+    # (`workers.interleaving`). 0: judged-only deployments.
     interleaving_share: float = 0.0
     interleaving_method: str = TEAM_DRAFT
 

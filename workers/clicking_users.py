@@ -38,6 +38,7 @@ from rankstream.simulators.click_feedback import DEFAULT_DISPLAY, RELEVANCE_GRAD
 from rankstream.simulators.clicks import ClickModel, click_model, feedback_click_model
 from rankstream.simulators.feedback import RetrievedQuery
 from rankstream.stream.click_schema import Click, Impression
+from rankstream.workers.interleaved import InterleavedList
 
 
 def feedback_users(feedback: str) -> ClickModel | None:
@@ -63,10 +64,13 @@ def impression_and_clicks(
     model_versions: Mapping[str, int],
     time: float,
     display: int = DEFAULT_DISPLAY,
+    interleaved: InterleavedList | None = None,
 ) -> tuple[Impression, list[Click]]:
     """The impression of `query` ranked by `scores` (its top `display`) and the clicks a
     user of the click model `users` makes on it (module docstring); `rng` draws the
-    impression id and the clicks."""
+    impression id and the clicks. With `interleaved` (the champion's ranking drafted
+    with challengers, `workers.interleaved`; `scores` are the champion's), the user sees
+    the top `display` of the merged list and the impression records its teams."""
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != query.candidate_ids.shape:
         raise ValueError(f"need one score per candidate {query.candidate_ids.shape}")
@@ -75,6 +79,10 @@ def impression_and_clicks(
     if display < 1:
         raise ValueError(f"display must be >= 1, got {display}")
     shown = ranked_order(scores)[:display]
+    teams: dict = {}
+    if interleaved is not None:
+        shown = interleaved.order[:display]
+        teams = {"teams": interleaved.teams[:display], "team_models": interleaved.team_models}
     impression = Impression(
         impression_id=impression_id(rng),
         time=time,
@@ -84,6 +92,7 @@ def impression_and_clicks(
         candidate_ids=query.candidate_ids[shown],
         phi=query.phi[shown],
         query_id=query.query_id,
+        **teams,
     )
     clicked = users.clicks(query.relevance[shown].astype(np.int64), rng)
     clicks = [

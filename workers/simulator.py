@@ -39,7 +39,13 @@ simulator sends what an engine's logging and its `POST /v1/clicks` would: the
 over" row, on `settings.clicks_topic`, both keyed by the impression id
 (`stream.click_schema`). No triplet and no judged query comes from it: the click join
 turns impressions and clicks into the learners' triplets. It stops after
-`SimulateOptions.queries` impressions; its rate limit counts clicks.
+`SimulateOptions.queries` impressions; its rate limit counts clicks. With
+`Settings.interleaving_share` > 0 (`RANKSTREAM_INTERLEAVING_SHARE`) that share of the
+champion's impressions is interleaved with a challenger (every scorable model of the
+store but the champion, at its newest version) by the `workers.interleaved.Interleaver`
+`rankstream serve` drafts with, against the champion of the moment: the click join's
+interleaving race (`workers.interleaving`) can then move the champion on these clicks
+alone. Judged feedback is never interleaved (its judged queries name one serving model).
 
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
@@ -65,18 +71,21 @@ from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers import baseline
+from rankstream.workers import baseline, metrics
 from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
 from rankstream.workers.feedback_producer import FeedbackProducer
+from rankstream.workers.interleaved import InterleavedList, Interleaver
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.serving_model import Served, ServingModel
+from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
 from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.workers.simulator")
 CLICKS_STREAM = 26
 """The simulated users' clicks and impression ids: the seed's own child stream."""
+INTERLEAVING_STREAM = 27
+"""Which impressions are interleaved and their drafts: the seed's own child stream."""
 
 
 class TokenBucket:
@@ -174,6 +183,10 @@ class SimulatorHandler(Handler):
         self.bucket = TokenBucket(options.rate) if options.rate is not None else None
         self.users = feedback_users(options.feedback)
         self.click_rng = np.random.default_rng([options.seed, CLICKS_STREAM])
+        self.interleaver = Interleaver(
+            settings, np.random.default_rng([options.seed, INTERLEAVING_STREAM])
+        )
+        self.interleaved = 0
         self.triplets_produced = 0
         self.queries_produced = 0
         self.clicks_produced = 0
@@ -232,9 +245,10 @@ class SimulatorHandler(Handler):
     def _produce_clicks(self, runtime: StreamRuntime, served: Served, query: RetrievedQuery) -> int:
         """Show the top `judged` to a clicking user; send the impression, then its clicks."""
         assert self.users is not None
+        scores = served.scorer.score(query.phi)
         impression, clicks = impression_and_clicks(
             query,
-            served.scorer.score(query.phi),
+            scores,
             self.users,
             self.click_rng,
             served_by=served.name,
@@ -242,6 +256,7 @@ class SimulatorHandler(Handler):
             model_versions=served.model_versions,
             time=time.time(),
             display=self.simulator.n_judged,
+            interleaved=self._interleaved(served, scores, query.phi),
         )
         n = sum(click.clicked for click in clicks)
         if self.bucket is not None and n:
@@ -252,8 +267,27 @@ class SimulatorHandler(Handler):
         )
         runtime.producer.send(self.settings.clicks_topic, encode_clicks(clicks), key)
         self.clicks_produced += n
+        metrics.CLICKS_PRODUCED.inc(len(clicks))
         self._served(query.query_id, 0, served)
         return 1 + len(clicks)  # records sent: the impression and its click rows
+
+    def _interleaved(
+        self, served: Served, scores: np.ndarray, phi: np.ndarray
+    ) -> InterleavedList | None:
+        """The champion's ranking drafted with this impression's challengers, or None
+        (not interleaved: a named serving model, the share's draw, or no challenger)."""
+        if not self.interleaver.enabled or self.options.serving != CHAMPION:
+            return None
+        names = self.interleaver.challengers(served.model_versions, served.name)
+        rankers = [
+            (name, scorer)
+            for name in names
+            if (scorer := self.serving.cache.get(name, served.model_versions[name])) is not None
+        ]
+        if not rankers:
+            return None
+        self.interleaved += 1
+        return self.interleaver.interleave(served.name, scores, rankers, phi)
 
     def _served(self, query_id: int, triplets: int, served: Served) -> None:
         self.queries_produced += 1
@@ -300,6 +334,7 @@ class SimulatorHandler(Handler):
             "triplets": self.triplets_produced,
             "queries": self.queries_produced,
             "clicks": self.clicks_produced,
+            "interleaved": self.interleaved,
             "served_by": dict(sorted(self.served_by.items())),
             "serving_switches": self.serving.switches,
             "seed": self.options.seed,
