@@ -32,8 +32,9 @@ test: $(STAMP) datasets
 
 # deploy/docker-compose.yml on a real Docker engine (root; installs docker.io and
 # chromium, builds Compose v2, a Debian base and the images, caches them under
-# ~/.cache/rankstream/cache/compose-test; ~10 min fresh, ~4 min cached). Artifacts:
-# report/compose-test/ (Prometheus graph screenshot, stage timings, container logs).
+# ~/.cache/rankstream/cache/compose-test; ~10 min fresh, ~6 min cached, of which ~1-2 min
+# for the clicks-alone project after the main stack). Artifacts: report/compose-test/
+# (Prometheus graph screenshot, stage timings, container logs).
 compose-test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=0 -m engine tests/test_compose_engine.py
 

@@ -32,6 +32,7 @@ SETTINGS_ENV = DEPLOY / "rankstream.env"  # the shared, non-secret settings
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.compose.yml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 FASHION_MNIST_OVERRIDE = DEPLOY / "docker-compose.fashion-mnist.yml"
+CLICKS_OVERRIDE = DEPLOY / "docker-compose.clicks.yml"
 DOCKERIGNORE = REPO / ".dockerignore"
 
 INTERPOLATION = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -266,6 +267,30 @@ def test_the_fashion_mnist_override_changes_only_the_simulators_collection() -> 
     assert args.collection == "fashion-mnist" and args._module == _module_for(base)
 
 
+def test_the_clicks_override_makes_the_simulators_users_click() -> None:
+    """Only the simulator's feedback, its stop option and its health check's progress
+    change; its serving, rate and everything else are the main file's. The share of
+    interleaved impressions is the one serve reads, from rankstream.env."""
+    override = yaml.safe_load(CLICKS_OVERRIDE.read_text())
+    assert list(override) == ["services"] and list(override["services"]) == ["simulator"]
+    simulator = override["services"]["simulator"]
+    assert sorted(simulator) == ["command", "healthcheck"]
+    command = [str(word) for word in simulator["command"]]
+    base = [str(word) for word in SERVICES["simulator"]["command"]]
+    args, main = cli.build_parser().parse_args(command), cli.build_parser().parse_args(base)
+    assert args._module == main._module and args.feedback.startswith("clicks:")
+    assert main.feedback == "judged" and args.queries == main.triplets
+    differ = {k for k, v in vars(args).items() if vars(main).get(k) != v} - {"_options_given"}
+    # --queries replaces --triplets (clicks make no triplets: the join makes them)
+    assert differ == {"feedback", "queries", "triplets"}, differ
+    test = [str(word) for word in simulator["healthcheck"]["test"]]
+    main_test = [str(word) for word in SERVICES["simulator"]["healthcheck"]["test"]]
+    assert test[test.index("--progress") + 1] == "rankstream_clicks_produced_total"
+    assert test[: test.index("--progress")] == main_test[: main_test.index("--progress")]
+    env = read_env_file(SETTINGS_ENV)
+    assert 0 < float(env[f"{ENV_PREFIX}INTERLEAVING_SHARE"]) < 1
+
+
 # -- settings ------------------------------------------------------------------------------
 
 
@@ -283,6 +308,7 @@ VALID_EXAMPLES = {
     f"{ENV_PREFIX}PROMETHEUS_URL": "http://prometheus:9090",
     f"{ENV_PREFIX}KAFKA_SECURITY_PROTOCOL": "SSL",
     f"{ENV_PREFIX}KAFKA_SASL_MECHANISM": "PLAIN",
+    f"{ENV_PREFIX}INTERLEAVING_SHARE": "0.5",
 }
 
 

@@ -135,6 +135,13 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
         "rankstream_join_reciprocal_rank_total",
         "rankstream_join_lag_seconds",
         "rankstream_click_propensity",
+        # the interleaving race (issue 27): per challenger impressions, wins/losses/ties,
+        # the test statistic against the threshold it shares with the judged race, decision
+        "rankstream_interleaving_impressions_interleaved_total",
+        "rankstream_interleaving_outcomes_total",
+        "rankstream_interleaving_log_statistic",
+        "rankstream_interleaving_decision",
+        "rankstream_champion_race_threshold",
     }
     assert wanted <= read, f"no panel for {wanted - read}"
     gain = [q for _, _, q in dashboard_queries() if 'model="uni_con"' in q]

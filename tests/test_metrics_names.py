@@ -71,3 +71,23 @@ def test_every_schema_reason_is_a_label_value() -> None:
     from rankstream.stream.schema import REASONS
 
     assert set(REASONS) <= metrics.DEAD_LETTER_REASONS
+
+
+def test_contracts_names_only_metrics_that_exist() -> None:
+    """Every `rankstream_*` name docs/CONTRACTS.md gives is a family some process exports
+    (the workers', the serving model's and the HTTP API's): the dashboard and alert
+    authors read the names there."""
+    import re
+    from pathlib import Path
+
+    from rankstream.serve import app
+    from rankstream.workers import serving_model
+
+    assert app and serving_model
+    families = {family.name for family in metrics.REGISTRY.collect()}
+    text = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
+    named = set(re.findall(r"\brankstream_[a-z0-9_]+", text))
+    unknown = {
+        name for name in named if re.sub(r"_(total|bucket|sum|count)$", "", name) not in families
+    }
+    assert not unknown, f"docs/CONTRACTS.md names metrics nobody exports: {sorted(unknown)}"

@@ -3,7 +3,13 @@
 The harness's Prometheus (Debian package) scrapes the natively-run simulator, online
 worker, batch worker, evaluator and click join (fed a paced stream of impressions and
 clicks), each a `rankstream` subprocess on the session's
-Kafka and Redis with its own metrics port, registered with `add_scrape_target`. A few
+Kafka and Redis with its own metrics port, registered with `add_scrape_target`. The
+interleaving race's panels get their data from a second simulator whose users click
+(`simulate --feedback clicks:navigational`, every impression interleaved): it drafts each
+impression against the champion of the moment, read from the store, with the
+`Interleaver` serve drafts with. Impressions drafted against a fixed Uni-Con would turn
+stale the moment the judged race switches (the join skips them) and leave those panels
+empty: a premise on the data, not on timing. A few
 undecodable messages go to the triplets topic so the dead-letter panel has something
 to show. The test then evaluates each panel's PromQL (Grafana's `$__rate_interval` set
 to a fixed window) through `/api/v1/query` until every one returns at least one finite
@@ -52,7 +58,17 @@ PIPELINE: dict[str, list[str]] = {
         "simulate", "--serving", "champion", "--images", "20000",
         "--triplets", "100000000", "--rate", "1500",
     ],
+    "clicking-users": [
+        "simulate", "--feedback", "clicks:navigational", "--serving", "champion",
+        "--images", "20000", "--queries", "100000000", "--rate", "60",
+    ],
 }  # fmt: skip
+# job -> its own environment on top of the shared one: the clicking users interleave every
+# impression. Each simulator builds its collection in a data directory of its own (both
+# build the same one at the same time).
+JOB_ENV: dict[str, dict[str, str]] = {
+    "clicking-users": {"RANKSTREAM_INTERLEAVING_SHARE": "1"},
+}
 
 
 @dataclass
@@ -82,7 +98,7 @@ def _stop(workers: list[Worker]) -> None:
 
 @pytest.fixture
 def pipeline(services, tmp_path: Path) -> Iterator[tuple[Settings, list[Worker]]]:
-    """The four processes, scraped by the session's Prometheus; stopped afterwards."""
+    """The pipeline's processes, scraped by the session's Prometheus; stopped afterwards."""
     prefix = f"dash{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
     env.update(
@@ -103,9 +119,12 @@ def pipeline(services, tmp_path: Path) -> Iterator[tuple[Settings, list[Worker]]
             port = free_port()
             log = tmp_path / f"{job}.log"
             with log.open("wb") as out:
+                own = dict(JOB_ENV.get(job, {}))
+                if arguments[0] == "simulate":  # its collection's cache, its own
+                    own["RANKSTREAM_DATA_DIR"] = str(tmp_path / job)
                 process = subprocess.Popen(
                     [sys.executable, "-m", "rankstream", *arguments],
-                    env={**env, "RANKSTREAM_METRICS_PORT": str(port)},
+                    env={**env, **own, "RANKSTREAM_METRICS_PORT": str(port)},
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
             workers.append(Worker(f"{job}-{prefix}", process, log))

@@ -464,3 +464,42 @@ def test_cli_simulates_clicking_users(monkeypatch, tmp_path, capsys) -> None:
     assert summary["queries"] == 5 and summary["triplets"] == 0 and summary["clicks"] > 0
     assert main(["simulate", "--feedback", "clicks:informational", "--images", "4000"]) == 2
     assert "number of queries" in capsys.readouterr().err
+
+
+def test_clicking_users_see_the_share_interleaved_against_the_champion_of_the_moment(
+    embedded_settings, world
+) -> None:
+    """With RANKSTREAM_INTERLEAVING_SHARE 1 every impression is the champion's ranking
+    drafted with a challenger (`workers.interleaver`, serve's drafter): its teams are
+    recorded, the champion first. When the champion record changes mid-stream, the next
+    impressions are drafted against the new champion (read from the store, as serve
+    reads it), so the click join's race never gets stale ones from the simulator."""
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.workers.champion import publish_champion
+
+    settings = dataclasses.replace(embedded_settings, interleaving_share=1.0)
+    collection, index = world
+    simulation = Simulation(settings, CLICK_OPTIONS, collection=collection, index=index)
+    store = simulation.store
+    rng = np.random.default_rng(3)
+    ranker = OnlineRanker(algo="opr")
+    ranker.learn_many(rng.standard_normal((40, 36)), np.where(rng.random(40) < 0.5, 1.0, -1.0))
+    meta, arrays = ranker.to_state()
+    store.save("opr", kind="online", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+
+    def switch_halfway(step: StepResult) -> None:
+        if simulation.handler.queries_produced == 6:
+            assert publish_champion(store, "opr", previous=UNI_CON, decided_by="clicks",
+                                    evidence={}) == ("opr", True)  # fmt: skip
+
+    summary = simulation.run(on_step=switch_halfway)
+    assert summary["interleaved"] == summary["queries"] == 12
+    impressions = [
+        decode_impressions(m.value).records[0] for m in _read(settings, settings.impressions_topic)
+    ]
+    drafted = [(imp.model, imp.team_models) for imp in impressions]
+    assert drafted == [(UNI_CON, (UNI_CON, "opr"))] * 6 + [("opr", ("opr", UNI_CON))] * 6
+    for imp in impressions:
+        assert len(imp.teams) == len(imp.candidate_ids) == 50
+        sizes = np.bincount(imp.teams, minlength=2)
+        assert sizes.min() >= 1 and abs(int(sizes[0]) - int(sizes[1])) <= 1  # a fair draft

@@ -113,7 +113,9 @@ class InterleavingRace:
         return challenger
 
     def export(self) -> None:
-        """The statistic and decision gauges, per challenger of the current races."""
+        """The statistic and decision gauges, per challenger of the current races, and the
+        threshold they share with the judged race (the same test: one gauge)."""
+        metrics.CHAMPION_RACE_THRESHOLD.set(self.policy.test.threshold)
         for gauge in (metrics.INTERLEAVING_STATISTIC, metrics.INTERLEAVING_DECISION):
             gauge.clear()
         for model, seen in self.evidence().items():

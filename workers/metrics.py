@@ -165,7 +165,9 @@ CHAMPION_RACE_DECISION = Gauge(
     ["model"],
 )
 CHAMPION_RACE_THRESHOLD = Gauge(
-    "rankstream_champion_race_threshold", "log(1/alpha): the statistic a switch needs."
+    "rankstream_champion_race_threshold",
+    "log(1/alpha): the statistic a switch needs, in the judged race (the evaluator) and the "
+    "interleaving race (the click join) alike: they share the test.",
 )
 CHAMPION_RACE_GAUGES = (
     CHAMPION_RACE_PAIRS,
@@ -187,7 +189,8 @@ INTERLEAVING_OUTCOMES = Counter(
 )
 INTERLEAVING_STATISTIC = Gauge(
     "rankstream_interleaving_log_statistic",
-    "log of the interleaving race's wealth against 'no better'; a switch at log(1/alpha).",
+    "log of the interleaving race's wealth against 'no better'; a switch once it reaches "
+    "rankstream_champion_race_threshold.",
     ["challenger"],
 )
 INTERLEAVING_DECISION = Gauge(
@@ -286,8 +289,8 @@ IMPRESSIONS_WAITING = Gauge(
 )
 CLICKS_PRODUCED = Counter(
     "rankstream_clicks_produced_total",
-    "Click rows sent to the clicks topic (a no-click row counts too), by the API or a "
-    "ClickProducer.",
+    "Click rows sent to the clicks topic (a no-click row counts too), by the API, a "
+    "ClickProducer or the simulator's clicking users.",
 )
 
 # --- batch worker -------------------------------------------------------------------------

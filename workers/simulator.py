@@ -74,7 +74,7 @@ from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers import baseline
+from rankstream.workers import baseline, metrics
 from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
 from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.interleaver import Interleaver
@@ -290,6 +290,7 @@ class SimulatorHandler(Handler):
         )
         runtime.producer.send(self.settings.clicks_topic, encode_clicks(clicks), key)
         self.clicks_produced += n
+        metrics.CLICKS_PRODUCED.inc(len(clicks))
         self.interleaved_produced += bool(challengers)
         shown = served_ndcg(query, order_scores(order[:display], len(order)))
         self.shown_ndcg_total += shown
