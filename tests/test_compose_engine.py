@@ -58,7 +58,11 @@ import yaml
 from test_compose import APP_SERVICES, COMPOSE, DEPLOY, REPO, SERVICES
 from test_grafana import dashboard_queries
 
-pytestmark = pytest.mark.engine
+PREPARE_SECONDS = 1800  # prepare.sh's own deadline: the engine, Compose v2 and images, fresh
+# The first test's setup runs prepare.sh (~10 min on a fresh machine) and `compose up
+# --wait`, so the suite's 600 s per test would fail a fresh machine's first run; each step
+# here keeps its own deadline (subprocess timeouts, `wait_for`), this one guards a hang.
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(PREPARE_SECONDS + 900)]
 
 ARTIFACTS = REPO / "report" / "compose-test"
 PREPARE = DEPLOY / "enginetest" / "prepare.sh"
@@ -219,7 +223,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     started = time.monotonic()
     prepare = subprocess.run(
         ["bash", str(PREPARE)], env={**os.environ, "COMPOSE_TEST_TIMINGS": str(timings_tsv)},
-        capture_output=True, text=True, timeout=1800,
+        capture_output=True, text=True, timeout=PREPARE_SECONDS,
     )  # fmt: skip
     (ARTIFACTS / "prepare.log").write_text(prepare.stdout + prepare.stderr)
     if prepare.returncode == 3:
