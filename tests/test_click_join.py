@@ -390,6 +390,19 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
     assert estimator.to_state() == stored.meta["estimator"]
 
 
+def test_a_join_saved_with_an_empty_outbox_loads_again() -> None:
+    """A checkpoint after impressions alone (no session closed: nothing to send) holds an
+    empty outbox; a join restarted from it loads (it once failed on the empty split)."""
+    settings, transport, store = _settings(), EmbeddedTransport(), EmbeddedModelStore()
+    _send(transport, settings, [e for e in _stream(n=3) if e[0] == "imp"])
+    _run(settings, transport, store, JoinOptions())
+    saved = store.load("click-join")
+    assert saved is not None and saved.meta["join"]["outbox_keys"] == []
+    again = ClickJoin(settings, JoinOptions(), transport=transport, store=store)
+    again.handler.load(again)
+    assert again.handler.outbox == [] and again.handler.counters.impressions == 3
+
+
 class _CrashError(Exception):
     pass
 

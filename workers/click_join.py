@@ -560,8 +560,9 @@ def _rows(decoded: Decoded[T]) -> list[tuple[int, T]]:
 
 
 def _split(values: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """The outbox's messages from their bytes and end offsets (none for an empty one)."""
     data = np.asarray(values, dtype=np.uint8).tobytes()
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)[: len(ends)]
     return [data[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]
 
 
