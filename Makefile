@@ -88,7 +88,8 @@ fuzz: $(STAMP)
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 # The serving API with the real broker, then Redis, paused (SIGSTOP) for the issue's 75 s
-# while a client posts feedback every second; `make test` runs the same with 15 s pauses.
+# while a client posts feedback (and, with the broker paused, clicks) every second;
+# `make test` runs the same with 15 s pauses.
 stall-test: $(STAMP)
 	RANKSTREAM_STALL_SECONDS=75 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/test_serve_stall.py

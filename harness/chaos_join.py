@@ -2,7 +2,7 @@
 
 `run_join_chaos` writes one seeded stream of impressions and clicks (`join_stream`:
 position-based users, examination (1/k)^1, a share of the impressions swapped as a
-server does with `ranking.propensity.choose_swap`, every session closed by its
+server does with `ranking.propensity.randomize`, every session closed by its
 "session over" row) twice, into two fresh topic prefixes on the configured Kafka, paced
 so the stream lasts `seconds_per_kill` per kill. On the first, `rankstream worker
 click-join` runs as a subprocess and is SIGKILLed at seeded points of its stored progress
@@ -108,7 +108,7 @@ class JoinChaosResult:
 
 def join_stream(plan: JoinChaosPlan, width: int) -> list[tuple[str, bytes, bytes]]:
     """(kind "imp"/"click", key, value) messages: each impression, then its clicks message."""
-    from rankstream.ranking.propensity import choose_swap, swap, swap_intervention
+    from rankstream.ranking.propensity import SWAP, randomize
     from rankstream.stream.click_schema import (
         Click,
         Impression,
@@ -124,12 +124,12 @@ def join_stream(plan: JoinChaosPlan, width: int) -> list[tuple[str, bytes, bytes
         iid = uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i).hex
         ids = rng.choice(100_000, plan.shown, replace=False).astype(np.int64)
         phi = rng.standard_normal((plan.shown, width)).astype(np.float32)
-        k = choose_swap(rng, plan.intervention_share, plan.shown)
-        order = np.arange(plan.shown) if k is None else swap(np.arange(plan.shown), k)
+        shown = randomize(np.arange(plan.shown), SWAP, plan.intervention_share, rng)
+        order = shown.order
         t = 1_700_000_000.0 + 0.1 * i
         impression = Impression(
             iid, t, UNI_CON, 1, {UNI_CON: 1}, ids[order], phi[order],
-            intervention=None if k is None else swap_intervention(k),
+            shown_probability=shown.probability, intervention=shown.intervention,
         )  # fmt: skip
         attractive = 0.1 + 0.8 * (phi[order, 0] > 0.5)
         clicked = rng.random(plan.shown) < examined * attractive

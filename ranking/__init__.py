@@ -2,10 +2,17 @@
 
 `DEFAULT_PHI_DIM` lives here, with no import at all, because three layers share it:
 the simulator's width, the deployment's default (`stream.settings`, which must stay
-numpy-free) and the width a model stored before widths were configurable has.
+numpy-free) and the width a model stored before widths were configurable has. The
+propensity interventions' names live here for the same reason: `ranking.propensity`
+makes them, `stream.settings` lets a deployment choose one (`RANKSTREAM_INTERVENTION`).
 """
 
 # The paper's phi: 9 descriptors x 4 similarity measures, as many as the synthetic
 # collection's `feature_names` (tests/test_feedback.py checks); a constant, because
 # counting the measures would import numba.
 DEFAULT_PHI_DIM = 36
+
+# The randomized logging policies `ranking.propensity.randomize` makes: the top shown
+# shuffled (RandTop-n, serve's default: the first) or ranks 1 and k swapped.
+SHUFFLE, SWAP = "shuffle", "swap"
+INTERVENTIONS = (SHUFFLE, SWAP)

@@ -1,32 +1,38 @@
 """Position-bias propensities estimated online from randomized interventions.
 
-Two interventions, two estimators sharing the prior and the tail past the measured ranks:
-`PropensityEstimator` (RandTop-n, the simulator's: the top `depth` shuffled) and
-`SwapPropensityEstimator` (ranks 1 and k swapped on a share of the traffic: what `rankstream
-serve` does, `choose_swap`, and what the click join reads from each impression's
-`intervention`, "swap:1-k"). The rest of this docstring is RandTop-n's.
-
 IPS-weighted click pairs (`ranking.click_pairs`) need P(examined at rank k), and it is
 not known: it depends on the users, the page layout, the device. It is estimated here
-from a small, randomized share of the traffic, the intervention of Joachims,
-Swaminathan & Schnabel ("Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017,
-§6: randomizing the top n, their "RandTop-n"): on an intervened impression the top
-`depth` results of the served ranking are shown in a uniformly random order. Over many
-such impressions every rank 1..depth holds the same documents on average, so the
-click-through rate at rank k is P(examined at k) times one common mean attractiveness,
-and the ratio of the click counts at rank k and at rank 1 estimates p_k / p_1. The
-propensities are relative to rank 1 (p_1 = 1): IPS weights only need them up to a
-common factor. (Swapping only ranks 1 and k, their gentler intervention, gives one
-rank's observation per impression instead of `depth`; randomizing the top `depth`
-reaches the same precision with `depth` times fewer intervened impressions.)
+from a small, randomized share of the traffic, the interventions of Joachims,
+Swaminathan & Schnabel ("Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017, §6).
+Two of them, chosen by `rankstream serve`'s `RANKSTREAM_INTERVENTION`, both made by
+`randomize` (serve, the simulators and `eval propensities` call it) and both read by one
+estimator, `PropensityEstimator` (what the click join holds):
 
-Thin data. With c_k clicks at rank k on the intervened impressions so far,
+* "shuffle" (RandTop-n, the default): on an intervened impression the top `depth`
+  results are shown in a uniformly random order, logged as "shuffle:1-n". Every rank
+  1..n then holds the same documents on average, so on those impressions the clicks at
+  rank k over the clicks at rank 1 estimate p_k / p_1: every intervened impression
+  observes every rank.
+* "swap": the results at ranks 1 and k (k uniform in 2..depth) trade places, logged as
+  "swap:1-k". Which impressions are swapped is random, so the result moved to rank k is,
+  on average, the one the impressions shown as ranked have at rank 1: the clicks at rank
+  k on the k-swapped impressions over n_k times the click-through rate at rank 1 of the
+  unrandomized impressions (ctr_1) estimate p_k / p_1. One rank observed per intervened
+  impression: it needs about depth - 1 times the shuffle's traffic for the same precision
+  (README, "Propensities from randomized impressions").
 
-    p_k / p_1 = (c_k + m pi_k) / (c_1 + m),   pi_k = (1/k)^prior_eta
+Both are ratios of the clicks seen at rank k to the clicks rank 1's propensity would have
+had on the same exposures, so the estimator pools whatever it is given (a deployment that
+changed interventions keeps its counts). With c_k the clicks at rank k on shuffles that
+covered rank k and s_k their clicks at rank 1, and w_k the clicks at rank k on the n_k
+impressions swapped with k:
+
+    p_k / p_1 = (c_k + w_k + m pi_k) / (s_k + n_k ctr_1 + m),   pi_k = (1/k)^prior_eta
 
 a prior worth `m` = `prior_clicks` clicks at rank 1, shaped like the position-based
 model with `prior_eta` (1 by default, the usual 1/rank). Before any intervention the
-estimate is the prior; once c_1 >> m the data decide.
+estimate is the prior; once the data's clicks >> m the data decide. Propensities are
+relative to rank 1 (p_1 = 1): IPS weights only need them up to a common factor.
 
 Past `depth`. Ranks below the randomized ones are never observed apart from their
 ranking; there the estimate extends as a power law k^-eta_hat, eta_hat the
@@ -35,21 +41,47 @@ at >= 0, so propensities never increase with rank beyond `depth`.
 
 >>> import numpy as np
 >>> estimator = PropensityEstimator(depth=3, prior_clicks=0.0)
->>> estimator.observe(np.array([True, True, False]))
->>> estimator.observe(np.array([True, False, True]))
+>>> estimator.observe("shuffle:1-3", np.array([True, True, False]))
+>>> estimator.observe("shuffle:1-3", np.array([True, False, True]))
 >>> estimator.propensities(3).tolist()
 [1.0, 0.5, 0.5]
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rankstream.ranking import INTERVENTIONS, SHUFFLE, SWAP
+
+__all__ = [
+    "DEFAULT_DEPTH",
+    "INTERVENTIONS",
+    "SHUFFLE",
+    "SWAP",
+    "PropensityEstimator",
+    "Shown",
+    "choose_swap",
+    "extend_past_depth",
+    "parse_intervention",
+    "parse_swap",
+    "prior_propensities",
+    "randomize",
+    "shuffle_intervention",
+    "swap",
+    "swap_intervention",
+]
+
 DEFAULT_DEPTH = 10
 DEFAULT_PRIOR_ETA = 1.0
 DEFAULT_PRIOR_CLICKS = 10.0
+SWAP_PREFIX = "swap:1-"
+SHUFFLE_PREFIX = "shuffle:1-"
 
 
 def prior_propensities(depth: int, prior_eta: float) -> np.ndarray:
@@ -72,92 +104,17 @@ def extend_past_depth(measured: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([measured, np.maximum(tail, floor)])
 
 
-class PropensityEstimator:
-    """Click counts per rank on intervened impressions, and the propensities they give."""
+# --- the interventions --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shown:
+    """One ranking as a randomized logging policy shows it: `order` (the ranking's items
+    in displayed order), the impression's `intervention` (None: shown as ranked) and
+    `probability`, P(this order | the ranking) under the policy (the wire's
+    `shown_probability`)."""
 
-    def __init__(
-        self,
-        depth: int = DEFAULT_DEPTH,
-        prior_eta: float = DEFAULT_PRIOR_ETA,
-        prior_clicks: float = DEFAULT_PRIOR_CLICKS,
-    ) -> None:
-        if depth < 2:
-            raise ValueError(f"depth must be >= 2 (rank 1 and another), got {depth}")
-        if not (np.isfinite(prior_eta) and prior_eta >= 0):
-            raise ValueError(f"prior_eta must be finite and >= 0, got {prior_eta}")
-        if not (np.isfinite(prior_clicks) and prior_clicks >= 0):
-            raise ValueError(f"prior_clicks must be finite and >= 0, got {prior_clicks}")
-        self.depth = depth
-        self.prior_eta = float(prior_eta)
-        self.prior_clicks = float(prior_clicks)
-        self.clicks = np.zeros(depth, dtype=np.int64)
-        self.impressions = 0
-
-    def intervene(self, ranking: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """`ranking` (displayed order) with its top `depth` shuffled uniformly at random."""
-        shown = np.array(ranking, copy=True)
-        top = min(self.depth, shown.shape[0])
-        shown[:top] = shown[:top][rng.permutation(top)]
-        return shown
-
-    def observe(self, clicks: np.ndarray) -> None:
-        """Count an intervened impression's clicks (bool, displayed order; >= depth shown)."""
-        clicks = np.asarray(clicks)
-        if clicks.ndim != 1 or clicks.dtype != bool:
-            raise ValueError(f"clicks must be a 1-d bool array, got {clicks.dtype} {clicks.shape}")
-        if clicks.shape[0] < self.depth:
-            raise ValueError(f"an intervened impression shows >= {self.depth} results")
-        self.clicks += clicks[: self.depth]
-        self.impressions += 1
-
-    def observe_many(self, clicks: np.ndarray) -> None:
-        """Count many intervened impressions at once: clicks (n, >= depth) bool."""
-        clicks = np.asarray(clicks)
-        if clicks.ndim != 2 or clicks.dtype != bool or clicks.shape[1] < self.depth:
-            raise ValueError(f"clicks must be (n, >= {self.depth}) bool, got {clicks.shape}")
-        self.clicks += clicks[:, : self.depth].sum(axis=0)
-        self.impressions += clicks.shape[0]
-
-    def relative_ctr(self) -> np.ndarray:
-        """p_k / p_1 for ranks 1..depth: the click ratios, shrunk toward the prior."""
-        prior = prior_propensities(self.depth, self.prior_eta)
-        denominator = self.clicks[0] + self.prior_clicks
-        if denominator == 0:  # no prior and no click at rank 1 yet: the prior's shape
-            return prior
-        return np.minimum((self.clicks + self.prior_clicks * prior) / denominator, 1.0)
-
-    def propensities(self, n: int) -> np.ndarray:
-        """P(examined at rank k) / P(examined at rank 1) for k = 1..n (see the docstring).
-
-        Estimates are capped at 1 (rank 1's), and the power-law tail past `depth` starts
-        from the estimate at `depth`."""
-        return extend_past_depth(self.relative_ctr(), n)
-
-    def to_state(self) -> dict[str, Any]:
-        """JSON-able counts and settings (for a store), read back by `from_state`."""
-        return {
-            "depth": self.depth,
-            "prior_eta": self.prior_eta,
-            "prior_clicks": self.prior_clicks,
-            "clicks": self.clicks.tolist(),
-            "impressions": self.impressions,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> PropensityEstimator:
-        estimator = cls(state["depth"], state["prior_eta"], state["prior_clicks"])
-        clicks = np.asarray(state["clicks"], dtype=np.int64)
-        impressions = int(state["impressions"])
-        if clicks.shape != (estimator.depth,) or (clicks < 0).any() or impressions < 0:
-            raise ValueError("state clicks must be depth counts >= 0, impressions >= 0")
-        if (clicks > impressions).any():
-            raise ValueError("a rank cannot have more clicks than intervened impressions")
-        estimator.clicks, estimator.impressions = clicks, impressions
-        return estimator
-
-
-# --- the swap intervention ---------------------------------------------------------------
-SWAP_PREFIX = "swap:1-"
+    order: np.ndarray
+    intervention: str | None
+    probability: float
 
 
 def choose_swap(
@@ -165,14 +122,8 @@ def choose_swap(
 ) -> int | None:
     """The rank k (2..min(depth, shown)) whose result trades places with rank 1's on this
     impression, with probability `share`; None (show the ranking as it is) otherwise.
-
-    This is what a server calls per ranking it answers (`rankstream serve` with
-    `RANKSTREAM_INTERVENTION_SHARE`), then shows `swap(ranking, k)` and logs
-    `swap_intervention(k)` as the impression's `intervention`; the click join reads it
-    back with `parse_swap`. k is uniform, so every rank gets 1/(depth - 1) of the share.
-    """
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(f"share must lie in [0, 1], got {share}")
+    k is uniform, so every rank gets 1/(depth - 1) of the share."""
+    _check_share(share)
     top = min(depth, shown)
     if top < 2 or rng.random() >= share:
         return None
@@ -193,41 +144,88 @@ def swap_intervention(k: int) -> str:
     return f"{SWAP_PREFIX}{int(k)}"
 
 
+def shuffle_intervention(n: int) -> str:
+    """The impression's `intervention` for ranks 1..n shown shuffled: "shuffle:1-n"."""
+    return f"{SHUFFLE_PREFIX}{int(n)}"
+
+
+def randomize(
+    ranking: np.ndarray,
+    kind: str,
+    share: float,
+    rng: np.random.Generator,
+    depth: int = DEFAULT_DEPTH,
+) -> Shown:
+    """`ranking` (ranked order) as the logging policy `kind` shows it: with probability
+    `share` randomized (SHUFFLE: the top min(depth, n) in a uniformly random order; SWAP:
+    ranks 1 and a uniform k in 2..min(depth, n) traded), else as ranked. What `rankstream
+    serve` calls per ranking it logs (`RANKSTREAM_INTERVENTION`,
+    `RANKSTREAM_INTERVENTION_SHARE`); the click join's `PropensityEstimator` reads the
+    logged `intervention` back. The probability is of the order shown, so a shuffle that
+    drew the ranked order also counts the unrandomized (1 - share)."""
+    if kind not in INTERVENTIONS:
+        raise ValueError(f"intervention must be one of {', '.join(INTERVENTIONS)}, got {kind!r}")
+    _check_share(share)
+    ranking = np.asarray(ranking)
+    top = min(depth, ranking.shape[0])
+    if kind == SWAP:
+        k = choose_swap(rng, share, ranking.shape[0], depth)
+        if k is None:
+            return Shown(ranking, None, 1.0 - share if top >= 2 else 1.0)
+        return Shown(swap(ranking, k), swap_intervention(k), share / (top - 1))
+    if top < 2:
+        return Shown(ranking, None, 1.0)
+    uniform = share / math.factorial(top)  # each order of the top, shuffled
+    if rng.random() >= share:
+        return Shown(ranking, None, 1.0 - share + uniform)
+    permutation = rng.permutation(top)
+    shown = np.array(ranking, copy=True)
+    shown[:top] = shown[:top][permutation]
+    as_ranked = bool((permutation == np.arange(top)).all())
+    return Shown(shown, shuffle_intervention(top), uniform + (1.0 - share) * as_ranked)
+
+
+@functools.lru_cache(maxsize=256)
+def parse_intervention(intervention: str | None) -> tuple[str, int] | None:
+    """(SWAP, k) of "swap:1-k" (k >= 2), (SHUFFLE, n) of "shuffle:1-n" (n >= 2); None for
+    no intervention or one this code does not know."""
+    if intervention is None:
+        return None
+    for kind, prefix in ((SWAP, SWAP_PREFIX), (SHUFFLE, SHUFFLE_PREFIX)):
+        if intervention.startswith(prefix):
+            tail = intervention[len(prefix) :]
+            if tail.isdigit() and int(tail) >= 2:
+                return kind, int(tail)
+    return None
+
+
 def parse_swap(intervention: str | None) -> int | None:
     """k of a "swap:1-k" intervention (k >= 2); None for no intervention or another kind."""
-    if intervention is None or not intervention.startswith(SWAP_PREFIX):
-        return None
-    tail = intervention[len(SWAP_PREFIX) :]
-    if not tail.isdigit() or int(tail) < 2:
-        return None
-    return int(tail)
+    parsed = parse_intervention(intervention)
+    return parsed[1] if parsed is not None and parsed[0] == SWAP else None
 
 
-class SwapPropensityEstimator:
-    """Propensities from swap interventions (Joachims, Swaminathan & Schnabel, WSDM 2017,
-    §6: swap the results at rank 1 and rank k on a small random share of the traffic).
+def _check_share(share: float) -> None:
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must lie in [0, 1], got {share}")
 
-    Which impressions are swapped is random, so the result a swap moves to rank k is, on
-    average, the result the *unswapped* impressions show at rank 1. The click-through rate
-    at rank k on impressions swapped with k is p_k a and the one at rank 1 on unswapped
-    impressions is p_1 a, with one common mean attractiveness a, so their ratio is
-    p_k / p_1 (propensities relative to rank 1, all IPS weights need). With c_k clicks at
-    rank k on n_k impressions swapped with k, and c_1 clicks at rank 1 on n_1 unswapped
-    ones (ctr_1 = c_1 / n_1):
 
-        p_k / p_1 = (c_k + m pi_k) / (n_k ctr_1 + m),   pi_k = (1/k)^prior_eta
+# --- the estimator ------------------------------------------------------------------------
+_UNCOUNTED = -1  # an intervention this code does not know: counted nowhere
 
-    n_k ctr_1 is how many clicks rank k would have had at rank 1's propensity; a prior worth
-    `m` = `prior_clicks` of them, shaped like the position-based model (1/rank by default),
-    holds until the data outweigh it (without data: exactly the prior). Capped at 1, and
-    extended past `depth` as `extend_past_depth` does.
 
-    >>> estimator = SwapPropensityEstimator(depth=3, prior_clicks=0.0)
+class PropensityEstimator:
+    """Click counts per rank by intervention, and the propensities they give (module
+    docstring). Every impression goes in with its logged `intervention`: None (shown as
+    ranked: its rank-1 click rate is the swap's baseline), "swap:1-k" or "shuffle:1-n";
+    any other intervention counts nowhere (its ranks are not comparable).
+
+    >>> estimator = PropensityEstimator(depth=3, prior_clicks=0.0)
     >>> for _ in range(4):
     ...     estimator.observe(None, np.array([True, False, False]))
-    >>> estimator.observe(2, np.array([False, True, False]))
-    >>> estimator.observe(3, np.array([False, False, False]))
-    >>> estimator.observe(3, np.array([False, False, True]))
+    >>> estimator.observe("swap:1-2", np.array([False, True, False]))
+    >>> estimator.observe("swap:1-3", np.array([False, False, False]))
+    >>> estimator.observe("swap:1-3", np.array([False, False, True]))
     >>> estimator.propensities(3).tolist()
     [1.0, 1.0, 0.5]
     """
@@ -238,79 +236,117 @@ class SwapPropensityEstimator:
         prior_eta: float = DEFAULT_PRIOR_ETA,
         prior_clicks: float = DEFAULT_PRIOR_CLICKS,
     ) -> None:
-        PropensityEstimator(depth, prior_eta, prior_clicks)  # the same checks
+        if depth < 2:
+            raise ValueError(f"depth must be >= 2 (rank 1 and another), got {depth}")
+        if not (np.isfinite(prior_eta) and prior_eta >= 0):
+            raise ValueError(f"prior_eta must be finite and >= 0, got {prior_eta}")
+        if not (np.isfinite(prior_clicks) and prior_clicks >= 0):
+            raise ValueError(f"prior_clicks must be finite and >= 0, got {prior_clicks}")
         self.depth, self.prior_eta, self.prior_clicks = depth, float(prior_eta), float(prior_clicks)
-        self.impressions = np.zeros(depth, dtype=np.int64)  # [0]: unswapped, [k-1]: swapped k
-        self.clicks = np.zeros(depth, dtype=np.int64)  # [0]: at rank 1 unswapped, [k-1]: at k
+        zeros = functools.partial(np.zeros, depth, dtype=np.int64)
+        self.impressions = zeros()  # [0]: shown as ranked, [k-1]: swapped with k
+        self.clicks = zeros()  # [0]: at rank 1 shown as ranked, [k-1]: at k swapped with k
+        self.shuffled = zeros()  # [k-1]: shuffles that covered rank k
+        self.shuffled_clicks = zeros()  # [k-1]: their clicks at rank k
+        self.shuffled_top = zeros()  # [k-1]: their clicks at rank 1
 
-    def observe(self, k: int | None, clicks: np.ndarray) -> None:
-        """Count an impression's clicks (bool, displayed order): unswapped (k None) at rank
-        1, swapped with k at rank k; a swap beyond `depth` counts nowhere."""
+    def observe(self, intervention: str | None, clicks: np.ndarray) -> None:
+        """Count one impression's clicks (bool, displayed order) under its intervention."""
         clicks = np.asarray(clicks)
         if clicks.ndim != 1 or clicks.dtype != bool or clicks.shape[0] < 1:
             raise ValueError(f"clicks must be a 1-d bool array, got {clicks.dtype} {clicks.shape}")
-        if k is not None and int(k) < 2:
-            return
-        self.observe_many(np.array([0 if k is None else int(k)]), clicks[None, :])
+        self.observe_many([intervention], clicks[None, :])
 
-    def observe_many(self, swapped: np.ndarray, clicks: np.ndarray) -> None:
-        """Count n impressions at once: `swapped` (n,) the k each was swapped with (0:
-        unswapped), `clicks` (n, L) bool in displayed order; as `observe` counts each."""
-        swapped, clicks = np.asarray(swapped), np.asarray(clicks)
+    def observe_many(self, interventions: Sequence[str | None], clicks: np.ndarray) -> None:
+        """Count n impressions at once: their interventions and clicks (n, L) bool in
+        displayed order; as `observe` counts each."""
+        clicks = np.asarray(clicks)
         if clicks.ndim != 2 or clicks.dtype != bool or clicks.shape[1] < 1:
             raise ValueError(f"clicks must be (n, >= 1) bool, got {clicks.dtype} {clicks.shape}")
-        if swapped.shape != clicks.shape[:1] or not np.issubdtype(swapped.dtype, np.integer):
-            raise ValueError(f"swapped must be {clicks.shape[0]} integers, got {swapped.shape}")
+        if len(interventions) != clicks.shape[0]:
+            raise ValueError(f"need {clicks.shape[0]} interventions, got {len(interventions)}")
+        swapped = np.full(clicks.shape[0], _UNCOUNTED, dtype=np.int64)  # 0: as ranked
+        shuffled = np.zeros(clicks.shape[0], dtype=np.int64)  # n of a shuffle of 1..n
+        for row, intervention in enumerate(interventions):
+            parsed = parse_intervention(intervention)
+            if intervention is None:
+                swapped[row] = 0
+            elif parsed is not None and parsed[0] == SWAP:
+                swapped[row] = parsed[1]
+            elif parsed is not None:
+                shuffled[row] = parsed[1]
+        width = min(self.depth, clicks.shape[1])
         rank = np.where(swapped == 0, 1, swapped)
-        counted = ((swapped == 0) | (swapped >= 2)) & (rank <= min(self.depth, clicks.shape[1]))
+        counted = (swapped >= 0) & (rank <= width)
         rows, at = np.flatnonzero(counted), rank[counted] - 1
         self.impressions += np.bincount(at, minlength=self.depth)
-        self.clicks += np.bincount(at, weights=clicks[rows, at], minlength=self.depth).astype(
-            np.int64
-        )
+        hits = np.bincount(at, weights=clicks[rows, at], minlength=self.depth)
+        self.clicks += hits.astype(np.int64)
+        covered = np.minimum(shuffled, width)  # ranks 1..covered randomized and shown
+        for k in range(1, width + 1):
+            rows = covered >= k
+            self.shuffled[k - 1] += int(rows.sum())
+            self.shuffled_clicks[k - 1] += int(clicks[rows, k - 1].sum())
+            self.shuffled_top[k - 1] += int(clicks[rows, 0].sum())
 
     def relative_ctr(self) -> np.ndarray:
-        """p_k / p_1 for ranks 1..depth (see the class docstring)."""
+        """p_k / p_1 for ranks 1..depth (the module docstring's pooled ratio)."""
         prior = prior_propensities(self.depth, self.prior_eta)
         ctr_1 = self.clicks[0] / self.impressions[0] if self.impressions[0] else 0.0
-        expected = self.impressions * ctr_1 + self.prior_clicks
-        found = np.divide(
-            self.clicks + self.prior_clicks * prior,
-            expected,
-            out=prior.copy(),
-            where=expected > 0,
-        )
+        swapped, swap_clicks = self.impressions.copy(), self.clicks.copy()
+        swapped[0] = swap_clicks[0] = 0  # rank 1's counts are the baseline, not a swap
+        seen = self.shuffled_clicks + swap_clicks + self.prior_clicks * prior
+        expected = self.shuffled_top + swapped * ctr_1 + self.prior_clicks
+        found = np.divide(seen, expected, out=prior.copy(), where=expected > 0)
         found[0] = 1.0
         return np.minimum(found, 1.0)
 
     def propensities(self, n: int) -> np.ndarray:
-        """P(examined at rank k) / P(examined at rank 1) for k = 1..n."""
+        """P(examined at rank k) / P(examined at rank 1) for k = 1..n (see the docstring).
+
+        Estimates are capped at 1 (rank 1's), and the power-law tail past `depth` starts
+        from the estimate at `depth`."""
         return extend_past_depth(self.relative_ctr(), n)
 
     @property
     def observed(self) -> int:
-        """Impressions counted (unswapped and swapped)."""
-        return int(self.impressions.sum())
+        """Impressions counted (as ranked, swapped and shuffled)."""
+        return int(self.impressions.sum() + self.shuffled[0])
+
+    @property
+    def intervened(self) -> int:
+        """Randomized impressions counted (swapped and shuffled)."""
+        return int(self.impressions[1:].sum() + self.shuffled[0])
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-able counts and settings, read back by `from_state`."""
+        """JSON-able counts and settings (the join's checkpoint, the stored `propensities`),
+        read back by `from_state`."""
         return {
             "depth": self.depth,
             "prior_eta": self.prior_eta,
             "prior_clicks": self.prior_clicks,
             "impressions": self.impressions.tolist(),
             "clicks": self.clicks.tolist(),
+            "shuffled": self.shuffled.tolist(),
+            "shuffled_clicks": self.shuffled_clicks.tolist(),
+            "shuffled_top": self.shuffled_top.tolist(),
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> SwapPropensityEstimator:
+    def from_state(cls, state: dict[str, Any]) -> PropensityEstimator:
+        """The estimator `to_state` saved; a state from before shuffles (swap counts only)
+        reads with no shuffle counted."""
         estimator = cls(state["depth"], state["prior_eta"], state["prior_clicks"])
-        impressions = np.asarray(state["impressions"], dtype=np.int64)
-        clicks = np.asarray(state["clicks"], dtype=np.int64)
         shape = (estimator.depth,)
-        if impressions.shape != shape or clicks.shape != shape:
-            raise ValueError(f"state counts must have {estimator.depth} entries")
-        if (clicks < 0).any() or (clicks > impressions).any():
-            raise ValueError("state clicks must be >= 0 and at most the impressions")
-        estimator.impressions, estimator.clicks = impressions, clicks
+        counts = {}
+        for name in ("impressions", "clicks", "shuffled", "shuffled_clicks", "shuffled_top"):
+            counts[name] = np.asarray(state.get(name, np.zeros(shape)), dtype=np.int64)
+            if counts[name].shape != shape or (counts[name] < 0).any():
+                raise ValueError(f"state {name} must be {estimator.depth} counts >= 0")
+        if (counts["clicks"] > counts["impressions"]).any() or (
+            np.maximum(counts["shuffled_clicks"], counts["shuffled_top"]) > counts["shuffled"]
+        ).any():
+            raise ValueError("a rank cannot have more clicks than impressions")
+        for name, value in counts.items():
+            setattr(estimator, name, value)
         return estimator

@@ -74,7 +74,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rankstream.ranking.baselines import UNI_CON
-from rankstream.ranking.propensity import choose_swap, swap, swap_intervention
+from rankstream.ranking.propensity import randomize
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -131,7 +131,7 @@ class ServeState:
         self.feedback = FeedbackDesk(settings, store)
         self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
-        self.swaps = np.random.default_rng()  # the propensity interventions' coin
+        self.interventions = np.random.default_rng()  # the propensity interventions' coin
         self.interleaver = Interleaver(settings)
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
@@ -317,7 +317,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     scores = loaded.scorer.score(query.phi)
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
     ranked = scores[order]
-    intervention = None  # a share of the logged rankings swap ranks 1 and k (propensities)
+    intervention = shown_probability = None  # a share of the logged rankings: randomized
     teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaver)
     challengers = (
         state.interleaver.challengers(state.registry.snapshot.models, loaded.name)
@@ -331,10 +331,10 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         teams = {"teams": merged.teams, "team_models": merged.team_models}
         metrics.RANKINGS_INTERLEAVED.inc()
     elif state.impressions is not None and state.settings.intervention_share > 0:
-        k = choose_swap(state.swaps, state.settings.intervention_share, len(order))
-        if k is not None:
-            order, intervention = swap(order, k), swap_intervention(k)
-            ranked = scores[order]
+        shown = randomize(order, state.settings.intervention,
+                          state.settings.intervention_share, state.interventions)  # fmt: skip
+        order, intervention, shown_probability = shown.order, shown.intervention, shown.probability
+        ranked = scores[order]
     ids = query.candidate_ids[order]
     latest = state.registry.snapshot.latest
     given = request.headers.get("x-request-id")
@@ -349,7 +349,8 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
             functools.partial(
                 served_impression, impression_id, query.candidate_ids, query.phi, order,
                 loaded.name, loaded.version, latest, time=time.time(),
-                intervention=intervention, **teams, **caller,
+                intervention=intervention, shown_probability=shown_probability, **teams,
+                **caller,
             )
         )  # fmt: skip
     echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}

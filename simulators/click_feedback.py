@@ -47,7 +47,7 @@ from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.pdgd import DEFAULT_LEARNING_RATE as PDGD_LEARNING_RATE
 from rankstream.ranking.pdgd import PDGD
-from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.ranking.propensity import SHUFFLE, PropensityEstimator, randomize
 from rankstream.ranking.scaling import Standardizer
 from rankstream.simulators.clicks import ClickModel
 from rankstream.simulators.feedback import JUDGED, Arm, JudgedArm, RetrievedQuery
@@ -101,18 +101,19 @@ class ClickPairArm:
         self.ranker, self.click_model, self.rng = ranker, click_model, rng
         self.estimator, self.intervention_share = estimator, intervention_share
         self.display, self.min_propensity, self.losers = display, min_propensity, losers
-        self._intervened = False
+        self._intervention: str | None = None  # of the impression served last
 
     def serve(self, query: RetrievedQuery) -> np.ndarray:
         scores = self.ranker.score(query.phi)
-        self._intervened = (
-            self.estimator is not None and self.rng.random() < self.intervention_share
-        )
-        if not self._intervened:
+        self._intervention = None
+        if self.estimator is None:
             return scores
-        shown = ranked_order(scores)[: self.display]
-        assert self.estimator is not None
-        return order_scores(self.estimator.intervene(shown, self.rng), scores.shape[0])
+        ranked = ranked_order(scores)[: self.display]
+        shown = randomize(ranked, SHUFFLE, self.intervention_share, self.rng, self.estimator.depth)
+        self._intervention = shown.intervention
+        if shown.intervention is None:
+            return scores
+        return order_scores(shown.order, scores.shape[0])
 
     def learn(self, query: RetrievedQuery, served: np.ndarray) -> None:
         shown = ranked_order(served)[: self.display]
@@ -121,8 +122,7 @@ class ClickPairArm:
             pairs = click_pairs(clicks, losers=self.losers)
             weights = None
         else:
-            if self._intervened:
-                self.estimator.observe(clicks)
+            self.estimator.observe(self._intervention, clicks)
             propensities = self.estimator.propensities(shown.shape[0])
             pairs = click_pairs(clicks, propensities, self.min_propensity, self.losers)
             weights = pairs.weight

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from rankstream.ranking import DEFAULT_PHI_DIM
+from rankstream.ranking import DEFAULT_PHI_DIM, INTERVENTIONS, SHUFFLE
 
 ENV_PREFIX = "RANKSTREAM_"
 # The values kafka-python takes (its consumer's docs; `kafka.net.sasl.SASL_MECHANISMS`).
@@ -312,12 +312,15 @@ class Settings:
     # (event time), and a click that overtook its impression waits this long for it.
     click_window_s: float = 1800.0
     click_grace_s: float = 60.0
-    # The share of logged rankings `rankstream serve` answers with ranks 1 and k swapped
-    # at random (`ranking.propensity.choose_swap`), from which the click join estimates
-    # propensities. Off by default (the answer's scores then always descend): a deployment
-    # that learns from clicks sets a small share, e.g. 0.05; without it the join's weights
-    # use the 1/rank prior.
+    # The share of logged rankings `rankstream serve` answers randomized
+    # (`ranking.propensity.randomize`), from which the click join estimates propensities:
+    # `intervention` shuffle (the top 10 in a random order, RandTop-n: the default, 5% of
+    # the traffic reaches 10% at ranks 1-10 for 1/rank^2 users within 10^6 impressions)
+    # or swap (ranks 1 and k traded). Off by default (the answer's scores then always
+    # descend): a deployment that learns from clicks sets a small share, e.g. 0.05;
+    # without it the join's weights use the 1/rank prior.
     intervention_share: float = 0.0
+    intervention: str = SHUFFLE
     # The share of /v1/rank requests for the champion (no model or version named) that
     # `rankstream serve` (and the simulated engine of `simulate --feedback clicks:MODEL` and
     # the click demo, for the rankings it serves with the champion) answers with an
@@ -330,6 +333,8 @@ class Settings:
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
             raise ValueError(f"phi_dim must be an integer >= 1, got {self.phi_dim!r}")
+        if self.intervention not in INTERVENTIONS:
+            raise ValueError(f"intervention must be one of {INTERVENTIONS}: {self.intervention!r}")
 
     def topic(self, kind: str) -> str:
         """The topic of one of `TOPIC_KINDS`."""
@@ -411,6 +416,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "click_window_s": ("CLICK_WINDOW_SECONDS", _positive_seconds),
     "click_grace_s": ("CLICK_GRACE_SECONDS", _positive_seconds),
     "intervention_share": ("INTERVENTION_SHARE", _share),
+    "intervention": ("INTERVENTION", _one_of(INTERVENTIONS)),
     "interleaving_share": ("INTERLEAVING_SHARE", _portion),
     "interleaving_method": ("INTERLEAVING_METHOD", _interleaving_method),
 }

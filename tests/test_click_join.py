@@ -1,6 +1,7 @@
 """The click join: its window (pairs by position, late/unknown/grace, eviction, state),
-its weights, the swap propensities, and exactly-once output across crashes (embedded
-transport and store here; tests/test_click_join_services.py runs it on Kafka and Redis)."""
+its weights, the propensities from swapped and shuffled impressions, and exactly-once
+output across crashes (embedded transport and store here; tests/test_click_join_services.py
+runs it on Kafka and Redis)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import pytest
 
 from rankstream.ranking.click_pairs import click_pairs
 from rankstream.ranking.propensity import (
-    SwapPropensityEstimator,
+    SWAP,
+    PropensityEstimator,
     choose_swap,
     parse_swap,
+    randomize,
+    shuffle_intervention,
     swap,
     swap_intervention,
 )
@@ -216,11 +220,10 @@ def test_the_swap_estimate_finds_the_position_based_truth() -> None:
     n, depth, share = 400_000, 10, 0.5
     truth = 1.0 / np.arange(1, 51)
     attract = rng.uniform(0.2, 0.9, (n, 50))  # each impression's results, top first
-    estimator = SwapPropensityEstimator(depth=depth, prior_clicks=0.0)
+    estimator = PropensityEstimator(depth=depth, prior_clicks=0.0)
     for i in range(n):
-        k = choose_swap(rng, share, 50, depth)
-        shown = attract[i] if k is None else swap(attract[i], k)
-        estimator.observe(k, rng.random(50) < truth * shown)
+        shown = randomize(attract[i], SWAP, share, rng, depth)
+        estimator.observe(shown.intervention, rng.random(50) < truth * shown.order)
     found = estimator.propensities(depth)
     per_rank = estimator.impressions[1:]
     se = np.sqrt(truth[1:depth] * 0.55 / (per_rank * 0.55 * truth[1:depth] + 1e-9) / per_rank)
@@ -229,13 +232,38 @@ def test_the_swap_estimate_finds_the_position_based_truth() -> None:
 
 
 def test_without_data_the_estimate_is_the_prior() -> None:
-    estimator = SwapPropensityEstimator(depth=10)
+    estimator = PropensityEstimator(depth=10)
     np.testing.assert_allclose(estimator.propensities(10), 1.0 / np.arange(1, 11))
     estimator.observe(None, np.array([True] + [False] * 9))
-    estimator.observe(4, np.array([False] * 10))
+    estimator.observe(swap_intervention(4), np.array([False] * 10))
     assert 0 < estimator.propensities(10)[3] < 0.25  # one unclicked swap pulls rank 4 down a bit
-    back = SwapPropensityEstimator.from_state(json.loads(json.dumps(estimator.to_state())))
+    back = PropensityEstimator.from_state(json.loads(json.dumps(estimator.to_state())))
     np.testing.assert_array_equal(back.propensities(30), estimator.propensities(30))
+
+
+def test_a_join_state_from_before_shuffles_reads_as_swaps_only() -> None:
+    """A checkpoint or stored `propensities` written before shuffles existed (swap counts
+    only) loads with nothing shuffled, and the same estimate."""
+    estimator = PropensityEstimator(depth=4)
+    estimator.observe_many(
+        [None, None, swap_intervention(2), swap_intervention(4)],
+        np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]], dtype=bool),
+    )
+    old = {k: v for k, v in estimator.to_state().items() if not k.startswith("shuffled")}
+    back = PropensityEstimator.from_state(old)
+    assert back.shuffled.tolist() == [0, 0, 0, 0]
+    np.testing.assert_array_equal(back.propensities(10), estimator.propensities(10))
+    with pytest.raises(ValueError, match="more clicks"):
+        PropensityEstimator.from_state({**old, "shuffled_top": [0, 1, 0, 0]})
+
+
+def test_interventions_this_code_does_not_know_count_nowhere() -> None:
+    """Only None (shown as ranked), "swap:1-k" and "shuffle:1-n" are counted: a ranking
+    randomized some other way says nothing about rank 1 as ranked."""
+    estimator = PropensityEstimator(depth=4)
+    clicks = np.ones((3, 4), dtype=bool)
+    estimator.observe_many(["pair:2-3", "swap:1-1", "shuffle:1-x"], clicks)
+    assert estimator.observed == 0 and estimator.intervened == 0
 
 
 # ------------------------------------------------------------------ the handler
@@ -259,13 +287,14 @@ def _send(transport: EmbeddedTransport, settings: Settings, events: list) -> Non
 
 
 def _stream(n: int = 40, seed: int = 0) -> list:
-    """n impressions (every 4th swapped), each with clicks then its end row; a late click,
-    an unknown impression and an unknown candidate among them."""
+    """n impressions (every 4th swapped, every 4th from the 3rd its top 6 shuffled), each
+    with clicks then its end row; a late click, an unknown impression and an unknown
+    candidate among them."""
     rng = np.random.default_rng(seed)
     events: list = []
     for i in range(n):
-        k = 2 + i % 5 if i % 4 == 0 else None
-        imp = _impression(i, float(i), intervention=None if k is None else swap_intervention(k))
+        intervention = {0: swap_intervention(2 + i % 5), 2: shuffle_intervention(6)}.get(i % 4)
+        imp = _impression(i, float(i), intervention=intervention)
         events.append(("imp", imp))
         ranks = np.flatnonzero(rng.random(6) < 0.3) + 1
         clicks = [Click(imp.impression_id, int(100 * i + r - 1), time=i + 0.5) for r in ranks]
@@ -326,7 +355,7 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
     assert [k for k, _ in out] == [f"click-join:{n}".encode() for n in range(len(out))]
     blocks = [decode_triplets(v, width=D) for _, v in out]
     # recompute what the join must have sent, session by session, from the estimator
-    estimator = SwapPropensityEstimator()
+    estimator = PropensityEstimator()
     expected_rows = []
     for kind, payload in events:
         if kind != "imp":
@@ -337,7 +366,7 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
         )
         clicked = np.isin(imp.candidate_ids, [c.candidate_id for c in clicks if c.clicked])
         pairs = click_pairs(clicked, estimator.propensities(6), 0.3, "skips")
-        estimator.observe(parse_swap(imp.intervention), clicked)
+        estimator.observe(imp.intervention, clicked)
         ids = imp.candidate_ids
         expected_rows += list(
             zip(ids[pairs.winner], ids[pairs.loser], pairs.weight.astype(np.float32), strict=True)
@@ -356,6 +385,22 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
     assert report["sessions"] == 40 and report["dead_letters"] == 3
     stored = store.load(PROPENSITIES_MODEL)
     np.testing.assert_array_equal(stored.arrays["propensity"], estimator.propensities(10))
+    assert stored.meta["estimator"]["shuffled"][0] == 10  # every shuffle counted, and
+    assert sum(stored.meta["estimator"]["impressions"][1:]) == 10  # every swap
+    assert estimator.to_state() == stored.meta["estimator"]
+
+
+def test_a_join_saved_with_an_empty_outbox_loads_again() -> None:
+    """A checkpoint after impressions alone (no session closed: nothing to send) holds an
+    empty outbox; a join restarted from it loads (it once failed on the empty split)."""
+    settings, transport, store = _settings(), EmbeddedTransport(), EmbeddedModelStore()
+    _send(transport, settings, [e for e in _stream(n=3) if e[0] == "imp"])
+    _run(settings, transport, store, JoinOptions())
+    saved = store.load("click-join")
+    assert saved is not None and saved.meta["join"]["outbox_keys"] == []
+    again = ClickJoin(settings, JoinOptions(), transport=transport, store=store)
+    again.handler.load(again)
+    assert again.handler.outbox == [] and again.handler.counters.impressions == 3
 
 
 class _CrashError(Exception):
@@ -442,9 +487,9 @@ def test_the_embedded_serve_runs_the_join_in_process() -> None:
     assert store.load(PROPENSITIES_MODEL) is not None
 
 
-def test_serve_swaps_a_share_of_its_rankings_and_logs_the_intervention() -> None:
-    """`RANKSTREAM_INTERVENTION_SHARE` 1: every answer shows ranks 1 and some k swapped,
-    and its impression names the swap and the order the engine was told to show."""
+def _served(intervention: str, n: int = 20) -> list[tuple[dict, Impression]]:
+    """`RANKSTREAM_INTERVENTION_SHARE` 1: n answers of serve to one request, each with the
+    impression it logged."""
     import time
 
     from starlette.testclient import TestClient
@@ -454,35 +499,63 @@ def test_serve_swaps_a_share_of_its_rankings_and_logs_the_intervention() -> None
     from rankstream.stream.embedded import embedded_transport, reset_embedded
 
     reset_embedded()
-    settings = Settings(topic_prefix=f"swap-{uuid.uuid4().hex[:8]}", intervention_share=1.0)
+    settings = Settings(
+        topic_prefix=f"{intervention}-{uuid.uuid4().hex[:8]}",
+        intervention_share=1.0,
+        intervention=intervention,
+    )
     rng = np.random.default_rng(0)
     ids = np.arange(500, 512)
     phi = rng.standard_normal((12, settings.phi_dim)).astype(np.float32)
     with TestClient(create_app(settings, store=EmbeddedModelStore(), poll_seconds=0.05)) as client:
         body = {"candidate_ids": ids.tolist(), "phi": phi.tolist()}
-        answers = [client.post("/v1/rank", json=body).json() for _ in range(20)]
+        answers = [client.post("/v1/rank", json=body).json() for _ in range(n)]
         transport, topic = embedded_transport(), settings.impressions_topic
         deadline = time.monotonic() + 30  # the writer thread drains the queue: a hang guard
         consumer = transport.consumer(None)
         consumer.assign([(topic, 0)])
         consumer.seek_to_beginning(topic, 0)
         logged = {}
-        while len(logged) < 20:  # a message may hold several impressions
-            assert time.monotonic() < deadline, f"{len(logged)} of 20 impressions written"
+        while len(logged) < n:  # a message may hold several impressions
+            assert time.monotonic() < deadline, f"{len(logged)} of {n} impressions written"
             for m in consumer.poll(timeout_ms=100, max_records=100):
                 for imp in decode_impressions(m.value, width=settings.phi_dim).records:
                     logged[imp.impression_id] = imp
-    ks = set()
     for answer in answers:
-        impression = logged[answer["impression_id"]]
+        assert logged[answer["impression_id"]].candidate_ids.tolist() == answer["candidate_ids"]
+    return [(answer, logged[answer["impression_id"]]) for answer in answers]
+
+
+def test_serve_swaps_a_share_of_its_rankings_and_logs_the_intervention() -> None:
+    """`RANKSTREAM_INTERVENTION` swap: every answer shows ranks 1 and some k swapped, and
+    its impression names the swap, its probability and the order the engine was told to
+    show."""
+    ks = set()
+    for answer, impression in _served("swap"):
         k = parse_swap(impression.intervention)
         assert k is not None and 2 <= k <= 10
         scores = np.array(answer["scores"])
         assert (np.diff(swap(scores, k)) <= 0).all()  # swapped back: the model's ranking
         assert scores[0] < scores[k - 1]  # as shown: rank k's result was rank 1's
-        assert impression.candidate_ids.tolist() == answer["candidate_ids"]
+        assert impression.shown_probability == pytest.approx(1 / 9)  # k uniform in 2..10
         ks.add(k)
     assert len(ks) > 3  # k is drawn, not fixed
+
+
+def test_serve_shuffles_the_top_of_a_share_of_its_rankings_by_default() -> None:
+    """`RANKSTREAM_INTERVENTION` shuffle (the default): every answer shows the model's top
+    10 in some order and the rest as ranked; its impression names the shuffle and the
+    probability of the order shown, 1/10!."""
+    assert Settings().intervention == "shuffle"
+    orders = set()
+    for answer, impression in _served("shuffle"):
+        assert impression.intervention == "shuffle:1-10"
+        assert impression.shown_probability == pytest.approx(1 / 3_628_800)
+        scores = np.array(answer["scores"])
+        assert scores[:10].min() > scores[10:].max()  # the top 10 are the model's top 10
+        assert (np.diff(scores[10:]) <= 0).all()  # ranks 11-12 as ranked
+        orders.add(tuple(answer["candidate_ids"][:10]))
+    assert len(orders) > 10  # drawn per answer, not fixed
 
 
 def test_a_repeated_impression_id_is_dead_lettered_with_its_own_bytes() -> None:

@@ -26,6 +26,12 @@ def test_settings_refuse_a_width_below_one():
         Settings(phi_dim=0)
 
 
+def test_settings_refuse_an_intervention_serve_cannot_make():
+    assert Settings().intervention == "shuffle"  # RandTop-n: what meets the target at 5%
+    with pytest.raises(ValueError, match="intervention"):
+        Settings(intervention="randtop")
+
+
 def test_every_settings_field_is_read_from_one_variable():
     """`VARIABLES` is the one list of what the environment sets: every field, once."""
     from dataclasses import fields
@@ -60,6 +66,7 @@ GOOD = {
     "RANKSTREAM_IMPRESSION_LOGGING": ("off", "impression_logging", False),
     "RANKSTREAM_IMPRESSION_QUEUE": ("50", "impression_queue", 50),
     "RANKSTREAM_IDEMPOTENCY_RETENTION_SECONDS": ("3600", "idempotency_retention_s", 3600.0),
+    "RANKSTREAM_INTERVENTION": ("swap", "intervention", None),
 }
 
 
@@ -86,6 +93,7 @@ BAD = {
     "RANKSTREAM_API_GRACE_SECONDS": ("-1", "a number of seconds > 0"),
     "RANKSTREAM_IMPRESSION_LOGGING": ("yes", "on or off"),
     "RANKSTREAM_IMPRESSION_QUEUE": ("0", "an integer >= 1"),
+    "RANKSTREAM_INTERVENTION": ("randtop", "one of shuffle, swap"),
 }
 
 

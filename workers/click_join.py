@@ -14,8 +14,9 @@ and for candidates their impression did not show are dead-lettered with their re
 counted (`rankstream_dead_letters_total{reason}`).
 
 Propensities. The weights come from the join's current estimate
-(`ranking.propensity.SwapPropensityEstimator`, from the impressions a server swapped at
-random, `choose_swap`; the 1/rank prior until the data outweigh it), taken before the
+(`ranking.propensity.PropensityEstimator`, from the impressions a server randomized,
+`randomize`: the top shuffled or ranks 1 and k swapped, read back from each impression's
+`intervention`; the 1/rank prior until the data outweigh it), taken before the
 session itself is counted. Propensities are clipped below at `min_propensity` (0.1 by
 default: no pair weighs more than 10). The estimate is measured at ranks 1..10 only and
 extrapolated below, and 1/p of a small, noisy p is where IPS variance comes from; a click
@@ -50,7 +51,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rankstream.ranking.click_pairs import click_pairs
-from rankstream.ranking.propensity import SwapPropensityEstimator, parse_swap
+from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.click_schema import (
     Click,
@@ -127,7 +128,7 @@ class ClickJoinHandler(Handler):
         self.options = options or JoinOptions()
         self.window = ClickWindow(settings.click_window_s, settings.click_grace_s)
         o = self.options
-        self.estimator = SwapPropensityEstimator(o.depth, o.prior_eta, o.prior_clicks)
+        self.estimator = PropensityEstimator(o.depth, o.prior_eta, o.prior_clicks)
         self.counters = JoinCounters()
         self.offsets: dict[str, dict[int, int]] = {}
         self.fence = Fence()
@@ -170,7 +171,7 @@ class ClickJoinHandler(Handler):
         self.offsets = {t: dict(p) for t, p in stored.offsets.items()}
         state = stored.meta["join"]
         self.window = ClickWindow.from_state(state["window"])
-        self.estimator = SwapPropensityEstimator.from_state(state["estimator"])
+        self.estimator = PropensityEstimator.from_state(state["estimator"])
         self.counters = JoinCounters(**state["counters"])
         self.next_seq, self.next_message = int(state["next_seq"]), int(state["next_message"])
         keys = state["outbox_keys"]
@@ -350,10 +351,7 @@ class ClickJoinHandler(Handler):
             self.options.min_propensity,
             self.options.losers,
         )
-        if impression.intervention is None:
-            self.estimator.observe(None, clicked)
-        elif (k := parse_swap(impression.intervention)) is not None:
-            self.estimator.observe(k, clicked)
+        self.estimator.observe(impression.intervention, clicked)
         self.counters.sessions += 1
         _count_session(clicked)
         metrics.JOIN_LAG_SECONDS.set(max(0.0, time.time() - impression.time))
@@ -562,8 +560,9 @@ def _rows(decoded: Decoded[T]) -> list[tuple[int, T]]:
 
 
 def _split(values: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """The outbox's messages from their bytes and end offsets (none for an empty one)."""
     data = np.asarray(values, dtype=np.uint8).tobytes()
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)[: len(ends)]
     return [data[int(a) : int(b)] for a, b in zip(starts, ends, strict=True)]
 
 

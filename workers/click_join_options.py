@@ -15,7 +15,7 @@ from rankstream.ranking.propensity import (
     DEFAULT_DEPTH,
     DEFAULT_PRIOR_CLICKS,
     DEFAULT_PRIOR_ETA,
-    SwapPropensityEstimator,
+    PropensityEstimator,
 )
 from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
@@ -58,7 +58,7 @@ class JoinOptions:
             raise ValueError(f"losers must be one of {LOSERS}, got {self.losers!r}")
         if not 0 < self.min_propensity <= 1:
             raise ValueError(f"min_propensity must lie in (0, 1], got {self.min_propensity}")
-        SwapPropensityEstimator(self.depth, self.prior_eta, self.prior_clicks)  # its checks
+        PropensityEstimator(self.depth, self.prior_eta, self.prior_clicks)  # its checks
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
         self.runtime()

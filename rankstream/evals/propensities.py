@@ -2,16 +2,12 @@
 
 Position-based users ("pbm:ETA", `simulators.clicks`: rank k examined with (1/k)^eta)
 see impressions of a collection's Uni-Con top `ranks` (a pool of `pool_queries` queries
-of the seed, one drawn per impression). A share of the impressions is randomized, and
-the clicks go to the estimator that intervention feeds (`ranking.propensity`):
-
-* "swap" (the default): what `rankstream serve` does and the click join reads. Per
-  impression `choose_swap` (serve's own call, with the join's depth) decides whether
-  ranks 1 and k trade places (`swap`); every impression, swapped or not, goes to a
-  `SwapPropensityEstimator`, the class the join holds, built from the join's defaults.
-* "shuffle": RandTop-n, the in-process simulator's (`simulators.click_feedback`): the top
-  `depth` shown in a random order on the intervened impressions, which alone go to a
-  `PropensityEstimator`.
+of the seed, one drawn per impression). Each impression goes through what `rankstream
+serve` does and the click join reads: `randomize` (serve's own call, with the join's
+depth) randomizes a share of them by the intervention, "shuffle" (the default, serve's:
+the top 10 in a random order, RandTop-n) or "swap" (ranks 1 and k traded), and every
+impression, randomized or not, goes with its logged intervention to a
+`PropensityEstimator`, the class the join holds, built from the join's defaults.
 
 Every `check_every` impressions (all of them, randomized or not) the estimate at ranks
 1..`ranks` is compared with the simulator's truth (1/k)^eta by relative error. Reported
@@ -37,17 +33,15 @@ from rankstream.plots import plot_propensity_errors
 from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.propensity import (
     DEFAULT_DEPTH,
+    INTERVENTIONS,
+    SHUFFLE,
     PropensityEstimator,
-    SwapPropensityEstimator,
-    choose_swap,
-    swap,
+    randomize,
 )
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import DEFAULT_INTERVENTION_SHARE, RELEVANCE_GRADES
 from rankstream.simulators.clicks import PositionBasedClickModel, click_model
 from rankstream.simulators.feedback import BASELINE, experiment_setup
-
-INTERVENTIONS = ("swap", "shuffle")
 
 
 def position_based(model: str) -> PositionBasedClickModel:
@@ -77,38 +71,24 @@ def shown_pool(
     return np.array(pool, dtype=np.int64)
 
 
-def observe_swapped(
-    estimator: SwapPropensityEstimator,
-    users: PositionBasedClickModel,
-    shown: np.ndarray,
-    share: float,
-    rng: np.random.Generator,
-) -> None:
-    """Serve's swap intervention on each row of `shown` (grades in ranked order), the
-    users' clicks on what was shown, all counted by the join's estimator."""
-    shown = shown.copy()
-    swapped = np.zeros(shown.shape[0], dtype=np.int64)
-    for row in range(shown.shape[0]):
-        k = choose_swap(rng, share, shown.shape[1], estimator.depth)
-        if k is not None:
-            shown[row], swapped[row] = swap(shown[row], k), k
-    estimator.observe_many(swapped, users.clicks_many(shown, rng))
-
-
-def observe_shuffled(
+def observe_served(
     estimator: PropensityEstimator,
     users: PositionBasedClickModel,
     shown: np.ndarray,
+    intervention: str,
     share: float,
     rng: np.random.Generator,
 ) -> None:
-    """RandTop-n on a `share` of the rows (the top `depth` in a uniformly random order:
-    `PropensityEstimator.intervene`, row-wise at once), their clicks counted."""
-    shown = shown[rng.random(shown.shape[0]) < share]
-    top = min(estimator.depth, shown.shape[1])
-    order = rng.random((shown.shape[0], top)).argsort(axis=1)
-    shown[:, :top] = np.take_along_axis(shown[:, :top], order, axis=1)
-    estimator.observe_many(users.clicks_many(shown, rng))
+    """Serve's intervention on each row of `shown` (grades in ranked order), the users'
+    clicks on what was shown, all counted by the join's estimator with their logged
+    interventions."""
+    shown = shown.copy()
+    logged: list[str | None] = []
+    for row in range(shown.shape[0]):
+        served = randomize(shown[row], intervention, share, rng, estimator.depth)
+        shown[row] = served.order
+        logged.append(served.intervention)
+    estimator.observe_many(logged, users.clicks_many(shown, rng))
 
 
 def run_propensities(
@@ -126,15 +106,12 @@ def run_propensities(
     ranks = grades.shape[1]
     truth = users.propensities(ranks)
     rng = np.random.default_rng([seed, round(users.eta * 1000)])
-    if intervention == "swap":
-        estimator: Any = SwapPropensityEstimator(depth=DEFAULT_DEPTH)
-        observe: Any = observe_swapped
-    else:
-        estimator, observe = PropensityEstimator(depth=ranks), observe_shuffled
+    estimator = PropensityEstimator(depth=DEFAULT_DEPTH)
     served, first_within, stayed_from, checks = 0, None, None, []
     while served < impressions:
         n = min(check_every, impressions - served)
-        observe(estimator, users, grades[rng.integers(0, len(grades), n)], share, rng)
+        pool = grades[rng.integers(0, len(grades), n)]
+        observe_served(estimator, users, pool, intervention, share, rng)
         served += n
         error = np.abs(estimator.propensities(ranks) / truth - 1.0)
         within = bool((error <= tolerance).all())
@@ -150,11 +127,7 @@ def run_propensities(
     estimate = estimator.propensities(ranks)
     return {
         "seed": seed,
-        "intervened": int(
-            estimator.impressions.sum() - estimator.impressions[0]
-            if intervention == "swap"
-            else estimator.impressions
-        ),
+        "intervened": estimator.intervened,
         "first_within_tolerance": first_within,
         "within_tolerance_from": stayed_from,
         "max_relative_error": checks[-1][1],
@@ -181,7 +154,7 @@ def evaluate_propensities(
     models: Sequence[str],
     seeds: Sequence[int],
     cache_dir: str | os.PathLike,
-    intervention: str = "swap",
+    intervention: str = SHUFFLE,
     impressions: int = 1_000_000,
     share: float = DEFAULT_INTERVENTION_SHARE,
     check_every: int = 10_000,

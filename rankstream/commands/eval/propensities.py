@@ -7,6 +7,7 @@ from typing import Any
 
 from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
 from rankstream.commands._json_output import add_json_argument
+from rankstream.ranking import INTERVENTIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,13 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--intervention",
-        choices=["swap", "shuffle"],
-        default="swap",
-        help="swap: ranks 1 and k, as serve does, into the click join's estimator (default); "
-        "shuffle: the top 10 shuffled (RandTop-n), the in-process simulator's",
+        choices=INTERVENTIONS,
+        default=INTERVENTIONS[0],
+        help="serve's intervention into the click join's estimator: shuffle, the top 10 in "
+        "a random order (RandTop-n, serve's default), or swap, ranks 1 and k",
     )
     parser.add_argument(
+        "--share",
         "--swap-share",
+        dest="share",
         type=float,
         default=None,
         metavar="S",
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             cache,
             intervention=args.intervention,
             impressions=args.impressions,
-            share=DEFAULT_INTERVENTION_SHARE if args.swap_share is None else args.swap_share,
+            share=DEFAULT_INTERVENTION_SHARE if args.share is None else args.share,
             check_every=args.check_every,
             tolerance=args.tolerance,
             pool_queries=args.queries,
