@@ -18,9 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # whether the folder exists depends on what ran before (a second `make test` in one clone).
 GENERATED = {"report", "build"}
 # the repository's folders, and ../shared's name (cited as shared/ once it is climbed to)
-TOP_LEVEL = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name.isidentifier()} - GENERATED | {
-    "shared"
-}
+FOLDERS = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name.isidentifier()}
+TOP_LEVEL = (FOLDERS - GENERATED) | {"shared"}
 DOCUMENTS = [*sorted(ROOT.glob("docs/*.md")), ROOT / "README.md"]
 PACKAGE_DIRS = ("ranking", "stream", "workers", "serve", "simulators", "rankstream", "harness")
 SOURCES = sorted(p for d in PACKAGE_DIRS for p in (ROOT / d).rglob("*.py"))
