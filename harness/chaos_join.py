@@ -12,7 +12,8 @@ end of both input topics. On the second, an in-process join runs uninterrupted. 
 * the triplets topics must hold the same messages: every output key once (no message lost
   or duplicated) with byte-identical values;
 * an online worker (every default learner) learns each triplets topic, and the weights
-  must be bit-identical (sha256 per model).
+  must be bit-identical (sha256 per model), as must those of the learners the join
+  teaches itself (PDGD, published as store model `pdgd`).
 """
 
 from __future__ import annotations
@@ -317,6 +318,19 @@ def _learned(settings: Settings) -> dict[str, str]:
     return {m.name: weights_sha256(m.weights) for m in worker.models}
 
 
+def _taught(settings: Settings) -> dict[str, str]:
+    """The join's own learners (PDGD) as published in the store: sha256s of the weights."""
+    from rankstream.stream.connect import open_store
+    from rankstream.workers.checkpoint import weights_sha256
+
+    store = open_store(settings)
+    found = {}
+    for name in JoinChaosPlan().join_options().taught:
+        stored = store.load(name)
+        found[name] = "" if stored is None else weights_sha256(stored.arrays["weights"])
+    return found
+
+
 def run_join_chaos(
     settings: Settings, plan: JoinChaosPlan, say: Any = lambda _: None
 ) -> JoinChaosResult:
@@ -362,7 +376,8 @@ def run_join_chaos(
     duplicated = sum(n - 1 for n in counts.values()) + sum(
         1 for k in ours_by_key if k not in theirs_by_key
     )
-    learned, expected = _learned(chaos), _learned(reference)
+    learned = {**_learned(chaos), **_taught(chaos)}
+    expected = {**_learned(reference), **_taught(reference)}
     from rankstream.stream.schema import decode_triplets
 
     triplets = sum(len(decode_triplets(v, width=settings.phi_dim)) for _, v in theirs)

@@ -5,6 +5,8 @@ the simulator's width, the deployment's default (`stream.settings`, which must s
 numpy-free) and the width a model stored before widths were configurable has. The
 propensity interventions' names live here for the same reason: `ranking.propensity`
 makes them, `stream.settings` lets a deployment choose one (`RANKSTREAM_INTERVENTION`).
+PDGD's default learning rate too: `ranking.learners` declares it (numpy-free) and
+`ranking.pdgd` is its constructor's default, and neither may import the other.
 """
 
 # The paper's phi: 9 descriptors x 4 similarity measures, as many as the synthetic
@@ -16,3 +18,7 @@ DEFAULT_PHI_DIM = 36
 # shuffled (RandTop-n, serve's default: the first) or ranks 1 and k swapped.
 SHUFFLE, SWAP = "shuffle", "swap"
 INTERVENTIONS = (SHUFFLE, SWAP)
+
+# PDGD's learning rate unless told otherwise: the reference code's default (Oosterhuis,
+# github.com/HarrieO/OnlineLearningToRank).
+PDGD_LEARNING_RATE = 0.1

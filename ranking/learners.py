@@ -28,6 +28,13 @@ A learner learns in one of three ways:
   validated before the call, so a kernel is only the update rule: the slow path, for
   a rule written in plain Python.
 
+A learner may instead learn from **impressions and their clicks** directly, not from
+triplets (`impression_model`: PDGD, `ranking.pdgd`): it serves Plackett-Luce samples of
+its scores and updates from each displayed ranking and its clicks. The click join
+learns it (`workers.click_join`), serve samples its rankings; everything that runs the
+triplet learners (`names()`, their hyper-parameter table and grids, the online worker)
+leaves it out, and `impression_learners()` names it.
+
 A kernel that takes a `weights` parameter learns importance-weighted rows too (the
 rows' weights, finite and >= 0, passed only when the caller has them; its docstring
 says in which weighted form); one without it refuses weighted rows.
@@ -49,6 +56,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rankstream.ranking import PDGD_LEARNING_RATE
 from rankstream.ranking.rules import OGDR_RULE, OPAR1_RULE, OPAR2_RULE, OPR_RULE
 
 if TYPE_CHECKING:
@@ -57,6 +65,9 @@ if TYPE_CHECKING:
 Kernel = Callable[["np.ndarray", dict[str, "np.ndarray"], "np.ndarray", "np.ndarray", dict], int]
 TripletKernel = Callable[..., tuple[int, int, int]]  # see the module docstring
 StateFactory = Callable[[int], dict[str, "np.ndarray"]]
+# (its hyper-parameters by name, the scaler of phi or None, the starting weights or None)
+# -> a model with learn(phi, ranking, clicks), score(phi), rank(phi, k, rng), to_state()
+ImpressionModel = Callable[[dict[str, float], Any, Any], Any]
 # (each model's extra state, each model's share of the triplets (k,), each model's
 # scaler std (k, d), the mix's std (d,)) -> the mix's extra state; see `mix_covariances`
 StateMixer = Callable[
@@ -122,6 +133,7 @@ class LearnerSpec:
     linear_rule: int | None = None  # a step-size code of the fused linear kernel
     kernel: Kernel | None = None  # an update over gathered rows (the slow path)
     triplet_kernel: TripletKernel | None = None  # a compiled pass over the normalized form
+    impression_model: ImpressionModel | None = None  # learns from impressions and clicks
     initial_state: StateFactory = field(default=lambda dim: {})
     # how scale-out mixes the extra state of per-partition models (None: it has none)
     mix_state: StateMixer | None = None
@@ -140,20 +152,28 @@ class LearnerSpec:
     # most between results of one grade, so the click arms were calibrated apart: on
     # validation seed 100 (never a reported seed), 2,000 impressions each of
     # informational, almost-random, pbm:1 and pbm:2 users, C in 1e-6..2e-5 and r in
-    # 1e5..1e7, warm-started (README, "Learning from clicks"). Naive and IPS arms share
-    # them: they differ in pairs and weights only.
+    # 1e5..1e7, warm-started (README, "Learning from clicks"); AROW's r again when the
+    # IPS clip became the join's 0.1 (weights <= 10, were <= 100): validation seeds
+    # 100-102, 3,000 impressions of each, r in {3e5, 1e6, 3e6} (C in {2e-6, 5e-6}). Naive
+    # and IPS arms share them: they differ in pairs and weights only.
     click_hyperparameters: Mapping[str, float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        ways = (self.linear_rule, self.kernel, self.triplet_kernel)
+        ways = (self.linear_rule, self.kernel, self.triplet_kernel, self.impression_model)
         if sum(way is not None for way in ways) != 1:
             raise ValueError(
-                f"learner {self.name!r} needs exactly one of linear_rule, kernel, triplet_kernel"
+                f"learner {self.name!r} needs exactly one of linear_rule, kernel, "
+                "triplet_kernel, impression_model"
             )
         if self.linear_rule is not None and len(self.hyperparameters) > 1:
             raise ValueError(f"linear learner {self.name!r} reads at most one hyper-parameter")
         if not self.name.replace("_", "").isalnum() or not self.name.islower():
             raise ValueError(f"learner name {self.name!r} must be lower-case [a-z0-9_]")
+
+    @property
+    def learns_from(self) -> str:
+        """Either "triplets" (OPR..AROW) or "impressions" (an impression model: PDGD)."""
+        return "triplets" if self.impression_model is None else "impressions"
 
     @property
     def uses(self) -> tuple[str, ...]:
@@ -226,6 +246,8 @@ def _hyperparameter_table(specs: Iterable[LearnerSpec]) -> dict[str, HyperParame
     differently."""
     table: dict[str, HyperParameter] = {}
     for spec in specs:
+        if spec.learns_from != "triplets":
+            continue  # its own hyper-parameters: not the online worker's options
         for h in spec.hyperparameters:
             if table.setdefault(h.name, h) != h:
                 raise ValueError(
@@ -254,6 +276,17 @@ def unregister(name: str) -> None:
     HYPERPARAMETERS.clear()
     HYPERPARAMETERS.update(table)
 
+
+def _pdgd(params: dict[str, float], scaler: Any, warm_start: Any) -> Any:
+    from rankstream.ranking.pdgd import PDGD  # numpy: on first use only
+
+    return PDGD(params["learning_rate"], scaler, warm_start)
+
+
+_LEARNING_RATE = HyperParameter(
+    "learning_rate", PDGD_LEARNING_RATE, "PDGD's learning rate (the reference code's default)",
+    (0.03, 0.1, 0.3, 1.0),
+)  # fmt: skip
 
 for _spec in (
     LearnerSpec(
@@ -287,7 +320,12 @@ for _spec in (
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
         weighted_update="r / s in place of r (k equal observations: noise r / k)",
-        click_hyperparameters={"r": 3e6},
+        click_hyperparameters={"r": 3e5},
+    ),
+    LearnerSpec(
+        "pdgd", "PDGD", "darkgoldenrod",
+        "w += lr sum_pairs rho grad P(d_k > d_l), serving Plackett-Luce samples",
+        (_LEARNING_RATE,), impression_model=_pdgd,
     ),
 ):  # fmt: skip
     register(_spec)
@@ -301,8 +339,30 @@ def takes_weights(spec: LearnerSpec) -> bool:
 
 
 def names() -> tuple[str, ...]:
-    """Every registered learner, in registration order."""
-    return tuple(LEARNERS)
+    """Every registered learner that learns from triplets, in registration order."""
+    return tuple(n for n, s in LEARNERS.items() if s.learns_from == "triplets")
+
+
+def impression_learners() -> tuple[str, ...]:
+    """The learners that learn from impressions and clicks (PDGD), in registration order."""
+    return tuple(n for n, s in LEARNERS.items() if s.learns_from == "impressions")
+
+
+def impression_model(
+    name: str, params: Mapping[str, Any] | None = None, scaler: Any = None, warm_start: Any = None
+) -> Any:
+    """A new model of the impression learner `name`: its hyper-parameters checked, the
+    given ones over its defaults (ValueError for one it does not read)."""
+    spec = learner(name)
+    if spec.impression_model is None:
+        raise ValueError(f"learner {name!r} learns from triplets, not impressions")
+    given = dict(params or {})
+    known = {h.name: h for h in spec.hyperparameters}
+    unknown = set(given) - set(known)
+    if unknown:
+        raise ValueError(f"{name} reads {sorted(known)}, not {sorted(unknown)}")
+    values = {n: h.check(given[n]) if n in given else h.default for n, h in known.items()}
+    return spec.impression_model(values, scaler, warm_start)
 
 
 def worker_defaults() -> tuple[str, ...]:
@@ -320,13 +380,27 @@ def learner(name: str) -> LearnerSpec:
         ) from None
 
 
+def impression_model_from_state(meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> Any:
+    """An impression learner's model rebuilt from its `to_state()` (meta["kind"] names
+    the learner: PDGD's is "pdgd")."""
+    name = meta.get("kind")
+    spec = LEARNERS.get(str(name))
+    if spec is None or spec.impression_model is None:
+        raise ValueError(f"state kind {name!r} is not an impression learner's")
+    return type(impression_model(spec.name)).from_state(dict(meta), dict(arrays))
+
+
 def check_names(algos: Iterable[str]) -> tuple[str, ...]:
     """Distinct, known learner names (ValueError otherwise)."""
     found = tuple(algos)
     if not found or len(set(found)) != len(found):
         raise ValueError(f"learners must be distinct and non-empty, got {found}")
     for name in found:
-        learner(name)
+        if learner(name).learns_from != "triplets":
+            raise ValueError(
+                f"learner {name!r} learns from impressions and clicks (the click join "
+                f"learns it), not triplets; triplet learners: {', '.join(names())}"
+            )
     return found
 
 
@@ -360,5 +434,5 @@ def label(name: str) -> str:
 
 
 def grids() -> dict[str, dict[str, tuple[float, ...]]]:
-    """Every learner's validation grid (`LearnerSpec.grid`), in registration order."""
-    return {name: spec.grid for name, spec in LEARNERS.items()}
+    """Every triplet learner's validation grid (`LearnerSpec.grid`), in registration order."""
+    return {name: LEARNERS[name].grid for name in names()}

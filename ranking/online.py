@@ -364,7 +364,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         features: tuple[Hashable, ...] | None = None,
         **hyper: float,
     ) -> None:
-        learners.learner(algo)  # an unknown name fails here, naming the choices
+        learners.check_names([algo])  # unknown, or an impression learner: fails here
         self.algo = algo
         values = learners.hyperparameters(hyper)  # unknown names and bad values fail here
         clash = sorted(n for n in values if n in _RESERVED or hasattr(type(self), n))

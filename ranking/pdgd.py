@@ -37,11 +37,15 @@ trade places above t). The update is w += learning_rate * grad.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from rankstream.ranking import PDGD_LEARNING_RATE
 from rankstream.ranking.scaling import Standardizer, linear_scores
 
-DEFAULT_LEARNING_RATE = 0.1  # the reference implementation's default
+DEFAULT_LEARNING_RATE = PDGD_LEARNING_RATE  # the reference code's
+STATE_KIND = "pdgd"
 
 
 def sample_ranking(scores: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -52,6 +56,23 @@ def sample_ranking(scores: np.ndarray, k: int, rng: np.random.Generator) -> np.n
     noisy = scores + rng.gumbel(size=scores.shape[0])
     top = np.argpartition(-noisy, k - 1)[:k] if k < scores.shape[0] else np.arange(k)
     return top[np.argsort(-noisy[top], kind="stable")]
+
+
+PLACKETT_LUCE = "plackett-luce"  # the intervention an impression of a sampled ranking logs
+LOGGED_PREFIX = 10  # its logged probability is that of the first 10 results' order
+
+
+def plackett_luce_intervention(scores: np.ndarray, order: np.ndarray) -> tuple[str, float]:
+    """(intervention, shown probability) an impression of the sampled `order` logs:
+    "plackett-luce:1-n" and P(its first n = min(10, len) results, in this order) under
+    the Plackett-Luce model of `scores` (the full order's probability underflows for
+    hundreds of candidates; docs/WIRE.md), floored at the smallest positive float."""
+    f = np.asarray(scores, dtype=np.float64)[np.asarray(order, dtype=np.int64)]
+    n = min(LOGGED_PREFIX, f.shape[0])
+    # log of the mass not yet placed at each rank: logsumexp of the scores from t on
+    remaining = np.logaddexp.accumulate(f[::-1])[::-1]
+    log_p = float((f[:n] - remaining[:n]).sum())
+    return f"{PLACKETT_LUCE}:1-{n}", max(float(np.exp(log_p)), np.finfo(np.float64).tiny)
 
 
 def examined_pairs(clicks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,3 +188,36 @@ class PDGD:
             raise ValueError("this impression would make the weights non-finite; model unchanged")
         self._w += step
         self.n_updates += 1
+
+    # --- storage --------------------------------------------------------------------------
+    def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """JSON-able meta and named float64 arrays (no pickle) for the model store."""
+        meta: dict[str, Any] = {
+            "kind": STATE_KIND,
+            "learning_rate": self.learning_rate,
+            "n_updates": self.n_updates,
+            "scaler": None,
+        }
+        arrays: dict[str, np.ndarray] = {}
+        if self._w is not None:
+            arrays["weights"] = self._w.copy()
+        if self.scaler is not None:
+            meta["scaler"], scaler_arrays = self.scaler.to_state()
+            arrays.update({f"scaler.{k}": v for k, v in scaler_arrays.items()})
+        return meta, arrays
+
+    @classmethod
+    def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> PDGD:
+        """Rebuild exactly the model `to_state` described."""
+        if meta.get("kind") != STATE_KIND:
+            raise ValueError(f"state kind {meta.get('kind')!r} is not {STATE_KIND!r}")
+        scaler = None
+        if meta.get("scaler") is not None:
+            prefix = "scaler."
+            scaler = Standardizer.from_state(
+                meta["scaler"],
+                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
+            )
+        model = cls(float(meta["learning_rate"]), scaler, arrays.get("weights"))
+        model.n_updates = int(meta["n_updates"])
+        return model

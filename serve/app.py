@@ -74,6 +74,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.ranking.pdgd import plackett_luce_intervention, sample_ranking
 from rankstream.ranking.propensity import randomize
 from rankstream.serve.bodies import (
     ARROW,
@@ -316,8 +317,12 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     loaded = await _serving_model(state, query)
     scores = loaded.scorer.score(query.phi)
     order = np.argsort(-scores, kind="stable")  # ties keep the request's order
-    ranked = scores[order]
     intervention = shown_probability = None  # a share of the logged rankings: randomized
+    sampled = getattr(loaded.scorer, "plackett_luce", False)
+    if sampled:  # PDGD serves a sample of its policy, and logs its probability
+        order = sample_ranking(scores, scores.shape[0], state.interventions)
+        intervention, shown_probability = plackett_luce_intervention(scores, order)
+    ranked = scores[order]
     teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaver)
     challengers = (
         state.interleaver.challengers(state.registry.snapshot.models, loaded.name)
@@ -330,7 +335,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         order, ranked = merged.order, merged.scores
         teams = {"teams": merged.teams, "team_models": merged.team_models}
         metrics.RANKINGS_INTERLEAVED.inc()
-    elif state.impressions is not None and state.settings.intervention_share > 0:
+    elif state.impressions is not None and state.settings.intervention_share > 0 and not sampled:
         shown = randomize(order, state.settings.intervention,
                           state.settings.intervention_share, state.interventions)  # fmt: skip
         order, intervention, shown_probability = shown.order, shown.intervention, shown.probability

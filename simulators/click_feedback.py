@@ -45,7 +45,6 @@ from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, click_pairs
 from rankstream.ranking.metrics import ranked_order
 from rankstream.ranking.online import OnlineRanker, learn_many_together
-from rankstream.ranking.pdgd import DEFAULT_LEARNING_RATE as PDGD_LEARNING_RATE
 from rankstream.ranking.pdgd import PDGD
 from rankstream.ranking.propensity import SHUFFLE, PropensityEstimator, randomize
 from rankstream.ranking.scaling import Standardizer
@@ -55,6 +54,11 @@ from rankstream.simulators.feedback import JUDGED, Arm, JudgedArm, RetrievedQuer
 RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
 DEFAULT_DISPLAY = JUDGED  # results shown per impression: the judged depth and NDCG@50's
 DEFAULT_INTERVENTION_SHARE = 0.05
+CLICK_DEPTH = 3
+"""The judged arms' control depth ("<learner> judged@3"): judgments of only the top 3
+shown, about as deep as cascade users read (an informational user's last click is at
+rank 2.5 on average, README "Learning from clicks"): what judged feedback gives where
+the clicks are."""
 
 
 def order_scores(order: np.ndarray, n: int) -> np.ndarray:
@@ -165,13 +169,17 @@ def click_arms(
     click_scale: float = 1.0,
     intervention_share: float = DEFAULT_INTERVENTION_SHARE,
     click_hyperparameters: Mapping[str, Mapping[str, float]] | None = None,
-    pdgd_learning_rate: float = PDGD_LEARNING_RATE,
+    pdgd_learning_rate: float | None = None,
+    judged_top: int | None = CLICK_DEPTH,
 ) -> dict[str, Arm]:
     """The arms of the click experiment (besides Uni-Con), by name: per learner in
     `learners` its judged arm (the ceiling: "<learner> judged"), naive click pairs
     ("<learner> naive": click > skipped above, > next unclicked) and IPS-weighted pairs
     of each click with every other shown result ("<learner> ips": Propensity SVM-Rank's
-    pairs, unbiased under position bias; `ranking.click_pairs`); then "pdgd".
+    pairs, unbiased under position bias; `ranking.click_pairs`); then "pdgd". With
+    `judged_top` K, also "<learner> judged@K": judged feedback on the top K shown only
+    (`CLICK_DEPTH`), a control that reads no clicks, from its own seed stream (the other
+    arms' streams do not depend on it).
 
     Every learner starts from Uni-Con's direction (all ones on the shared scaler), judged
     and click arms alike, so each starts where the baseline serves and a gain is what
@@ -196,9 +204,13 @@ def click_arms(
     if click_hyperparameters is None:
         click_hyperparameters = ranking_learners.click_hyperparameters()
     arms: dict[str, Arm] = {}
+    controls = iter(np.random.SeedSequence([seed, 3]).spawn(len(learners)))
     for algo in learners:
         hyper = dict(click_hyperparameters.get(algo, {}))
         arms[f"{algo} judged"] = JudgedArm(ranker(algo), judged, rng())
+        if judged_top is not None:
+            control = np.random.default_rng(next(controls))
+            arms[f"{algo} judged@{judged_top}"] = JudgedArm(ranker(algo), judged_top, control)
         arms[f"{algo} naive"] = ClickPairArm(ranker(algo, click_scale, **hyper), click_model, rng())
         arms[f"{algo} ips"] = ClickPairArm(
             ranker(algo, click_scale, **hyper),
@@ -208,6 +220,7 @@ def click_arms(
             intervention_share,
             losers="shown",
         )
-    pdgd = PDGD(learning_rate=pdgd_learning_rate, scaler=scaler, warm_start=start)
+    given = {} if pdgd_learning_rate is None else {"learning_rate": pdgd_learning_rate}
+    pdgd = ranking_learners.impression_model("pdgd", given, scaler, start)  # its declared defaults
     arms["pdgd"] = PDGDArm(pdgd, click_model, rng())
     return arms

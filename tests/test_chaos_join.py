@@ -35,4 +35,5 @@ def test_sigkills_of_the_join_lose_and_repeat_nothing(service_settings: Settings
     assert result.messages > 100 and result.triplets > 1_000
     assert (result.lost, result.duplicated, result.differing) == (0, 0, 0), result.to_json()
     assert result.identical_weights, result.to_json()
+    assert result.models["pdgd"]["reference_sha256"] != "", result.to_json()  # PDGD compared
     assert result.ok

@@ -1,7 +1,7 @@
 """The click join: its window (pairs by position, late/unknown/grace, eviction, state),
 its weights, the propensities from swapped and shuffled impressions, and exactly-once
-output across crashes (embedded transport and store here; tests/test_click_join_services.py
-runs it on Kafka and Redis)."""
+output (and PDGD's weights) across crashes (embedded transport and store here;
+tests/test_click_join_services.py runs it on Kafka and Redis)."""
 
 from __future__ import annotations
 
@@ -413,8 +413,9 @@ def test_a_crash_at_any_point_neither_loses_nor_repeats_output() -> None:
     events = _stream(n=100, seed=3)
     options = JoinOptions(checkpoint_records=7, checkpoint_seconds=None)
     reference_settings, reference_transport = _settings(), EmbeddedTransport()
+    reference_store = EmbeddedModelStore()
     _send(reference_transport, reference_settings, events)
-    _run(reference_settings, reference_transport, EmbeddedModelStore(), options)
+    _run(reference_settings, reference_transport, reference_store, options)
     reference = _output(reference_transport, reference_settings)
     assert len(reference) > 20
 
@@ -452,6 +453,10 @@ def test_a_crash_at_any_point_neither_loses_nor_repeats_output() -> None:
             join.close(final_checkpoint=False)  # a crash: no final save
     assert crashes >= 6  # three of each
     assert _output(transport, settings) == reference
+    # PDGD, taught in the join (tests/test_impression_learners.py), learned each session once
+    learned, expected = store.load("pdgd"), reference_store.load("pdgd")
+    assert learned.meta["n_updates"] == expected.meta["n_updates"] > 0
+    np.testing.assert_array_equal(learned.arrays["weights"], expected.arrays["weights"])
 
 
 def test_join_options_are_checked() -> None:

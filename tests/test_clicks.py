@@ -362,8 +362,9 @@ def test_every_click_experiment_arm_starts_from_uni_con() -> None:
         ("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0, click_scale=0.25
     )
     assert set(arms) == {
-        f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "naive", "ips")
+        f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "judged@3", "naive", "ips")
     } | {"pdgd"}
+    assert arms["arow judged@3"].judged == 3 and arms["arow judged"].judged == 50
     for name, arm in arms.items():
         model = arm.model if name == "pdgd" else arm.ranker
         scale = 0.25 if name.endswith(("naive", "ips")) else 1.0

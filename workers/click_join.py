@@ -13,6 +13,17 @@ rel 0) on the triplets topic, weighted 1 / P(examined at the clicked rank) (wire
 and for candidates their impression did not show are dead-lettered with their reason and
 counted (`rankstream_dead_letters_total{reason}`).
 
+Impression learners. Each closed session also teaches the learners that learn from
+impressions and clicks directly (`ranking.learners.impression_learners`: PDGD; option
+`--learn`), on the impression's candidates in displayed order and its clicks. A model
+starts from the stored Uni-Con (its scaler and weights; fitted on the first impression
+when the store has none), is saved in the join's checkpoint (so it learns every session
+exactly once, like the pairs), and is published at each checkpoint that changed it as
+store model `<name>` of kind "plackett_luce" (`workers.scoring`), which serve shows as
+Plackett-Luce samples. PDGD's rho is computed with the model's current scores, also for
+sessions another model served: the paper's update on its own samples, and the same
+pairs weighed by how its model would have swapped them on anyone else's.
+
 Propensities. The weights come from the join's current estimate
 (`ranking.propensity.PropensityEstimator`, from the impressions a server randomized,
 `randomize`: the top shuffled or ranks 1 and k swapped, read back from each impression's
@@ -50,8 +61,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from rankstream.ranking import learners
+from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.click_pairs import click_pairs
 from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.click_schema import (
     Click,
@@ -63,7 +77,7 @@ from rankstream.stream.click_schema import (
 )
 from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, ModelStore, fenced_save
+from rankstream.stream.store import WIDTH_KEY, Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
 from rankstream.workers import metrics
 from rankstream.workers.champion import (
@@ -81,6 +95,7 @@ from rankstream.workers.interleaving import (
     session_outcomes,
 )
 from rankstream.workers.runtime import Handler, OptionsRuntime, StreamRuntime
+from rankstream.workers.scoring import PLACKETT_LUCE_KIND
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.click_join")
@@ -101,6 +116,8 @@ class JoinCounters:
     sent: int = 0  # output messages sent and acknowledged
     dead_letters: int = 0
     stale_interleavings: int = 0  # interleaved sessions drafted against an earlier champion
+    learned: int = 0  # sessions the impression learners learned (each learner counts)
+    refused: int = 0  # sessions an impression learner refused (non-finite update; logged)
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -147,6 +164,9 @@ class ClickJoinHandler(Handler):
         self.pending_switch: dict[str, Any] | None = None  # decided, not yet in the store
         self.interleaving_fence = Fence()
         self._published_race: dict[str, Any] | None = None
+        self.learned: dict[str, Any] = {}  # the impression learners' models by name (PDGD)
+        self.learned_fences: dict[str, Fence] = {}
+        self._published_learned: dict[str, int] = {}  # updates each model had when published
 
     # --- the runtime's calls --------------------------------------------------------------
     def topics(self) -> dict[str, int]:
@@ -162,6 +182,14 @@ class ClickJoinHandler(Handler):
         stored = store.load(self.options.name)
         self.propensity_fence = Fence.of(store.load(PROPENSITIES_MODEL))
         self.interleaving_fence = Fence.of(store.load(INTERLEAVING_RECORD))
+        for name in self.options.taught:
+            published = store.load(name)
+            if published is not None and published.kind != PLACKETT_LUCE_KIND:
+                raise ValueError(
+                    f"store model {name!r} is a {published.kind!r}, not an impression "
+                    f"learner's {PLACKETT_LUCE_KIND!r}"
+                )
+            self.learned_fences[name] = Fence.of(published)
         if stored is None:
             self._follow_champion(store)
             return
@@ -182,6 +210,13 @@ class ClickJoinHandler(Handler):
             int(p): int(o) for p, o in state["scan_from"].items()
         }  # fmt: skip
         self.maybe_sent = bool(self.outbox)
+        for name, meta in state.get("learned", {}).items():
+            if name in self.options.taught:
+                prefix = f"learned.{name}."
+                arrays = {k[len(prefix) :]: v for k, v in stored.arrays.items()
+                          if k.startswith(prefix)}  # fmt: skip
+                self.learned[name] = learners.impression_model_from_state(meta, arrays)
+                self._published_learned[name] = -1  # publish what was restored once
         saved = state.get("interleaving", {})
         self.race = InterleavingRace.from_state(self.policy, saved.get("race", {}))
         self.race.export()
@@ -247,6 +282,7 @@ class ClickJoinHandler(Handler):
         version = self._publish_propensities(runtime.store, runtime.writer)
         if version is not None:
             saved[PROPENSITIES_MODEL] = version
+        saved.update(self._publish_learned(runtime.store, runtime.writer))
         return saved
 
     def summary(self) -> dict[str, Any]:
@@ -327,6 +363,7 @@ class ClickJoinHandler(Handler):
         for closed in ready:
             self._rejected(runtime, closed.rejects)
             self._credit(closed)
+            self._teach(runtime.store, closed)
             block = self._pairs(closed)
             if block is not None:
                 blocks.append(block)
@@ -370,6 +407,55 @@ class ClickJoinHandler(Handler):
             phi=impression.phi,
             weight=pairs.weight.astype(np.float32),
         ).compact()
+
+    # --- impression learners -----------------------------------------------------------
+    def _teach(self, store: ModelStore, closed: Closed) -> None:
+        """Each impression learner learns the session: its candidates in displayed order
+        and their clicks. A refused update (non-finite) leaves the model unchanged."""
+        impression = closed.impression
+        ranking = np.arange(len(closed.clicked))
+        for name in self.options.taught:
+            model = self.learned.get(name)
+            if model is None:
+                model = self.learned[name] = self._new_model(name, store, impression.phi)
+            try:
+                model.learn(impression.phi, ranking, closed.clicked)
+            except ValueError as exc:
+                self.counters.refused += 1
+                log_event(log, "session refused", model=name,
+                          impression_id=impression.impression_id, error=str(exc))  # fmt: skip
+                continue
+            self.counters.learned += 1
+
+    def _new_model(self, name: str, store: ModelStore, phi: np.ndarray) -> Any:
+        """A fresh model at Uni-Con: the stored one's scaler and weights, else Uni-Con
+        fitted on this impression's candidates (a store without Uni-Con yet)."""
+        stored = store.load(UNI_CON)
+        if stored is not None and stored.meta.get("kind") == UniCon.kind:
+            unicon = UniCon.from_state(stored.meta, stored.arrays)
+            if unicon.weights.shape == (phi.shape[1],) and unicon.scaler_ is not None:
+                return learners.impression_model(name, scaler=unicon.scaler_,
+                                                 warm_start=unicon.weights)  # fmt: skip
+        unicon = UniCon(scaler=Standardizer().fit(np.asarray(phi, dtype=np.float64)))
+        return learners.impression_model(name, scaler=unicon.scaler_, warm_start=unicon.weights)
+
+    def _publish_learned(self, store: ModelStore, writer: str) -> dict[str, int]:
+        """A new version of each impression learner's model that learned since its last
+        one (after the checkpoint that holds it was saved)."""
+        published: dict[str, int] = {}
+        for name, model in self.learned.items():
+            if self._published_learned.get(name) == model.n_updates:
+                continue
+            meta, arrays = model.to_state()
+            meta.update({"writer": writer, "source": self.options.name,
+                         WIDTH_KEY: self.settings.phi_dim})  # fmt: skip
+            fence = self.learned_fences.setdefault(name, Fence())
+            version = fenced_save(store, name, fence, kind=PLACKETT_LUCE_KIND, meta=meta,
+                                  arrays=arrays, offsets={})  # fmt: skip
+            self._published_learned[name] = model.n_updates
+            metrics.MODEL_VERSION.labels(model=name).set(version)
+            published[name] = version
+        return published
 
     # --- interleaving -------------------------------------------------------------------
     def _credit(self, closed: Closed) -> None:
@@ -498,12 +584,17 @@ class ClickJoinHandler(Handler):
                     "race": self.race.to_state(),
                     "pending_switch": self.pending_switch,
                 },
+                "learned": {},
             },
         }
         arrays = {
             "outbox": np.frombuffer(b"".join(values), dtype=np.uint8),
             "outbox_ends": ends,
         }
+        for name, model in self.learned.items():
+            model_meta, model_arrays = model.to_state()
+            meta["join"]["learned"][name] = model_meta
+            arrays.update({f"learned.{name}.{k}": v for k, v in model_arrays.items()})
         fenced_save(
             store, self.options.name, self.fence, kind=JOIN_KIND, meta=meta, arrays=arrays,
             offsets=self.offsets,

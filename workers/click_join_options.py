@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankstream.ranking.click_pairs import LOSERS
+from rankstream.ranking import learners
+from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, LOSERS
 from rankstream.ranking.propensity import (
     DEFAULT_DEPTH,
     DEFAULT_PRIOR_CLICKS,
@@ -20,7 +21,7 @@ from rankstream.ranking.propensity import (
 from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
-DEFAULT_MIN_PROPENSITY = 0.1  # no pair weighs more than 10 (workers.click_join says why)
+NONE = "none"  # `--learn none`: the join teaches no impression learner
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class JoinOptions:
     depth: int = option(DEFAULT_DEPTH, "ranks whose propensity is measured")
     prior_eta: float = option(DEFAULT_PRIOR_ETA, "the prior's shape (1/rank)^eta")
     prior_clicks: float = option(DEFAULT_PRIOR_CLICKS, "the prior's weight in expected clicks")
+    learn: tuple[str, ...] = option(
+        learners.impression_learners(),
+        "comma-separated learners the join teaches each session's impression and clicks "
+        f"('none' for none), from {', '.join(learners.impression_learners())}",
+    )
     checkpoint_records: int | None = option(
         10_000, "checkpoint after this many records", metavar="N"
     )
@@ -59,9 +65,24 @@ class JoinOptions:
         if not 0 < self.min_propensity <= 1:
             raise ValueError(f"min_propensity must lie in (0, 1], got {self.min_propensity}")
         PropensityEstimator(self.depth, self.prior_eta, self.prior_clicks)  # its checks
+        named = tuple(n for n in self.learn if n and n != NONE)
+        object.__setattr__(self, "learn", named or (NONE,))  # () reads (and prints) as none
+        for name in self.taught:
+            if learners.learner(name).learns_from != "impressions":
+                raise ValueError(
+                    f"learn: {name!r} learns from triplets (the online worker's); "
+                    f"the join learns {', '.join(learners.impression_learners())}"
+                )
+        if len(set(self.taught)) != len(self.taught):
+            raise ValueError(f"learn names a learner twice: {self.learn}")
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
         self.runtime()
+
+    @property
+    def taught(self) -> tuple[str, ...]:
+        """The impression learners the join teaches (`learn` without "none")."""
+        return tuple(n for n in self.learn if n != NONE)
 
     def runtime(self) -> RuntimeOptions:
         return RuntimeOptions(

@@ -12,7 +12,10 @@ publishes a new kind registers its factory here (`SCORERS["cmds_dml"] = ...`).
 Kinds "linear" (Uni-Con and the other baselines, written with their own `to_state`)
 and "online" (the online worker's checkpoints, `OnlineRanker.to_state`) are both
 w . phi through the stored Standardizer, so one factory serves both: it dispatches on
-the state's own `meta["kind"]`.
+the state's own `meta["kind"]`. Kind "plackett_luce" (the impression learners the click
+join publishes: PDGD, `ranking.pdgd`) scores w . phi too, and its scorer says
+`plackett_luce`: serve shows a Plackett-Luce sample of its scores, the policy it learns
+as, while the evaluator and the interleaver compare its deterministic ranking.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rankstream.ranking import learners
 from rankstream.ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.validation import as_float_matrix
@@ -32,6 +36,7 @@ from rankstream.workers.batch_models import BATCH_KINDS, scorer_from_state
 
 EVALUATOR_RECORD = "evaluator"
 SCORES_KIND = "scores"
+PLACKETT_LUCE_KIND = "plackett_luce"  # an impression learner's model (PDGD)
 
 
 class Scorer(Protocol):
@@ -45,10 +50,16 @@ class CheckedScorer:
     """Wraps a model's scoring: validates phi (k, width), returns finite float64 (k,)."""
 
     def __init__(
-        self, name: str, version: int, score_fn: Callable[[np.ndarray], Any], width: int
+        self,
+        name: str,
+        version: int,
+        score_fn: Callable[[np.ndarray], Any],
+        width: int,
+        plackett_luce: bool = False,
     ) -> None:
         self.name, self.version, self.width = name, version, width
         self._score = score_fn
+        self.plackett_luce = plackett_luce  # served as Plackett-Luce samples of its scores
 
     def score(self, phi: np.ndarray) -> np.ndarray:
         phi = as_float_matrix(phi, "phi", self.width)
@@ -87,7 +98,23 @@ def linear_scorer(stored: StoredModel) -> Scorer:
     return CheckedScorer(stored.name, stored.version, model.score, width)
 
 
-SCORERS: dict[str, ScorerFactory] = {"linear": linear_scorer, "online": linear_scorer}
+def plackett_luce_scorer(stored: StoredModel) -> Scorer:
+    """An impression learner's stored model (`ranking.learners.impression_learners`): its
+    scores w . phi, marked to be served as Plackett-Luce samples."""
+    model = learners.impression_model_from_state(stored.meta, stored.arrays)
+    width = stored_width(stored)
+    if model.weights.shape != (width,):
+        raise ValueError(
+            f"model {stored.name!r} has {model.weights.shape[0]} weights, its width is {width}"
+        )
+    return CheckedScorer(stored.name, stored.version, model.score, width, plackett_luce=True)
+
+
+SCORERS: dict[str, ScorerFactory] = {
+    "linear": linear_scorer,
+    "online": linear_scorer,
+    PLACKETT_LUCE_KIND: plackett_luce_scorer,
+}
 
 
 # --- batch models (the batch worker's kinds; owned with workers/batch_models.py) -------

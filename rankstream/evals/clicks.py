@@ -12,7 +12,9 @@ is scored on what it showed by the true NDCG@50 (the collection's grades), and l
 * the same learners on naive click pairs, and on IPS-weighted pairs of each click with
   every other shown result (Propensity SVM-Rank's pairs) whose propensities their own
   randomized interventions estimate online;
-* PDGD, serving Plackett-Luce samples.
+* PDGD, serving Plackett-Luce samples;
+* and a control: OPAR-I and AROW judged on the top 3 shown only ("judged@3",
+  `click_feedback.CLICK_DEPTH`), judged feedback as deep as cascade users read.
 
 Every learner, judged or not, starts from Uni-Con's direction (`click_arms`): the click
 pair arms at the hinge margin's scale (`click_feedback.margin_scale`, fitted on the same
@@ -26,7 +28,8 @@ learner ends); the JSON defines both (`GAINS`) and names the one the share targe
 issue's comparisons: per learner family and per gain, the best click arm's gain as a
 share of the judged arm's, among the family's own click arms (naive, IPS: "same_family",
 the target's reading) and with PDGD beside them ("with_pdgd": PDGD has no judged form);
-IPS minus naive at the end; the worst click arm's final gain.
+IPS minus naive at the end; the worst click arm's final gain; and per family the
+judged@3 control's gains as shares of the judged arm's ("judged_at_click_depth").
 
 The propensity estimators alone are measured by `evals.propensities`.
 """
@@ -48,6 +51,7 @@ from rankstream.plots import plot_ndcg
 from rankstream.ranking import learners
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import (
+    CLICK_DEPTH,
     DEFAULT_DISPLAY,
     RELEVANCE_GRADES,
     click_arms,
@@ -135,7 +139,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         name: {key: spread(values(name, key)) for key in ("ndcg_gain", "final_ndcg_gain")}
         for name in names
     }
-    click_arms_ = [n for n in names if _family(n)[1] != "judged"]
+    click_arms_ = [n for n in names if not _family(n)[1].startswith("judged")]
     families: dict[str, Any] = {}
     for learner in learners.click_hyperparameters():
         judged = arms[f"{learner} judged"]
@@ -155,6 +159,12 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             }
             for key in GAINS
         } | {"final_ips_minus_naive": spread(ips_minus_naive)}
+        control = f"{learner} judged@{CLICK_DEPTH}"
+        if control in arms:
+            families[learner]["judged_at_click_depth"] = {
+                "arm": control,
+                **{key: _share(arms, judged, [control], key) for key in GAINS},
+            }
     worst = min(click_arms_, key=lambda n: arms[n]["final_ndcg_gain"]["mean"])
     return {
         "seeds": [run["seed"] for run in runs],

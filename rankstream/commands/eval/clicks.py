@@ -68,6 +68,12 @@ def print_summary(result: dict[str, Any]) -> None:
                 f"{label}: {cell['best_click_arm']} "
                 f"{'n/a' if share is None else f'{share:.0%}'} of the judged gain"
             )
+        control = family.get("judged_at_click_depth")
+        if control is not None:
+            share = control["ndcg_gain"]["best_click_share_of_judged_gain"]
+            shares.append(
+                f"{control['arm']} (no clicks) {'n/a' if share is None else f'{share:.0%}'}"
+            )
         print(
             f"{learner}: {'; '.join(shares)}; "
             f"final IPS - naive {_cell(family['final_ips_minus_naive'])}"
