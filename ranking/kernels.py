@@ -256,3 +256,65 @@ def learn_arow(w, sigma_out, phi, p1, p2, scales, y, weights, r):  # pragma: no 
             sigma_out[j, k] = S[j, k] - uj * S[U_, k]
     w[:] = S[W_, :d]
     return n_updates, _OK, -1
+
+
+@njit(inline="always", fastmath=False, error_model="numpy")
+def _log1p_exp(x: float) -> float:
+    """log(1 + e^x) without overflow (numpy's logaddexp(0, x))."""
+    return max(x, 0.0) + np.log1p(np.exp(-abs(x)))
+
+
+@njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+def pdgd_document_weights(f, ranking, clicks, documents, coefficients):  # pragma: no cover
+    """PDGD's gradient coefficients (`ranking.pdgd`'s docstring, eqs. 8-13 of the paper)
+    for one impression, written into `documents`/`coefficients` (room for 2 per pair):
+    per pair of a clicked position k and an unclicked one l above the last click or right
+    below it, +w at ranking[k] and -w at ranking[l], w = rho * sigma(d) sigma(-d) with d
+    the score difference. Returns how many entries it wrote.
+
+    D_t, the mass of the documents not placed above position t, is summed from the bottom
+    up (unshown candidates first), each exp f shifted by the top score of all candidates;
+    a mass that underflowed is floored at the smallest positive float, out of log(0)."""
+    k = ranking.shape[0]
+    last = -1
+    for t in range(k):
+        if clicks[t]:
+            last = t
+    if last < 0:
+        return 0
+    tiny = np.finfo(np.float64).tiny
+    top = f.max()
+    total = 0.0
+    for i in range(f.shape[0]):
+        total += np.exp(f[i] - top)
+    placed = np.empty(k)
+    shown = 0.0
+    for t in range(k):
+        placed[t] = np.exp(f[ranking[t]] - top)
+        shown += placed[t]
+    remaining = np.empty(k)
+    mass = max(total - shown, 0.0)
+    for t in range(k - 1, -1, -1):
+        mass += placed[t]
+        remaining[t] = max(mass, tiny)
+    below = min(last + 1, k - 1)  # the lowest unclicked position a pair may take
+    n = 0
+    for p in range(k):
+        if not clicks[p]:
+            continue
+        for q in range(below + 1):
+            if clicks[q]:
+                continue
+            high, low = min(p, q), max(p, q)
+            # log P(R) / P(R*): the ranks between the two see the swapped masses
+            log_ratio = 0.0
+            for t in range(high + 1, low + 1):
+                swapped = max(max(remaining[t] - placed[low], 0.0) + placed[high], tiny)
+                log_ratio += np.log(swapped) - np.log(remaining[t])
+            rho = np.exp(-_log1p_exp(log_ratio))  # P(R*) / (P(R) + P(R*))
+            delta = abs(f[ranking[p]] - f[ranking[q]])
+            weight = rho * np.exp(-delta - 2.0 * _log1p_exp(-delta))
+            documents[n], coefficients[n] = ranking[p], weight
+            documents[n + 1], coefficients[n + 1] = ranking[q], -weight
+            n += 2
+    return n
