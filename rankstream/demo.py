@@ -84,7 +84,7 @@ from rankstream.workers.batch_models import BATCH_KINDS, CMDSDMLParams, RankMKLP
 from rankstream.workers.batch_worker import BatchOptions, BatchWorker
 from rankstream.workers.checkpoint import TrackedModel, learn_together
 from rankstream.workers.click_join import ClickJoin
-from rankstream.workers.click_join_options import JoinOptions
+from rankstream.workers.click_join_options import NONE, JoinOptions
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
 from rankstream.workers.online import OnlineWorker, WorkerOptions
 from rankstream.workers.simulator import SimulateOptions, Simulation, load_collection
@@ -215,8 +215,13 @@ class DemoOptions:
         )
 
     def join_options(self) -> JoinOptions:
-        """The click join's: checkpointed (its triplets sent, a switch published) by the demo."""
-        return JoinOptions(checkpoint_records=None, checkpoint_seconds=None, poll_ms=0)
+        """The click join's: checkpointed (its triplets sent, a switch published) by the
+        demo. It teaches no PDGD here: the demo's race on interleaved clicks is the online
+        learners' against Uni-Con, and a PDGD still near its Uni-Con start would take a
+        sixth of the turns (`rankstream serve` and the compose join teach it)."""
+        return JoinOptions(
+            checkpoint_records=None, checkpoint_seconds=None, poll_ms=0, learn=(NONE,)
+        )
 
     def evaluator_options(self) -> EvaluatorOptions:
         """The evaluator's: its window, and a score record every `publish_every` queries."""
