@@ -334,6 +334,8 @@ for _spec in (
 def takes_weights(spec: LearnerSpec) -> bool:
     """Whether the learner learns importance-weighted rows: the linear rules do, and a
     kernel does when it takes a `weights` parameter (None or the rows' weights)."""
+    if spec.learns_from != "triplets":
+        return False  # it learns no rows at all (PDGD: impressions and clicks)
     kernel = spec.triplet_kernel or spec.kernel
     return kernel is None or "weights" in inspect.signature(kernel).parameters
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankstream.ranking.click_pairs import click_pairs
+from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, click_pairs
 
 
 def loop_pairs(clicked: np.ndarray) -> tuple[list[int], list[int]]:
@@ -36,5 +36,6 @@ def test_vectorized_skip_pairs_equal_the_loop(seed: int) -> None:
         assert pairs.winner.dtype == pairs.loser.dtype == np.int64
         assert pairs.winner.tolist() == winners
         assert pairs.loser.tolist() == losers
-        expected = 1.0 / np.maximum(propensities[np.array(winners, np.int64)], 0.01)
+        clip = DEFAULT_MIN_PROPENSITY
+        expected = 1.0 / np.maximum(propensities[np.array(winners, np.int64)], clip)
         np.testing.assert_array_equal(pairs.weight, expected)

@@ -76,13 +76,13 @@ _PAPER_BASELINES = {
 
 def paper_table2_imageclef() -> dict[str, float | None]:
     """The paper's test mAP per method (`methods()`), None where it has none."""
-    online = {n: s.paper_map for n, s in learners.LEARNERS.items()}
+    online = {n: learners.learner(n).paper_map for n in learners.names()}
     return {**{m: v[0] for m, v in _PAPER_BASELINES.items()}, **online}
 
 
 def paper_table3_seconds() -> dict[str, float | None]:
     """The paper's training seconds per method (`methods()`), None where it has none."""
-    online = {n: s.paper_seconds for n, s in learners.LEARNERS.items()}
+    online = {n: learners.learner(n).paper_seconds for n in learners.names()}
     return {**{m: v[1] for m, v in _PAPER_BASELINES.items()}, **online}
 
 
