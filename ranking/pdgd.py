@@ -156,6 +156,8 @@ class PDGD:
             raise ValueError(f"clicks {np.shape(clicks)} must match ranking {np.shape(ranking)}")
         if self._w is None:
             self._w = np.zeros(phi.shape[1])
+        if not np.any(clicks):
+            return  # no click, no pair (most impressions of real traffic): skip the scoring
         z = self.scaler.transform(phi) if self.scaler is not None else phi.astype(np.float64)
         documents, coefficients = document_weights(z @ self._w, ranking, clicks)
         if documents.size == 0:
