@@ -183,6 +183,7 @@ class ClickJoinHandler(Handler):
         self.propensity_fence = Fence.of(store.load(PROPENSITIES_MODEL))
         self.interleaving_fence = Fence.of(store.load(INTERLEAVING_RECORD))
         for name in self.options.taught:
+            learners.impression_model(name).warm_up()  # its compiled loop, before traffic
             published = store.load(name)
             if published is not None and published.kind != PLACKETT_LUCE_KIND:
                 raise ValueError(
