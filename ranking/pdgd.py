@@ -158,20 +158,13 @@ class PDGD:
             self._w = np.zeros(phi.shape[1])
         if not np.any(clicks):
             return  # no click, no pair (most impressions of real traffic): skip the scoring
-        # Scores and step on raw phi: w . (phi - mean) / std = phi . (w / std) - const, and
-        # PDGD reads only score differences (rho, the pair weights), so the constant drops;
-        # the coefficients sum to 0 (each pair adds +c and -c), so the step on the scaled
-        # rows is the step on the raw ones divided by the std.
-        std = self.scaler.std_ if self.scaler is not None else None
-        x = phi.astype(np.float64, copy=False)
-        documents, coefficients = document_weights(
-            x @ (self._w if std is None else self._w / std), ranking, clicks
-        )
+        z = self.scaler.transform(phi) if self.scaler is not None else phi.astype(np.float64)
+        documents, coefficients = document_weights(z @ self._w, ranking, clicks)
         if documents.size == 0:
             return
-        step = self.learning_rate * (coefficients @ x[documents])
-        if std is not None:
-            step /= std
+        # the coefficients sum to 0 (each pair adds +c and -c), so the scaler's centring
+        # cancels: this is the step on phi divided by the std
+        step = self.learning_rate * (coefficients @ z[documents])
         if not np.isfinite(step).all():
             raise ValueError("this impression would make the weights non-finite; model unchanged")
         self._w += step
