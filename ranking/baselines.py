@@ -18,7 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from rankstream.ranking.metrics import average_precision
-from rankstream.ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.scaling import Standardizer, linear_scores, store_scaler, stored_scaler
 from rankstream.ranking.validation import (
     as_float_matrix,
     as_float_vector,
@@ -54,11 +54,9 @@ class LinearScorer:
 
     def to_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """JSON-able meta and named float64 arrays (no pickle)."""
-        meta: dict[str, Any] = {"kind": self.kind, "params": self._params(), "scaler": None}
+        meta: dict[str, Any] = {"kind": self.kind, "params": self._params()}
         arrays = {"weights": self.weights}
-        if self.scaler_ is not None:
-            meta["scaler"], scaler_arrays = self.scaler_.to_state()
-            arrays.update({f"scaler.{k}": v for k, v in scaler_arrays.items()})
+        store_scaler(self.scaler_, meta, arrays)
         return meta, arrays
 
     @classmethod
@@ -67,14 +65,9 @@ class LinearScorer:
             raise ValueError(f"state kind {meta.get('kind')!r} is not {cls.kind!r}")
         model = cls(**meta["params"])
         model.weights_ = as_float_vector(arrays["weights"], "weights").copy()
-        if meta.get("scaler") is not None:
-            prefix = "scaler."
-            model.scaler_ = Standardizer.from_state(
-                meta["scaler"],
-                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
-            )
-            if model.scaler_.dim != model.weights_.shape[0]:
-                raise ValueError("scaler and weights disagree on the width")
+        model.scaler_ = stored_scaler(meta, arrays)
+        if model.scaler_ is not None and model.scaler_.dim != model.weights_.shape[0]:
+            raise ValueError("scaler and weights disagree on the width")
         return model
 
 

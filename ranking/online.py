@@ -78,7 +78,7 @@ from river import base
 from rankstream.ranking import aot, learners
 from rankstream.ranking.feature_keys import FeatureKeys, Placement, is_position
 from rankstream.ranking.rules import BAD_LABEL, NONFINITE
-from rankstream.ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.scaling import Standardizer, linear_scores, store_scaler, stored_scaler
 from rankstream.ranking.validation import as_float_matrix, as_float_vector
 
 _NONFINITE_WEIGHTS = "this batch would make the weights non-finite; model unchanged"
@@ -678,7 +678,6 @@ class OnlineRanker(base.MiniBatchClassifier):
             "dim": self._width,
             "n_updates": self.n_updates,
             "n_seen": self.n_seen,
-            "scaler": None,
             "features": None
             if names is None
             else [n if isinstance(n, str) else int(n) for n in names],
@@ -688,10 +687,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         if self._w is not None:
             arrays["weights"] = self._w.copy()
         arrays.update({name: array.copy() for name, array in self._state.items()})
-        if self.scaler is not None:
-            scaler_meta, scaler_arrays = self.scaler.to_state()
-            meta["scaler"] = scaler_meta
-            arrays.update({f"scaler.{k}": v for k, v in scaler_arrays.items()})
+        store_scaler(self.scaler, meta, arrays)
         return meta, arrays
 
     @classmethod
@@ -700,13 +696,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         names were stored load as models of positions whose width is fixed)."""
         if meta.get("kind") != "online_ranker":
             raise ValueError(f"state kind {meta.get('kind')!r} is not 'online_ranker'")
-        scaler = None
-        if meta.get("scaler") is not None:
-            prefix = "scaler."
-            scaler = Standardizer.from_state(
-                meta["scaler"],
-                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
-            )
+        scaler = stored_scaler(meta, arrays)
         grows, names, dim = bool(meta.get("grows", False)), meta.get("features"), meta.get("dim")
         # a process that had registered another learner stored its hyper-parameters too;
         # this learner never reads them (its own are known wherever it is)

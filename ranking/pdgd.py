@@ -42,7 +42,12 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking import PDGD_LEARNING_RATE
-from rankstream.ranking.scaling import Standardizer, linear_scores
+from rankstream.ranking.scaling import (
+    Standardizer,
+    linear_scores,
+    store_scaler,
+    stored_scaler,
+)
 
 DEFAULT_LEARNING_RATE = PDGD_LEARNING_RATE  # the reference code's
 STATE_KIND = "pdgd"
@@ -183,14 +188,11 @@ class PDGD:
             "kind": STATE_KIND,
             "learning_rate": self.learning_rate,
             "n_updates": self.n_updates,
-            "scaler": None,
         }
         arrays: dict[str, np.ndarray] = {}
         if self._w is not None:
             arrays["weights"] = self._w.copy()
-        if self.scaler is not None:
-            meta["scaler"], scaler_arrays = self.scaler.to_state()
-            arrays.update({f"scaler.{k}": v for k, v in scaler_arrays.items()})
+        store_scaler(self.scaler, meta, arrays)
         return meta, arrays
 
     @classmethod
@@ -198,13 +200,7 @@ class PDGD:
         """Rebuild exactly the model `to_state` described."""
         if meta.get("kind") != STATE_KIND:
             raise ValueError(f"state kind {meta.get('kind')!r} is not {STATE_KIND!r}")
-        scaler = None
-        if meta.get("scaler") is not None:
-            prefix = "scaler."
-            scaler = Standardizer.from_state(
-                meta["scaler"],
-                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)},
-            )
+        scaler = stored_scaler(meta, arrays)
         model = cls(float(meta["learning_rate"]), scaler, arrays.get("weights"))
         model.n_updates = int(meta["n_updates"])
         return model

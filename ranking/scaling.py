@@ -89,6 +89,29 @@ class Standardizer:
         return scaler
 
 
+SCALER_PREFIX = "scaler."  # a model's stored scaler arrays: "scaler.mean", "scaler.std"
+
+
+def store_scaler(
+    scaler: Standardizer | None, meta: dict[str, Any], arrays: dict[str, np.ndarray]
+) -> None:
+    """Write a model's optional scaler into its state: meta["scaler"] (None without one)
+    and its arrays under `SCALER_PREFIX` (the online rankers', baselines' and PDGD's)."""
+    meta["scaler"] = None
+    if scaler is not None:
+        meta["scaler"], scaler_arrays = scaler.to_state()
+        arrays.update({f"{SCALER_PREFIX}{k}": v for k, v in scaler_arrays.items()})
+
+
+def stored_scaler(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Standardizer | None:
+    """The scaler `store_scaler` wrote (None when the model had none)."""
+    if meta.get("scaler") is None:
+        return None
+    n = len(SCALER_PREFIX)
+    own = {k[n:]: v for k, v in arrays.items() if k.startswith(SCALER_PREFIX)}
+    return Standardizer.from_state(meta["scaler"], own)
+
+
 def linear_scores(
     Phi: object, weights: np.ndarray, scaler: Standardizer | None = None
 ) -> np.ndarray:
