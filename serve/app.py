@@ -74,7 +74,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rankstream.ranking.baselines import UNI_CON
-from rankstream.ranking.pdgd import plackett_luce_intervention, sample_ranking
+from rankstream.ranking.pdgd import plackett_luce_intervention
 from rankstream.ranking.propensity import randomize
 from rankstream.serve.bodies import (
     ARROW,
@@ -114,6 +114,7 @@ from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.impressions import ImpressionLog, served_impression
 from rankstream.workers.interleaver import Interleaver
+from rankstream.workers.scoring import served_order
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
@@ -316,11 +317,10 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
     loaded = await _serving_model(state, query)
     scores = loaded.scorer.score(query.phi)
-    order = np.argsort(-scores, kind="stable")  # ties keep the request's order
+    order = served_order(loaded.scorer, scores, state.interventions)
     intervention = shown_probability = None  # a share of the logged rankings: randomized
     sampled = getattr(loaded.scorer, "plackett_luce", False)
-    if sampled:  # PDGD serves a sample of its policy, and logs its probability
-        order = sample_ranking(scores, scores.shape[0], state.interventions)
+    if sampled:  # PDGD served a sample of its policy: log its probability
         intervention, shown_probability = plackett_luce_intervention(scores, order)
     ranked = scores[order]
     teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaver)

@@ -227,3 +227,31 @@ def test_serve_shows_plackett_luce_samples_of_a_pdgd_model() -> None:
     answers, ids, scores = _answers(np.full(dim, 1e3), 5)
     expected = ids[np.argsort(-scores, kind="stable")].tolist()
     assert all(a["candidate_ids"] == expected for a in answers)
+
+
+def test_the_interleaver_drafts_a_pdgd_challenger_from_its_samples() -> None:
+    """The click race compares what each model would show: a PDGD challenger's ranking in
+    the draft is a Plackett-Luce sample (tied scores: it varies), a linear one's is its
+    sorted scores (tied: the request's order, so the draft with an identical champion
+    ranking is that order every time)."""
+    from types import SimpleNamespace
+
+    from rankstream.workers.interleaver import Interleaver
+    from rankstream.workers.scoring import CheckedScorer
+
+    phi = np.zeros((12, D))
+    order = np.arange(12)
+    champion = SimpleNamespace(
+        name="uni_con", scorer=CheckedScorer("uni_con", 1, lambda p: np.zeros(len(p)), D)
+    )
+    drafts = {}
+    for sampled in (False, True):
+        scorer = CheckedScorer("pdgd", 1, lambda p: np.zeros(len(p)), D, plackett_luce=sampled)
+        challenger = SimpleNamespace(name="pdgd", scorer=scorer)
+        interleaver = Interleaver(Settings(interleaving_share=1.0), np.random.default_rng(0))
+        drafts[sampled] = {
+            tuple(interleaver.interleave(champion, order, np.zeros(12), [challenger], phi).order)
+            for _ in range(20)
+        }
+    assert drafts[False] == {tuple(range(12))}
+    assert len(drafts[True]) > 10

@@ -9,8 +9,11 @@ for the `/v1/rank` requests that ask for the champion (no model or version named
 the simulated engine (`workers.simulator`, `rankstream simulate --feedback clicks:MODEL`
 and the click demo) when it serves the champion.
 
-Which challengers: every other servable model (serve: its registry snapshot's; the
-simulator: every scorable model of the store). `team-draft` (the default,
+Each challenger's ranking is the one it would be served with
+(`workers.scoring.served_order`: a PDGD challenger's is a Plackett-Luce sample of its
+scores), so the race compares what each model would show. Which challengers: every other
+servable model (serve: its registry snapshot's; the simulator: every scorable model of
+the store). `team-draft` (the default,
 `RANKSTREAM_INTERLEAVING_METHOD`) pairs the champion with one challenger per impression,
 taking them in turn (round-robin over the sorted names), so every race gets an equal
 share; `multileave` drafts the champion with all of them at once (team-draft multileave:
@@ -38,7 +41,7 @@ import numpy as np
 
 from rankstream.ranking.interleaving import team_draft
 from rankstream.stream.settings import MULTILEAVE, Settings
-from rankstream.workers.scoring import Scorer
+from rankstream.workers.scoring import Scorer, served_order
 
 
 class Ranker(Protocol):
@@ -98,7 +101,7 @@ class Interleaver:
     ) -> InterleavedList:
         """The team draft of the champion's ranking (`champion_order`, its scores sorted
         `champion_ranked`: what serving computed already) with the challengers' on `phi`."""
-        rankings = [champion_order, *(np.argsort(-c.scorer.score(phi), kind="stable")
+        rankings = [champion_order, *(served_order(c.scorer, c.scorer.score(phi), self.rng)
                                       for c in challengers)]  # fmt: skip
         drafted = team_draft(rankings, len(champion_order), self.rng)
         return InterleavedList(

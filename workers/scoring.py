@@ -29,6 +29,7 @@ import numpy as np
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
 from rankstream.ranking.online import OnlineRanker
+from rankstream.ranking.pdgd import sample_ranking
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
@@ -125,6 +126,15 @@ def batch_scorer(stored: StoredModel) -> Scorer:
 
 
 SCORERS.update(dict.fromkeys(BATCH_KINDS, batch_scorer))
+
+
+def served_order(scorer: Scorer, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The order a model's ranking is shown in (serve, the interleaver, the simulated
+    engine): its scores from high to low, ties in the request's order; for a
+    `plackett_luce` scorer (PDGD) a Plackett-Luce sample of them, drawn with `rng`."""
+    if getattr(scorer, "plackett_luce", False):
+        return sample_ranking(scores, scores.shape[0], rng)
+    return np.argsort(-scores, kind="stable")
 
 
 def scorer_for(stored: StoredModel, width: int = DEFAULT_PHI_DIM) -> Scorer:

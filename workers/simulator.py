@@ -63,7 +63,6 @@ from pathlib import Path
 import numpy as np
 
 from rankstream.ranking import DEFAULT_PHI_DIM
-from rankstream.ranking.metrics import ranked_order
 from rankstream.simulators import catalog
 from rankstream.simulators.click_feedback import order_scores
 from rankstream.simulators.feedback import FeedbackSimulator, RetrievedQuery, served_ndcg
@@ -80,6 +79,7 @@ from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.interleaver import Interleaver
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
+from rankstream.workers.scoring import served_order
 from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
 from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
@@ -256,7 +256,7 @@ class SimulatorHandler(Handler):
         a clicking user; send the impression, then its clicks."""
         assert self.users is not None
         scores = served.scorer.score(query.phi)
-        order, drafted = ranked_order(scores), {}
+        order, drafted = served_order(served.scorer, scores, self.click_rng), {}
         challengers = (
             self.interleaver.challengers(self.serving.others(served), served.name)
             if self.interleaver.enabled and self.options.serving == CHAMPION
