@@ -14,8 +14,9 @@ and "online" (the online worker's checkpoints, `OnlineRanker.to_state`) are both
 w . phi through the stored Standardizer, so one factory serves both: it dispatches on
 the state's own `meta["kind"]`. Kind "plackett_luce" (the impression learners the click
 join publishes: PDGD, `ranking.pdgd`) scores w . phi too, and its scorer says
-`plackett_luce`: serve shows a Plackett-Luce sample of its scores, the policy it learns
-as, while the evaluator and the interleaver compare its deterministic ranking.
+`plackett_luce`: serve, the interleaver and the simulated engine show a Plackett-Luce
+sample of its scores (`served_order`), the policy it learns as, while the judged
+evaluator scores its deterministic ranking.
 """
 
 from __future__ import annotations
