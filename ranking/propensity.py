@@ -255,6 +255,10 @@ class PropensityEstimator:
         clicks = np.asarray(clicks)
         if clicks.ndim != 1 or clicks.dtype != bool or clicks.shape[0] < 1:
             raise ValueError(f"clicks must be a 1-d bool array, got {clicks.dtype} {clicks.shape}")
+        if intervention is None:  # most impressions: shown as ranked (observe_many's rule)
+            self.impressions[0] += 1
+            self.clicks[0] += int(clicks[0])
+            return
         self.observe_many([intervention], clicks[None, :])
 
     def observe_many(self, interventions: Sequence[str | None], clicks: np.ndarray) -> None:
@@ -283,7 +287,7 @@ class PropensityEstimator:
         hits = np.bincount(at, weights=clicks[rows, at], minlength=self.depth)
         self.clicks += hits.astype(np.int64)
         covered = np.minimum(shuffled, width)  # ranks 1..covered randomized and shown
-        for k in range(1, width + 1):
+        for k in range(1, int(covered.max(initial=0)) + 1):  # none without a shuffle
             rows = covered >= k
             self.shuffled[k - 1] += int(rows.sum())
             self.shuffled_clicks[k - 1] += int(clicks[rows, k - 1].sum())

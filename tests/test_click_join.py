@@ -28,6 +28,7 @@ from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_dead_letter, decode_triplets
 from rankstream.stream.settings import Settings
+from rankstream.workers import click_join
 from rankstream.workers.click_join import (
     PROPENSITIES_MODEL,
     ClickJoin,
@@ -401,6 +402,47 @@ def test_a_join_saved_with_an_empty_outbox_loads_again() -> None:
     again = ClickJoin(settings, JoinOptions(), transport=transport, store=store)
     again.handler.load(again)
     assert again.handler.outbox == [] and again.handler.counters.impressions == 3
+
+
+def _triplet_rows(messages: list[tuple[bytes, bytes]]) -> list[tuple]:
+    """Every triplet of the output, in order: (seq, query id, winner id, loser id, weight)."""
+    rows = []
+    for _, value in messages:
+        block = decode_triplets(value, width=D)
+        rows += zip(block.seq.tolist(), block.query_id.tolist(), block.p1_id.tolist(),
+                    block.p2_id.tolist(), block.weight.tolist(), strict=True)  # fmt: skip
+    return rows
+
+
+def test_the_sessions_one_input_closes_leave_in_messages_within_the_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twelve sessions in one impressions message, one click each, and a click past their
+    window: whichever topic the join reads first, one input closes all twelve. One
+    output message; a budget of three sessions' tables cuts them into four (a session's
+    table never split), keyed in order, the same triplets in the same order."""
+    shown = [_impression(i, float(i)) for i in range(12)] + [_impression(99, 50.0)]
+    clicks = [Click(imp.impression_id, 100 * i + 1, time=i + 0.5) for i, imp in enumerate(shown)]
+    clicks[-1] = Click(shown[-1].impression_id, 9901, time=WINDOW + 20.0)  # its window is open
+    session_bytes = 6 * D * 4  # a session's phi table (float32)
+    outputs = {}
+    for budget in (click_join.OUTPUT_MESSAGE_BYTES, 3 * session_bytes):
+        monkeypatch.setattr(click_join, "OUTPUT_MESSAGE_BYTES", budget)
+        settings, transport, store = _settings(), EmbeddedTransport(), EmbeddedModelStore()
+        producer = transport.producer()
+        producer.send(settings.impressions_topic, encode_impressions(shown))
+        producer.send(settings.clicks_topic, encode_clicks(clicks))
+        producer.flush()
+        join = _run(settings, transport, store, JoinOptions())
+        outputs[budget] = _output(transport, settings)
+        assert join.handler.counters.sent == len(outputs[budget])
+    (whole,), cut = outputs.values()
+    assert len(cut) == 4
+    assert [k for k, _ in cut] == [f"click-join:{n}".encode() for n in range(4)]
+    assert _triplet_rows([whole]) == _triplet_rows(cut) and len(_triplet_rows(cut)) == 24
+    for n, (_, value) in enumerate(cut):
+        sessions = np.unique(decode_triplets(value, width=D).p1_id // 100)
+        assert sessions.tolist() == [3 * n, 3 * n + 1, 3 * n + 2]
 
 
 class _CrashError(Exception):

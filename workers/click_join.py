@@ -37,20 +37,21 @@ estimate is published at each checkpoint as store model `propensities` (kind
 "propensities", one version per change) and as `rankstream_click_propensity{rank}`.
 
 Exactly once, with kafka-python (no transactions): the output is derived only from state
-committed with the offsets. Emitted messages go to an *outbox* in memory; a checkpoint
-saves the window, the estimator, the input offsets and the outbox in one fenced store
-write, and only then sends the outbox (acks=all) and flushes. Each output message has a
-deterministic key `<name>:<n>` (n counts the join's messages, saved with the state). A
-join that restarts with a non-empty outbox does not know how much of it reached Kafka: it
-reads the triplets topic from the end offsets recorded when those messages entered the
-outbox and sends only the ones whose key it does not find. Inputs after the checkpoint are
-re-read and re-joined; what they produced before the crash was never sent. The residual
-gap: a send still in a dead process's socket buffer when the successor reads the topic
-(the successor starts in seconds, the send lands in milliseconds), and a zombie join woken
-after its successor re-sent its outbox (fencing stops its next save, not a send it has
-already begun). Dead letters are at least once, keyed "topic:partition:offset" (as the
-online worker's).
-"""
+committed with the offsets. The pairs of the sessions an input message closed become
+output messages (one, or several cut at `OUTPUT_MESSAGE_BYTES` of phi: a function of the
+log alone, so a restarted join cuts its output where an uninterrupted one does) in an
+*outbox* in memory; a checkpoint saves the window, the estimator, the input offsets and
+the outbox in one fenced store write, and only then sends the outbox (acks=all) and
+flushes. Each output message has a deterministic key `<name>:<n>` (n counts the join's
+messages, saved with the state). A join that restarts with a non-empty outbox does not
+know how much of it reached Kafka: it reads the triplets topic from the end offsets
+recorded when those messages entered the outbox and sends only the ones whose key it
+does not find. Inputs after the checkpoint are re-read and re-joined; what they produced
+before the crash was never sent. The residual gap: a send still in a dead process's
+socket buffer when the successor reads the topic (the successor starts in seconds, the
+send lands in milliseconds), and a zombie join woken after its successor re-sent its
+outbox (fencing stops its next save, not a send it has already begun). Dead letters are
+at least once, keyed "topic:partition:offset" (as the online worker's)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ JOIN_KIND = "click-join"
 PROPENSITIES_MODEL = "propensities"
 PROPENSITIES_KIND = "propensities"
 _SCAN_DEADLINE_S = 60.0
+OUTPUT_MESSAGE_BYTES = 256 * 1024
+"""An output message's phi budget: well under Kafka's 1 MB message limit at any width."""
 T = TypeVar("T")
 
 
@@ -355,23 +358,46 @@ class ClickJoinHandler(Handler):
         return self.estimator.propensities(self.options.depth)
 
     def _emit(self, runtime: StreamRuntime) -> None:
-        """Closed sessions -> one output message in the outbox; unknown clicks -> dead letters."""
+        """Closed sessions -> their pairs as output messages in the outbox (`_seal`);
+        unknown clicks -> dead letters."""
         unknown, ready = self.window.unknown(), self.window.ready()
         if unknown or ready:
             self.dirty = True  # the window changed: the next checkpoint saves it first
         self._rejected(runtime, unknown)
         blocks = []
+        counts = _SessionCounts()
         for closed in ready:
             self._rejected(runtime, closed.rejects)
             self._credit(closed)
             self._teach(runtime.store, closed)
+            counts.add(closed.clicked)
             block = self._pairs(closed)
             if block is not None:
                 blocks.append(block)
+        counts.export()
+        if ready:
+            lag = time.time() - ready[-1].impression.time
+            metrics.JOIN_LAG_SECONDS.set(max(0.0, lag))
         metrics.JOIN_WAITING.set(len(self.window.sessions))
-        if not blocks:
-            return
-        block = TripletBlock.concatenate(blocks)
+        self._seal(blocks)
+
+    def _seal(self, blocks: list[TripletBlock]) -> None:
+        """Sessions' pairs -> output messages in the outbox, in order, each at most
+        `OUTPUT_MESSAGE_BYTES` of phi (one session's table always fits one message)."""
+        batch: list[TripletBlock] = []
+        size = 0
+        for block in blocks:
+            if batch and size + block.phi.nbytes > OUTPUT_MESSAGE_BYTES:
+                self._post(batch)
+                batch, size = [], 0
+            batch.append(block)
+            size += block.phi.nbytes
+        if batch:
+            self._post(batch)
+
+    def _post(self, blocks: list[TripletBlock]) -> None:
+        """One output message of `blocks` into the outbox, keyed by the join's name and n."""
+        block = TripletBlock.concatenate(blocks).compact()  # once a message, not a session
         key = f"{self.options.name}:{self.next_message}".encode()
         self.outbox.append((key, encode_triplets(block)))
         self.outbox_triplets.append(len(block))
@@ -379,8 +405,7 @@ class ClickJoinHandler(Handler):
         self.counters.triplets += len(block)
 
     def _pairs(self, closed: Closed) -> TripletBlock | None:
-        """One session's weighted pairs (None without any); counts it in the estimator and
-        the click metrics."""
+        """One session's weighted pairs (None without any); counts it in the estimator."""
         impression, clicked = closed.impression, closed.clicked
         n = len(clicked)
         pairs = click_pairs(
@@ -391,8 +416,6 @@ class ClickJoinHandler(Handler):
         )
         self.estimator.observe(impression.intervention, clicked)
         self.counters.sessions += 1
-        _count_session(clicked)
-        metrics.JOIN_LAG_SECONDS.set(max(0.0, time.time() - impression.time))
         if not len(pairs):
             return None
         seq = self.next_seq + np.arange(len(pairs), dtype=np.int64)
@@ -407,7 +430,7 @@ class ClickJoinHandler(Handler):
             image_id=impression.candidate_ids,
             phi=impression.phi,
             weight=pairs.weight.astype(np.float32),
-        ).compact()
+        )
 
     # --- impression learners -----------------------------------------------------------
     def _teach(self, store: ModelStore, closed: Closed) -> None:
@@ -632,16 +655,36 @@ class ClickJoinHandler(Handler):
             runtime.dead_letter(original, r.reason, r.detail, [row], counted_in=self.counters)
 
 
-def _count_session(clicked: np.ndarray) -> None:
-    metrics.JOIN_IMPRESSIONS.inc()
-    ranks = np.flatnonzero(clicked) + 1
-    metrics.JOIN_CLICKS.inc(len(ranks))
-    if not len(ranks):
-        return
-    metrics.JOIN_RECIPROCAL_RANK.inc(1.0 / ranks[0])
-    for k in metrics.CTR_CUTOFFS:
-        if ranks[0] <= k:
-            metrics.JOIN_CLICKED_AT.labels(k=str(k)).inc()
+class _SessionCounts:
+    """The click metrics of a batch of closed sessions, exported once a batch: five
+    Prometheus calls a session were a tenth of the join's time (bench clicks)."""
+
+    def __init__(self) -> None:
+        self.sessions = self.clicks = 0
+        self.reciprocal_rank = 0.0
+        self.clicked_at = dict.fromkeys(metrics.CTR_CUTOFFS, 0)
+
+    def add(self, clicked: np.ndarray) -> None:
+        ranks = np.flatnonzero(clicked)
+        self.sessions += 1
+        self.clicks += len(ranks)
+        if not len(ranks):
+            return
+        first = int(ranks[0]) + 1
+        self.reciprocal_rank += 1.0 / first
+        for k in metrics.CTR_CUTOFFS:
+            if first <= k:
+                self.clicked_at[k] += 1
+
+    def export(self) -> None:
+        if not self.sessions:
+            return
+        metrics.JOIN_IMPRESSIONS.inc(self.sessions)
+        metrics.JOIN_CLICKS.inc(self.clicks)
+        metrics.JOIN_RECIPROCAL_RANK.inc(self.reciprocal_rank)
+        for k, n in self.clicked_at.items():
+            if n:
+                metrics.JOIN_CLICKED_AT.labels(k=str(k)).inc(n)
 
 
 def _rows(decoded: Decoded[T]) -> list[tuple[int, T]]:
