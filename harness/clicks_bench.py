@@ -23,7 +23,7 @@ an engine's batch) is written once with `__N__` in its impression ids; `harness.
 --numbered` posts one per request number over `connections` keep-alive connections from
 its own process; each is answered after the broker's acknowledgement. Reference, same
 run: the very same Click rows handed to `ClickProducer` in a process of their own (one
-message per impression, as the server writes them; one flush at the end), no HTTP: the
+message per request and partition, as the server writes them; one flush at the end), no HTTP: the
 same processes, transport and join, so the HTTP figure can be read against what this
 loaded machine does without HTTP.
 
@@ -280,10 +280,11 @@ class _EmbeddedServer:
 
 def produce_clicks(settings: Settings, batch: int, requests: int, ready: Any, go: Any) -> None:
     """The reference's producer process: every request's clicks through `ClickProducer`
-    (one message per impression, as the server writes them), one flush at the end."""
+    (one message per partition a request touches, as the server writes them), one flush
+    at the end."""
     transport = open_transport(settings)
     producer = transport.producer()
-    clicks = ClickProducer(settings, producer)
+    clicks = ClickProducer(settings, producer, transport)
     bodies = [batch_clicks(request, batch) for request in range(requests)]
     ready.set()
     go.wait()

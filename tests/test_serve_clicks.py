@@ -10,6 +10,7 @@ impression log writes everything queued before it returns.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -33,8 +34,8 @@ from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Message
+from rankstream.workers import click_producer, metrics
 from rankstream.workers import impressions as impression_log
-from rankstream.workers import metrics
 from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.impressions import ImpressionLog, served_impression
 
@@ -352,18 +353,41 @@ def _post_clicks(client: TestClient) -> tuple[list, list[Click]]:
     return answers, clicks
 
 
-def _check_clicks(answers: list, clicks: list[Click], messages: list[Message]) -> None:
+def _click_rows(messages: list[Message]) -> int:
+    return sum(len(decode_clicks(m.value).records) for m in messages)
+
+
+def _check_clicks(
+    settings: Settings, answers: list, clicks: list[Click], messages: list[Message]
+) -> None:
     assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
     assert [a.json() for a in answers] == [
         {"impressions": 1, "clicks": 1, "rows": 1, "duplicate": False},
         {"impressions": 2, "clicks": 2, "rows": 3, "duplicate": False},
         {"impressions": 2, "clicks": 2, "rows": 3, "duplicate": False},
     ]
-    # one message per impression, keyed by it, in the order posted
-    assert [m.key for m in messages] == [b"imp-a", b"imp-b", b"imp-c", b"imp-d", b"imp-e"]
-    decoded = [decode_clicks(m.value) for m in messages]
-    assert all(d.rejects == [] for d in decoded)
-    assert [c for d in decoded for c in d.records] == clicks
+    # a message per request and partition: each row on its impression's partition, the
+    # message keyed by its first impression, each impression's rows in the order posted
+    transport = open_transport(settings)
+    try:
+        topic = settings.clicks_topic
+        one_partition = len(transport.partitions_for(topic)) == 1
+        decoded = [decode_clicks(m.value) for m in messages]
+        assert all(d.rejects == [] for d in decoded)
+        for message, d in zip(messages, decoded, strict=True):
+            assert message.key == d.records[0].impression_id.encode()
+            for click in d.records:
+                key = click.impression_id.encode()
+                assert transport.partition_for(topic, key) == message.partition
+    finally:
+        transport.close()
+    assert len(messages) == 3 if one_partition else 3 <= len(messages) <= 5
+    found = [c for d in decoded for c in d.records]
+    for impression in dict.fromkeys(c.impression_id for c in clicks):
+        assert [c for c in found if c.impression_id == impression] == [
+            c for c in clicks if c.impression_id == impression
+        ]
+    assert len(found) == len(clicks)
 
 
 def test_clicks_round_trip_and_a_retry_publishes_nothing(embedded_settings):
@@ -374,12 +398,13 @@ def test_clicks_round_trip_and_a_retry_publishes_nothing(embedded_settings):
         later = client.post("/v1/clicks", json=_click_body("imp-a", clicks=[{"candidate_id": 1}]))
         keyed = [client.post("/v1/clicks", json=_click_body(f"imp-k{i}"),
                              headers={"Idempotency-Key": "same"}) for i in range(2)]  # fmt: skip
-    _check_clicks(answers, clicks, _read(embedded_settings, embedded_settings.clicks_topic)[:5])
+    _check_clicks(embedded_settings, answers, clicks,
+                  _read(embedded_settings, embedded_settings.clicks_topic)[:3])  # fmt: skip
     assert again.json() == {**answers[0].json(), "duplicate": True}
     assert later.json()["duplicate"] is False
     assert [k.json()["duplicate"] for k in keyed] == [False, True]
     keys = [m.key for m in _read(embedded_settings, embedded_settings.clicks_topic)]
-    assert keys == [b"imp-a", b"imp-b", b"imp-c", b"imp-d", b"imp-e", b"imp-a", b"imp-k0"]
+    assert keys == [b"imp-a", b"imp-b", b"imp-d", b"imp-a", b"imp-k0"]  # a message a request
 
 
 def test_the_click_producer_writes_what_the_route_writes(embedded_settings):
@@ -387,12 +412,46 @@ def test_the_click_producer_writes_what_the_route_writes(embedded_settings):
     clicks = [Click("i1", 1, 1), Click("i2", 5), Click("i1", 2, 2)]
     with ClickProducer.open(embedded_settings) as producer:
         assert producer.deliver(clicks) == 3
-    messages = _read(embedded_settings, embedded_settings.clicks_topic)
-    assert [m.key for m in messages] == [b"i1", b"i2"]
-    assert [decode_clicks(m.value).records for m in messages] == [
-        [clicks[0], clicks[2]],
-        [clicks[1]],
-    ]
+    (message,) = _read(embedded_settings, embedded_settings.clicks_topic)  # one partition
+    assert message.key == b"i1"
+    assert decode_clicks(message.value).records == [clicks[0], clicks[2], clicks[1]]
+
+
+def test_the_click_producer_puts_each_impression_on_its_partition(embedded_settings, monkeypatch):
+    """On a 4-partition topic: one message per partition touched (cut at MESSAGE_ROWS,
+    an impression never split), each row on its impression's key's partition, keyed by
+    its first impression; given only a producer, one message per impression."""
+    reset_embedded()
+    clicks = [Click(f"imp-{i % 12}", 100 + i) for i in range(36)]  # 3 rows an impression
+    transport = open_transport(embedded_settings)
+    read: dict[str, list[Message]] = {}
+    for run, rows_cap, given in (("grouped", 5, True), ("whole", 4096, True),
+                                 ("single", 4096, False)):  # fmt: skip
+        settings = dataclasses.replace(embedded_settings, topic_prefix=f"producer-{run}")
+        topic = settings.clicks_topic
+        transport.ensure_topics({topic: 4})
+        monkeypatch.setattr(click_producer, "MESSAGE_ROWS", rows_cap)
+        with ClickProducer(settings, transport.producer(),
+                           transport if given else None) as producer:  # fmt: skip
+            assert producer.deliver(clicks) == 36
+        read[run] = _read(settings, topic)
+    partitions = {transport.partition_for(topic, f"imp-{i}".encode()) for i in range(12)}
+    grouped, whole, single = read.values()
+    assert len(grouped) == 12  # 3 rows an impression, at most 5 a message: one each
+    assert len(whole) == len(partitions) > 1
+    assert sorted(m.key for m in single) == sorted(f"imp-{i}".encode() for i in range(12))
+    for messages in (grouped, whole, single):
+        rows = []
+        for message in messages:
+            records = decode_clicks(message.value).records
+            assert message.key == records[0].impression_id.encode()
+            for click in records:
+                key = click.impression_id.encode()
+                assert transport.partition_for(topic, key) == message.partition
+            rows += records
+        for i in range(12):
+            assert [c for c in rows if c.impression_id == f"imp-{i}"] == clicks[i::12]
+    transport.close()
 
 
 # --- real Kafka + Redis -------------------------------------------------------------------
@@ -407,4 +466,5 @@ def test_a_click_batch_round_trips_through_kafka(service_settings):
         answers, clicks = _post_clicks(client)
         again = client.post("/v1/clicks", json=_click_body("imp-a"))
     assert refused.status_code == 422 and again.json()["duplicate"] is True
-    _check_clicks(answers, clicks, _read(service_settings, service_settings.clicks_topic, 5))
+    messages = _read(service_settings, service_settings.clicks_topic, 7, count=_click_rows)
+    _check_clicks(service_settings, answers, clicks, messages)

@@ -15,10 +15,16 @@ and any engine written in Python, directly:
 `workers.impressions`). A `Click.no_click(impression_id)` row says the impression was
 shown and its session ended without a click, so the join need not wait out its window.
 
-What it writes: one `rankstream.clicks` message (`stream.click_schema`) per impression,
-holding that impression's rows in the order given, keyed by the impression id, so an
-impression's clicks land on the partition number its impression did (both topics are
-keyed alike; equal partition counts). `send` hands the messages to the transport (which
+What it writes: `rankstream.clicks` messages (`stream.click_schema`) holding each
+impression's rows in the order given, each impression's on the partition its id maps to
+(`impression_key`), so an impression's clicks land on the partition number its impression
+did (both topics are keyed alike; equal partition counts). Knowing its transport (`open`,
+or `transport=`), it writes one message per partition a `send` touches (up to
+`MESSAGE_ROWS` rows, an impression never split), sent to that partition under the
+transport's rule (`Transport.partition_for`) and keyed by its first impression, as the
+impression log writes impressions: an engine's batch of 50 impressions is one message,
+not 50 (bench clicks). Given only a producer, it writes one message per impression,
+keyed by its id. `send` hands the messages to the transport (which
 batches them, like Kafka's linger); `flush` returns once the broker acknowledged
 everything sent so far (acks=all); `deliver` is both, for callers that answer only after
 the acknowledgement (the HTTP endpoint). Clicks are checked when built (`Click` refuses
@@ -32,7 +38,7 @@ from collections.abc import Sequence
 from rankstream.stream.click_schema import Click, encode_clicks, impression_key
 from rankstream.stream.connect import open_transport
 from rankstream.stream.settings import Settings
-from rankstream.stream.transport import Producer
+from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
 from rankstream.workers.owned_producer import OwnedProducer
 
@@ -48,13 +54,31 @@ def by_impression(clicks: Sequence[Click]) -> dict[str, list[Click]]:
     return groups
 
 
-class ClickProducer(OwnedProducer):
-    """Clicks -> one clicks message per impression (module docstring); thread-safe as
-    its transport's producer is."""
+MESSAGE_ROWS = 4096
+"""A clicks message's most rows when impressions share one (module docstring)."""
 
-    def __init__(self, settings: Settings, producer: Producer) -> None:
+
+def message_groups(impressions: list[list[Click]]) -> list[list[Click]]:
+    """Impressions' rows cut into messages of at most `MESSAGE_ROWS` rows (one impression
+    a message at least, never split), in order."""
+    messages: list[list[Click]] = [[]]
+    for rows in impressions:
+        if messages[-1] and len(messages[-1]) + len(rows) > MESSAGE_ROWS:
+            messages.append([])
+        messages[-1].extend(rows)
+    return messages
+
+
+class ClickProducer(OwnedProducer):
+    """Clicks -> clicks messages, per partition or per impression (module docstring);
+    thread-safe as its transport's producer is."""
+
+    def __init__(
+        self, settings: Settings, producer: Producer, transport: Transport | None = None
+    ) -> None:
         super().__init__(producer)
         self.settings = settings
+        self.transport = transport
         self.clicks_sent = 0
 
     @classmethod
@@ -63,22 +87,34 @@ class ClickProducer(OwnedProducer):
         transport = open_transport(settings)
         transport.ensure_topics({settings.clicks_topic: 1})
         producer = transport.producer()
-        self = cls(settings, producer)
+        self = cls(settings, producer, transport)
         self._own(producer, transport)
         return self
 
     def send(self, clicks: Sequence[Click]) -> int:
-        """Hand the clicks to the transport, one message per impression; returns the
-        number of rows. Every message is encoded before the first is sent."""
-        messages = [
-            (encode_clicks(rows), impression_key(impression_id), len(rows))
-            for impression_id, rows in by_impression(clicks).items()
-        ]
-        for value, key, rows in messages:
-            self.producer.send(self.settings.clicks_topic, value, key=key)
+        """Hand the clicks to the transport (module docstring); returns the number of
+        rows. Every message is encoded before the first is sent."""
+        topic = self.settings.clicks_topic
+        impressions = by_impression(clicks)
+        messages: list[tuple[bytes, bytes, int | None, int]] = []
+        if self.transport is None:
+            for impression_id, rows in impressions.items():
+                messages.append((encode_clicks(rows), impression_key(impression_id), None,
+                                 len(rows)))  # fmt: skip
+        else:
+            by_partition: dict[int, list[list[Click]]] = {}
+            for impression_id, rows in impressions.items():
+                partition = self.transport.partition_for(topic, impression_key(impression_id))
+                by_partition.setdefault(partition, []).append(rows)
+            for partition, grouped in by_partition.items():
+                for rows in message_groups(grouped):
+                    key = impression_key(rows[0].impression_id)
+                    messages.append((encode_clicks(rows), key, partition, len(rows)))
+        for value, key, partition, rows in messages:
+            self.producer.send(topic, value, key=key, partition=partition)
             metrics.CLICKS_PRODUCED.inc(rows)
             self.clicks_sent += rows
-        return sum(rows for _, _, rows in messages)
+        return sum(rows for *_, rows in messages)
 
     def flush(self, timeout: float | None = None) -> None:
         """Return once the broker acknowledged every message sent so far."""
