@@ -49,7 +49,7 @@ from rankstream.ranking.scaling import (
     stored_scaler,
 )
 
-DEFAULT_LEARNING_RATE = PDGD_LEARNING_RATE  # the reference code's
+DEFAULT_LEARNING_RATE = PDGD_LEARNING_RATE  # the reference's step on our scale (its comment)
 STATE_KIND = "pdgd"
 
 

@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from rankstream.ranking import learners
+from rankstream.ranking import PDGD_LEARNING_RATE, learners
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.pdgd import PDGD, plackett_luce_intervention
 from rankstream.ranking.scaling import Standardizer
@@ -60,7 +60,7 @@ def _parsed(argv: list[str]) -> JoinOptions:
 def test_an_impression_model_takes_its_own_hyper_parameters_checked() -> None:
     model = learners.impression_model("pdgd", {"learning_rate": 0.3})
     assert isinstance(model, PDGD) and model.learning_rate == 0.3
-    assert learners.impression_model("pdgd").learning_rate == 0.1  # the declared default
+    assert learners.impression_model("pdgd").learning_rate == PDGD_LEARNING_RATE == 0.02  # declared
     with pytest.raises(ValueError, match="not \\['C'\\]"):
         learners.impression_model("pdgd", {"C": 1.0})
     with pytest.raises(ValueError, match="finite and > 0"):
