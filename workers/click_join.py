@@ -76,6 +76,7 @@ from rankstream.stream.click_schema import (
     decode_impressions,
     encode_clicks,
 )
+from rankstream.stream.message_groups import within_budget
 from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, Fence, ModelStore, fenced_save
@@ -384,16 +385,9 @@ class ClickJoinHandler(Handler):
     def _seal(self, blocks: list[TripletBlock]) -> None:
         """Sessions' pairs -> output messages in the outbox, in order, each at most
         `OUTPUT_MESSAGE_BYTES` of phi (one session's table always fits one message)."""
-        batch: list[TripletBlock] = []
-        size = 0
-        for block in blocks:
-            if batch and size + block.phi.nbytes > OUTPUT_MESSAGE_BYTES:
-                self._post(batch)
-                batch, size = [], 0
-            batch.append(block)
-            size += block.phi.nbytes
-        if batch:
-            self._post(batch)
+        for message in within_budget(blocks, lambda block: block.phi.nbytes,
+                                     OUTPUT_MESSAGE_BYTES):  # fmt: skip
+            self._post(message)
 
     def _post(self, blocks: list[TripletBlock]) -> None:
         """One output message of `blocks` into the outbox, keyed by the join's name and n."""

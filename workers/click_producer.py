@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 from rankstream.stream.click_schema import Click, encode_clicks, impression_key
 from rankstream.stream.connect import open_transport
+from rankstream.stream.message_groups import by_partition, within_budget
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
@@ -58,15 +59,8 @@ MESSAGE_ROWS = 4096
 """A clicks message's most rows when impressions share one (module docstring)."""
 
 
-def message_groups(impressions: list[list[Click]]) -> list[list[Click]]:
-    """Impressions' rows cut into messages of at most `MESSAGE_ROWS` rows (one impression
-    a message at least, never split), in order."""
-    messages: list[list[Click]] = [[]]
-    for rows in impressions:
-        if messages[-1] and len(messages[-1]) + len(rows) > MESSAGE_ROWS:
-            messages.append([])
-        messages[-1].extend(rows)
-    return messages
+def _first_impression_key(rows: list[Click]) -> bytes:
+    return impression_key(rows[0].impression_id)
 
 
 class ClickProducer(OwnedProducer):
@@ -102,12 +96,12 @@ class ClickProducer(OwnedProducer):
                 messages.append((encode_clicks(rows), impression_key(impression_id), None,
                                  len(rows)))  # fmt: skip
         else:
-            by_partition: dict[int, list[list[Click]]] = {}
-            for impression_id, rows in impressions.items():
-                partition = self.transport.partition_for(topic, impression_key(impression_id))
-                by_partition.setdefault(partition, []).append(rows)
-            for partition, grouped in by_partition.items():
-                for rows in message_groups(grouped):
+            partitions = by_partition(
+                self.transport, topic, impressions.values(), _first_impression_key
+            )
+            for partition, grouped in partitions.items():
+                for message in within_budget(grouped, len, MESSAGE_ROWS):
+                    rows = [row for impression in message for row in impression]
                     key = impression_key(rows[0].impression_id)
                     messages.append((encode_clicks(rows), key, partition, len(rows)))
         for value, key, partition, rows in messages:

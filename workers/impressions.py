@@ -52,6 +52,7 @@ from rankstream.stream.click_schema import (
 )
 from rankstream.stream.connect import open_transport
 from rankstream.stream.errors import TRANSIENT
+from rankstream.stream.message_groups import by_partition, within_budget
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Producer, Transport
 from rankstream.workers import metrics
@@ -106,16 +107,11 @@ def served_impression(
 def message_groups(impressions: list[Impression]) -> list[list[Impression]]:
     """`impressions` cut into messages of at most `MESSAGE_BYTES` of phi and ids each (one
     impression a message at least), in order."""
-    messages: list[list[Impression]] = [[]]
-    size = 0
-    for imp in impressions:
-        nbytes = imp.phi.nbytes + imp.candidate_ids.nbytes
-        if messages[-1] and size + nbytes > MESSAGE_BYTES:
-            messages.append([])
-            size = 0
-        messages[-1].append(imp)
-        size += nbytes
-    return messages
+    return within_budget(impressions, _impression_bytes, MESSAGE_BYTES)
+
+
+def _impression_bytes(imp: Impression) -> int:
+    return imp.phi.nbytes + imp.candidate_ids.nbytes
 
 
 class ImpressionLog:
@@ -193,18 +189,14 @@ class ImpressionLog:
         topic = self.settings.impressions_topic
         try:
             self._open()
-            by_partition: dict[int, list[Impression]] = {}
-            for imp in impressions:
-                partition = self._transport.partition_for(  # type: ignore[union-attr]
-                    topic, impression_key(imp.impression_id)
-                )
-                by_partition.setdefault(partition, []).append(imp)
+            partitions = by_partition(self._transport, topic, impressions,  # type: ignore[arg-type]
+                                      lambda imp: impression_key(imp.impression_id))  # fmt: skip
         except Exception as exc:  # a stalled broker, refused credentials, ...: this thread
             # must outlive anything it meets; every impression is counted and logged
             self._drop("send_failed", repr(exc), count=len(impressions))
             self._retire()
             return
-        for partition, group in by_partition.items():
+        for partition, group in partitions.items():
             for message in message_groups(group):
                 self._send(topic, partition, message)
 
