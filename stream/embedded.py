@@ -190,13 +190,20 @@ class EmbeddedProducer:
         self._transport = transport
         self._round_robin = itertools.count()
         self._closed = False
+        self.delivered = 0  # rows (`send`'s records) in the log, ever
 
     def send(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        records: int = 1,
     ) -> None:
         if self._closed:
             raise RuntimeError("producer is closed")
         self._transport._append(topic, partition, key, value, self._round_robin)
+        self.delivered += records  # in the log at once
 
     def flush(self, timeout: float | None = None) -> None:
         return None

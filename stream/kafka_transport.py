@@ -314,10 +314,16 @@ class KafkaTransportProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._producer = KafkaProducer(**config, **PRODUCER_TUNING)
         self._failure: BaseException | None = None
-        self.failures = 0  # deliveries that failed after retries, ever (never reset)
+        self.failures = 0  # rows (`send`'s records) not delivered after retries, ever
+        self.delivered = 0  # rows the broker acknowledged, ever
 
     def send(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        records: int = 1,
     ) -> None:
         self._raise_failure()
         if len(value) > MAX_MESSAGE_BYTES:
@@ -326,7 +332,8 @@ class KafkaTransportProducer:
             future = self._producer.send(topic, value=value, key=key, partition=partition)
         except KafkaError as exc:
             raise _transport_error(f"send to {topic!r} failed", exc) from exc
-        future.add_errback(self._record_failure)
+        future.add_callback(lambda _: self._record_delivery(records))
+        future.add_errback(lambda exc: self._record_failure(exc, records))
 
     def flush(self, timeout: float | None = None) -> None:
         try:
@@ -340,8 +347,11 @@ class KafkaTransportProducer:
         still unacknowledged by then is dropped (its senders were told it failed)."""
         self._producer.close(timeout=timeout)
 
-    def _record_failure(self, exc: BaseException) -> None:
-        self.failures += 1
+    def _record_delivery(self, records: int) -> None:
+        self.delivered += records
+
+    def _record_failure(self, exc: BaseException, records: int = 1) -> None:
+        self.failures += records
         if self._failure is None:
             self._failure = exc
 

@@ -31,8 +31,16 @@ class Message:
 
 class Producer(Protocol):
     def send(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
-    ) -> None: ...
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        records: int = 1,
+    ) -> None:
+        """Queue one message; `records`: the rows it carries, what a producer that counts
+        its undelivered messages (`failures`) adds when this one is not delivered."""
+        ...
 
     def flush(self, timeout: float | None = None) -> None: ...
 

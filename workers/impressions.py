@@ -130,6 +130,7 @@ class ImpressionLog:
         self._transport: Transport | None = None
         self._producer: Producer | None = None
         self._failures_seen = 0
+        self._handed = 0  # impressions handed to the current producer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="impression-log", daemon=True)
         self._thread.start()
@@ -205,12 +206,13 @@ class ImpressionLog:
             producer = self._open()
             value = encode_impressions(impressions)
             key = impression_key(impressions[0].impression_id)
-            producer.send(topic, value, key=key, partition=partition)
+            producer.send(topic, value, key=key, partition=partition, records=len(impressions))
         except Exception as exc:  # as in `_write`: counted, logged, a new producer next
             self._drop("send_failed", repr(exc), count=len(impressions))
             self._retire()
             return
         self.written += len(impressions)
+        self._handed += len(impressions)
         metrics.IMPRESSIONS_LOGGED.inc(len(impressions))
 
     def _open(self) -> Producer:
@@ -222,12 +224,15 @@ class ImpressionLog:
             except BaseException:
                 transport.close()
                 raise
-            self._transport, self._producer, self._failures_seen = transport, producer, 0
+            self._transport, self._producer = transport, producer
+            self._failures_seen = self._handed = 0
         return self._producer
 
     def _retire(self) -> None:
         """Drop the producer after a failure (a new one starts clean), counting what it
-        gave up on, closing included."""
+        gave up on, closing included: every impression handed to it that it neither
+        delivered nor already counted as failed (a close that times out in a stall
+        abandons its queued batches without failing them one by one)."""
         producer, transport = self._producer, self._transport
         self._producer = self._transport = None
         if producer is None or transport is None:
@@ -237,17 +242,22 @@ class ImpressionLog:
             transport.close()
         except Exception as exc:  # closing a failed producer: logged, moved on
             log_event(log, "impression producer closed", error=repr(exc)[:200])
-        failures = int(getattr(producer, "failures", 0))
-        if failures > self._failures_seen:
-            self._drop("delivery_failed", count=failures - self._failures_seen)
+        delivered = int(getattr(producer, "delivered", self._handed))
+        unaccounted = self._handed - delivered - self._failures_seen
+        if unaccounted > 0:
+            self._drop("delivery_failed", count=unaccounted)
 
     def _check_deliveries(self) -> None:
-        """Count deliveries the transport gave up on since the last look (the embedded
-        transport never does)."""
+        """Count the impressions the transport gave up on since the last look (the
+        embedded transport never does), and then retire the producer: kafka-python's
+        idempotent producer, once a batch expired in a long stall, holds the later ones
+        back (as `serve.feedback` found), so they would be neither on the topic nor
+        counted; closing it fails them, and they are counted as dropped."""
         failures = int(getattr(self._producer, "failures", 0))
         if failures > self._failures_seen:
             self._drop("delivery_failed", count=failures - self._failures_seen)
             self._failures_seen = failures
+            self._retire()
 
     def _drop(self, reason: str, detail: str = "", count: int = 1) -> None:
         metrics.IMPRESSIONS_DROPPED.labels(reason=reason).inc(count)
