@@ -25,7 +25,8 @@ at most one line every `LOG_EVERY_S` with the count since the last):
   answered anyway;
 * `send_failed`: the transport refused the message (the producer is replaced, as the
   feedback desk does after a failure);
-* `delivery_failed`: the broker did not acknowledge it after the client's retries;
+* `delivery_failed`: the broker did not acknowledge it after the client's retries, or its
+  producer was retired (after such a failure) before it did: counted per impression;
 * `invalid`: the ranking did not make a valid impression (an id no record takes);
 * `shutdown`: still queued when the server stopped and the grace was over.
 
