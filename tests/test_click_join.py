@@ -445,6 +445,37 @@ def test_the_sessions_one_input_closes_leave_in_messages_within_the_byte_budget(
         assert sessions.tolist() == [3 * n, 3 * n + 1, 3 * n + 2]
 
 
+def test_a_quiet_stream_closes_its_open_sessions_after_a_window_and_a_grace() -> None:
+    """Three sessions with clicks and no end row, and a click whose impression never
+    comes: event time alone keeps them waiting for more traffic. Quiet for less than a
+    window and a grace (the join's clock, set here), nothing leaves; past it, every
+    session leaves with its pairs and the waiting click is dead-lettered as unknown."""
+    settings, transport, store = _settings(), EmbeddedTransport(), EmbeddedModelStore()
+    shown = [_impression(i, float(i)) for i in range(3)]
+    clicks = [Click(imp.impression_id, 100 * i + 2, time=i + 0.5) for i, imp in enumerate(shown)]
+    _send(transport, settings, [*(("imp", imp) for imp in shown), ("click", clicks),
+                                ("click", [Click(f"{999:032x}", 5, time=2.0)])])  # fmt: skip
+    join = ClickJoin(settings, JoinOptions(), transport=transport, store=store)
+    handler = join.handler
+    while handler.counters.clicks < 4:  # every input read (the loop `run` would do)
+        join.step(timeout_ms=10)
+    assert len(handler.window.sessions) == 3 and handler.window.waiting == 1
+    now = handler._last_input
+    handler.clock = lambda: now + WINDOW + GRACE - 1.0
+    join.step(timeout_ms=10)
+    assert len(handler.window.sessions) == 3 and _output(transport, settings) == []
+    handler.clock = lambda: now + WINDOW + GRACE
+    join.step(timeout_ms=10)
+    join.close(final_checkpoint=True)
+    assert handler.window.sessions == {} and handler.window.waiting == 0
+    rows = _triplet_rows(_output(transport, settings))
+    winners = [winner for _, _, winner, _, _ in rows]
+    assert sorted(set(winners)) == [2, 102, 202]  # each session's click (rank 3) ...
+    assert len(rows) == 3 * 3  # ... over the two skipped above it and the next below
+    assert _dead_letters(transport, settings) == ["unknown_impression"]
+    assert handler.counters.sessions == 3
+
+
 class _CrashError(Exception):
     pass
 

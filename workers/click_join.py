@@ -11,7 +11,9 @@ other shown result with `losers="shown"`) as triplets (the clicked result rel 1,
 rel 0) on the triplets topic, weighted 1 / P(examined at the clicked rank) (wire version
 3), so OPR..AROW learn from clicks unchanged. Late clicks, clicks for unknown impressions
 and for candidates their impression did not show are dead-lettered with their reason and
-counted (`rankstream_dead_letters_total{reason}`).
+counted (`rankstream_dead_letters_total{reason}`). A stream quiet for a window and a grace
+of wall time closes its open sessions (`tick`): event time alone would keep the last
+sessions of a quiet stream waiting for the next traffic.
 
 Impression learners. Each closed session also teaches the learners that learn from
 impressions and clicks directly (`ranking.learners.impression_learners`: PDGD; option
@@ -171,6 +173,8 @@ class ClickJoinHandler(Handler):
         self.learned: dict[str, Any] = {}  # the impression learners' models by name (PDGD)
         self.learned_fences: dict[str, Fence] = {}
         self._published_learned: dict[str, int] = {}  # updates each model had when published
+        self.clock: Callable[[], float] = time.monotonic  # wall time of the quiet rule
+        self._last_input = self.clock()
 
     # --- the runtime's calls --------------------------------------------------------------
     def topics(self) -> dict[str, int]:
@@ -252,6 +256,8 @@ class ClickJoinHandler(Handler):
 
     def process(self, runtime: StreamRuntime, messages: Sequence[Message]) -> int:
         records = 0
+        if messages:
+            self._last_input = self.clock()
         for message in messages:
             if message.topic == self.settings.impressions_topic:
                 if message.offset < self._hydrate_below.get(message.partition, 0):
@@ -265,6 +271,21 @@ class ClickJoinHandler(Handler):
             self.dirty = True
             self._emit(runtime)
         return records
+
+    def tick(self, runtime: StreamRuntime) -> None:
+        """A quiet stream's last sessions: when nothing has been read for a window and a
+        grace of wall time, every open session is over (`ClickWindow.close_all`)."""
+        window = self.window
+        if not (window.sessions or window.early):
+            return
+        quiet = self.clock() - self._last_input
+        if quiet < window.window_s + window.grace_s:
+            return
+        sessions = len(window.sessions)
+        self._rejected(runtime, window.close_all())
+        self.dirty = True
+        self._emit(runtime)
+        log_event(log, "quiet: sessions closed", sessions=sessions, quiet_seconds=round(quiet, 1))
 
     def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
         """Save the join with its offsets and outbox, then send the outbox (module doc).

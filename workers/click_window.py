@@ -23,6 +23,10 @@ Clicks that cannot join:
 * ``unknown_candidate``: its impression did not show that candidate (found when the session
   closes).
 
+Time is also the wall clock's when nothing arrives: event time moves only with events, so
+the last sessions of a quiet stream would wait for the next traffic. A join that has read
+nothing for `window_s` + `grace_s` of wall time closes them all (`close_all`).
+
 Time is event time: an impression's `time`, a click's `time` or, without one, its
 message's timestamp. The watermarks are the largest impression time and click time seen.
 
@@ -176,6 +180,19 @@ class ClickWindow:
             found.append(self._close(session, session.impression))
         self._forget_closed()
         return found
+
+    def close_all(self) -> list[Rejected]:
+        """Every open session over and every waiting click refused as unknown: what the
+        join does when nothing has arrived for a window and a grace of wall time
+        (`ClickJoinHandler.tick`), when no click can still be due in any session's window
+        and no impression can still overtake a waiting click. Returns those refusals; the
+        sessions leave by `ready`. The watermarks stay where the events put them."""
+        for session in self.sessions.values():
+            session.ended = True
+        rejected = [self._unknown(iid, c) for iid, found in self.early.items() for c in found]
+        self.early.clear()
+        self._earliest = np.inf
+        return rejected
 
     def unknown(self) -> list[Rejected]:
         """Early clicks whose impression is not coming (see the module docstring)."""
