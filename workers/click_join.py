@@ -78,6 +78,7 @@ from rankstream.stream.click_schema import (
     decode_impressions,
     encode_clicks,
 )
+from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.message_groups import within_budget
 from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
@@ -282,9 +283,12 @@ class ClickJoinHandler(Handler):
         if quiet < window.window_s + window.grace_s:
             return
         sessions = len(window.sessions)
-        self._rejected(runtime, window.close_all())
-        self.dirty = True
-        self._emit(runtime)
+        try:
+            self._rejected(runtime, window.close_all())
+            self.dirty = True
+            self._emit(runtime)
+        except TRANSIENT as exc:  # not the runtime's retry of a tick: the window is half closed
+            raise RuntimeError(f"closing a quiet stream's sessions failed: {exc!r}") from exc
         log_event(log, "quiet: sessions closed", sessions=sessions, quiet_seconds=round(quiet, 1))
 
     def checkpoint(self, runtime: StreamRuntime) -> dict[str, Any]:
