@@ -23,12 +23,11 @@ Clicks that cannot join:
 * ``unknown_candidate``: its impression did not show that candidate (found when the session
   closes).
 
-Time is also the wall clock's when nothing arrives: event time moves only with events, so
-the last sessions of a quiet stream would wait for the next traffic. A join that has read
-nothing for `window_s` + `grace_s` of wall time closes them all (`close_all`).
-
 Time is event time: an impression's `time`, a click's `time` or, without one, its
 message's timestamp. The watermarks are the largest impression time and click time seen.
+Event time moves only with events, so the last sessions of a quiet stream would wait for
+the next traffic: a join that has read nothing for `window_s` + `grace_s` of wall time
+closes them all (`close_all`).
 
 Size. The checkpoint holds every open session's id, time, source position and clicks, not
 the impressions themselves (their phi): after a restart the join re-reads the impressions
