@@ -10,8 +10,8 @@ Routes (the OpenAPI document at GET /openapi.json, `serve.openapi`):
     GET  /v1/models/{name}   one of them, with its kept versions
     GET  /healthz            live (always 200 while the process answers)
     GET  /readyz             200 while the broker and the store answer (a bounded probe,
-                             cached a second) and the champion is loaded (or the store is
-                             empty: ranking requests publish Uni-Con, its feature scaling
+                             cached a second) and the champion is loaded (or no Uni-Con
+                             is stored yet: ranking requests publish it, its feature scaling
                              refitted on their candidates until it has seen
                              RANKSTREAM_UNICON_CALIBRATION of them, `workers.baseline`)
 
@@ -194,7 +194,7 @@ class ServeState:
     def calibrating(self, snapshot: Snapshot) -> bool:
         """True while the Uni-Con this serve published wants more candidates."""
         loaded = snapshot.models.get(UNI_CON)
-        return not snapshot.models or (loaded is not None and loaded.calibrating)
+        return snapshot.needs_unicon or (loaded is not None and loaded.calibrating)
 
     def close(self, timeout: float) -> None:
         """Stop reloading; flush feedback, clicks and impressions, within `timeout` s."""
@@ -464,7 +464,7 @@ async def healthz(request: Request, state: ServeState) -> tuple[Response, str]:
 async def readyz(request: Request, state: ServeState) -> tuple[Response, str]:
     snapshot = state.registry.snapshot
     problems = await state.problems()
-    if not snapshot.ready and snapshot.stored:  # an empty store: the first request calibrates
+    if not snapshot.ready:  # no Uni-Con stored yet is ready: the first request calibrates
         problems = [*problems, f"champion {snapshot.champion!r} is not loaded"]
     document = {"ready": not problems, "champion": snapshot.champion, "problems": problems}
     return json_response(document, 503 if problems else 200), "-"

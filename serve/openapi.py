@@ -319,7 +319,9 @@ def _gets() -> dict[str, Any]:
         "/healthz": {"get": {"summary": "Live", "security": [], "parameters": [_REQUEST_ID],
                              "responses": _answers({}, public=True)}},
         "/readyz": {"get": {"summary": "The broker and the store answer, and a champion "
-                                       "is loaded (503 otherwise, with the problems)",
+                                       "is loaded or no Uni-Con is stored yet (the first "
+                                       "ranking publishes it); 503 otherwise, with the "
+                                       "problems",
                             "security": [], "parameters": [_REQUEST_ID],
                             "responses": {**_answers(_json(_READY), public=True),
                                           "503": {"description": "not ready",

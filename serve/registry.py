@@ -117,7 +117,17 @@ class Snapshot:
 
     @property
     def ready(self) -> bool:
-        return self.champion in self.models or UNI_CON in self.models
+        """A default ranking request can be answered: the champion or Uni-Con is loaded,
+        or Uni-Con is not stored yet, so the first one publishes it (`serve.app`). The
+        workers' records (the evaluator's scores, the click join's propensities and
+        interleaving evidence, a reservoir) serve nothing and change none of this; a
+        stored model that cannot be loaded (another width, a broken state) does."""
+        return self.champion in self.models or UNI_CON in self.models or self.needs_unicon
+
+    @property
+    def needs_unicon(self) -> bool:
+        """No Uni-Con is stored: the next default ranking request calibrates one."""
+        return UNI_CON not in self.stored
 
 
 EMPTY = Snapshot(models={}, latest={}, champion=UNI_CON, scores={})
