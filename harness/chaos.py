@@ -29,7 +29,7 @@ The harness is the worker's supervisor: whatever way the worker ends (killed, fe
 exit 3, idle exit while a service was away) it is started again, until it exits 0 with
 every model's stored offsets at the end of the topic. The producer is paced so the
 stream lasts `seconds_per_fault` per fault; it is flushed and paused while the broker
-restarts, so what is tested is the consumer side (see docs/RELIABILITY.md).
+restarts, so what is tested is the consumer side (see docs/reference/guarantees.md).
 
 The reference is a second, uninterrupted `OnlineWorker` in this process reading the
 same topic with the same options into an in-memory store; it also counts every

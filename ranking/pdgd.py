@@ -71,7 +71,7 @@ def plackett_luce_intervention(scores: np.ndarray, order: np.ndarray) -> tuple[s
     """(intervention, shown probability) an impression of the sampled `order` logs:
     "plackett-luce:1-n" and P(its first n = min(10, len) results, in this order) under
     the Plackett-Luce model of `scores` (the full order's probability underflows for
-    hundreds of candidates; docs/WIRE.md), floored at the smallest positive float."""
+    hundreds of candidates; docs/reference/wire.md), floored at the smallest positive float."""
     f = np.asarray(scores, dtype=np.float64)[np.asarray(order, dtype=np.int64)]
     n = min(LOGGED_PREFIX, f.shape[0])
     # log of the mass not yet placed at each rank: logsumexp of the scores from t on

@@ -289,7 +289,7 @@ def _posts(width: int) -> dict[str, Any]:
                 arrow: {"schema": {"description": "one row per click: impression_id utf8, "
                                    "candidate_id int64 (null: the impression's no-click "
                                    "row), optional position int, time and dwell numbers "
-                                   "(docs/WIRE.md's rankstream.clicks message is one)"}},
+                                   "(docs/reference/wire.md's rankstream.clicks message is one)"}},
             }},
             "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
         }},

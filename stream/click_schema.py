@@ -14,7 +14,7 @@ stamping, version rule, whole-message refusals and reasons are reused, not copie
 `rankstream.impressions` version 1, one row per impression, keyed by the impression id;
 `rankstream.clicks` version 1, one row per click, keyed by its first row's impression
 id, so an impression and its clicks land on the same partition number when both topics
-have equally many partitions. docs/WIRE.md writes the layouts down for other producers.
+have equally many partitions. docs/reference/wire.md writes the layouts down for other producers.
 
 A clicks row with a null `candidate_id` says "shown, session over, nothing clicked"
 (`Click.no_click`): the join can count such an impression at once instead of waiting out

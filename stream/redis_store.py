@@ -27,7 +27,7 @@ replica furthest ahead, so a failover of the primary alone loses no acknowledged
 checkpoint. A save that no replica confirms within `REPLICA_ACK_S` raises
 `StoreUnavailableError` (it may have landed: the writer's retry adopts it, as above);
 a primary with no replica at all refuses writes (`min-replicas-to-write`, NOREPLICAS),
-which is the same error. See docs/RELIABILITY.md for what is still not guaranteed.
+which is the same error. See docs/reference/guarantees.md for what is still not guaranteed.
 
 Pub/sub is fire-and-forget: announcements published while a listener is disconnected
 are lost, so long-running listeners should also check `latest_versions()` now and then.

@@ -4,7 +4,7 @@ Every message is one Arrow IPC *stream* (schema + record batches) whose schema m
 names it (`rankstream.schema`), its version (`rankstream.version`) and, for messages
 that carry phi, the feature width (`rankstream.phi_dim`), so any Arrow reader in any
 language can decode it and an old reader refuses a newer version instead of misreading
-it. Nothing is pickled. docs/WIRE.md writes the layouts down for other producers.
+it. Nothing is pickled. docs/reference/wire.md writes the layouts down for other producers.
 
 Triplets, version 2 (what this code sends): one row per *group*, a run of one judged
 query's triplets with consecutive seq (`stream.triplet_groups`): `query_id`,

@@ -1,6 +1,6 @@
 """Broker and Redis restarts mid-stream, a Redis that loses its last checkpoint.
 
-Guarantee under test (docs/RELIABILITY.md): a model's offsets are stored in the same
+Guarantee under test (docs/reference/guarantees.md): a model's offsets are stored in the same
 atomic write as the weights that cover them, so whatever checkpoint survives a restart
 or a crash is self-consistent; a worker whose in-memory state is ahead of what Redis
 kept is fenced on its next save (it never saves on top of an older checkpoint), and the

@@ -1,4 +1,4 @@
-"""Security rules kept true by tests (docs/SECURITY.md explains each).
+"""Security rules kept true by tests (docs/reference/security.md explains each).
 
 * Nothing deserialises executable data: no pickle-family import or call anywhere in the
   shipped packages (AST scan), and every `np.load` the code makes at run time passes

@@ -12,7 +12,7 @@ retried after the resume with its key, is acknowledged, and every acknowledged c
 row is on the clicks topic exactly once (whether the retry published it or found it
 delivered late; with a pause past the producer's 60 s delivery timeout, `make
 stall-test`, a refused click whose expired batch the broker still appended may be there
-twice, docs/RELIABILITY.md's "Not guaranteed"); every ranking's impression (those the
+twice, docs/reference/guarantees.md's "Not guaranteed"); every ranking's impression (those the
 clicks name too) either on the impressions topic or counted as dropped (never lost
 silently). SIGTERM during a pause ends serve within 15 s. Two serve processes on one
 Redis, given the same feedback under one key, publish one set of triplets.
@@ -387,7 +387,7 @@ def _check_clicks(client: Client, settings, pause_started: float, resumed: float
         twice = {}  # no batch can expire in the pause: exactly once, every click
     # a longer pause expires the batch already handed to the paused broker, which may
     # still append it on SIGCONT; the desk released that claim and the retry published it
-    # again (docs/RELIABILITY.md, "Not guaranteed"): twice at most, and only those
+    # again (docs/reference/guarantees.md, "Not guaranteed"): twice at most, and only those
     wrong_clicks = {c.key: rows.get(c.impression_id, 0) for c in clicks
                     if rows.get(c.impression_id, 0) != 1 and c.key not in twice}  # fmt: skip
     assert not wrong_clicks, f"click key -> rows on the clicks topic: {wrong_clicks}"

@@ -1,4 +1,4 @@
-"""docs/WIRE.md's producer example, run as written: rankstream decodes what it sends."""
+"""docs/reference/wire.md's producer example, run as written: rankstream decodes what it sends."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from rankstream.stream.click_schema import Click, decode_clicks
 from rankstream.stream.schema import decode_triplets
 
-WIRE = Path(__file__).resolve().parents[1] / "docs" / "WIRE.md"
+WIRE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "wire.md"
 
 
 def test_the_documented_producer_writes_a_message_rankstream_reads():
