@@ -60,6 +60,18 @@ cap 0.5: 992 / 1,360 / 1,210; 0.75: 679 / 1,251 / 1,010; 0.9: 580 / 1,299 / 976;
   bets were placed on that side). The paper's tighter "hedged capital" sequence bets
   afresh for every m, which needs every candidate mean's wealth in the state; this one
   needs six numbers.
+* **Re-opening** (`PairedTest.reopen`): a refused challenger that changed (the click
+  race's new versions, `workers.interleaving`) races on, and its evidence for a switch
+  *continues*: the switch wealth and its bound sums are kept, only the bets' plug-in
+  moments start again (so the bets follow the new version) and the refusal wealth
+  starts at 1 (the refusal is about the version now raced). The re-opening time and
+  the fresh moments depend only on the past, so the bets stay predictable and K_n stays
+  one supermartingale under "the challenger raced at each pair was no better": at most
+  one false switch in 1/alpha over every version, with no alpha spent twice. The price
+  is the wealth the refused version lost (its first bets, before its mean turned
+  negative and the bets stopped). A restart at wealth 1 instead would give every
+  re-opening a fresh alpha. The refusal wealth restarts because a wrong refusal only
+  delays a challenger until it changes again, not a switch.
 * **delta**: the smallest difference worth a switch; it enters only the refusal. The
   switch is tested against 0, not delta: a challenger truly 0.01 better is 0.01 from H0.
 * `min_pairs`: no verdict before (default 1: betting needs no burn-in to be valid).
@@ -334,6 +346,12 @@ class PairedTest(_SequentialTest):
         low, high = max(low, -1.0), min(self.delta + high, 1.0)
         return Evidence(n, state.moments.mean, low, high, state.log_wealth, self.threshold, verdict)
 
+    def reopen(self, state: BettingState) -> BettingState:
+        """A refused race re-opened for a changed challenger (module docstring,
+        "Re-opening"): the switch wealth and its bound sums continue, the bets' moments
+        and the refusal wealth start again."""
+        return BettingState(RaceState(), state.log_wealth, 0.0, state.low_sums)
+
     def to_json(self, state: BettingState) -> list[float]:
         m = state.moments
         return [m.n, m.mean, m.m2, state.log_wealth, state.log_wealth_refuse,
@@ -431,6 +449,11 @@ class MixtureSPRT(_SequentialTest):
         return Evidence(
             state.n, state.mean, max(low, -1.0), min(high, 1.0), statistic, self.threshold, verdict
         )
+
+    def reopen(self, state: RaceState) -> RaceState:
+        """A re-opened race starts over (a plug-in mSPRT has no wealth to carry: a fresh
+        alpha each time; only `rankstream eval champion` runs this test)."""
+        return self.start()
 
     def to_json(self, state: RaceState) -> list[float]:
         return [state.n, state.mean, state.m2]

@@ -114,6 +114,7 @@ from rankstream.workers.click_producer import ClickProducer
 from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.impressions import ImpressionLog, served_impression
 from rankstream.workers.interleaver import Interleaver
+from rankstream.workers.interleaving import refused_challengers
 from rankstream.workers.scoring import served_order
 from rankstream.workers.structured_log import get_logger, log_event
 
@@ -325,7 +326,11 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     ranked = scores[order]
     teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaver)
     challengers = (
-        state.interleaver.challengers(state.registry.snapshot.models, loaded.name)
+        state.interleaver.challengers(
+            state.registry.snapshot.models, loaded.name,
+            refused_challengers(state.registry.snapshot.scores.get("interleaving", {}),
+                                loaded.name),
+        )
         if state.impressions is not None and state.interleaver.enabled
         and query.model in (None, "champion") and query.version is None
         else []

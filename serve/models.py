@@ -6,7 +6,11 @@ and how many judged queries they cover (a trend), and for each challenger its ra
 against the champion (`workers.champion`): paired queries, mean NDCG@50 difference with
 its always-valid confidence interval, the test's statistic and its decision; beside it
 `interleaving`, its race on click traffic (`workers.interleaving`: impressions, wins,
-losses, ties, statistic, threshold, decision), published by the click join. Pin records
+losses, ties, statistic, threshold, decision, and `refused`: the version it was refused
+at while it is not drafted), published by the click join. `collapsed` (true/false) flags a
+model whose click race put it far below the champion (`workers.interleaving`: refused,
+and its mean preference margin at or below -0.2): it is not drafted, and it
+stays in the store for the operator to look at, not silently kept serving. Pin records
 (`workers.pins`) are not models and are left out; the model they pin says `pinned: true`.
 """
 
@@ -21,6 +25,7 @@ from rankstream.workers.pins import is_pin_record
 def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
     scores = snapshot.scores
     loaded = snapshot.models.get(name)
+    race = scores.get("interleaving", {}).get("challengers", {}).get(name)
     return {
         "name": name,
         "kind": snapshot.kinds.get(name),
@@ -34,7 +39,8 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "rolling_map": scores.get("rolling_map", {}).get(name),
         "scored_queries": scores.get("counts", {}).get(name),
         "race": scores.get("race", {}).get("challengers", {}).get(name),
-        "interleaving": scores.get("interleaving", {}).get("challengers", {}).get(name),
+        "interleaving": race,
+        "collapsed": bool(race and race.get("collapsed")),
     }
 
 

@@ -204,6 +204,36 @@ _READY = {
 }
 
 
+_MODEL = {
+    "type": "object",
+    "description": "One stored model (further fields: docs)",
+    "properties": {
+        "name": {"type": "string"},
+        "kind": {"type": ["string", "null"]},
+        "version": {"type": ["integer", "null"], "description": "newest stored version"},
+        "champion": {"type": "boolean"},
+        "interleaving": {"type": ["object", "null"],
+                         "description": "its click race against the champion: impressions, "
+                                        "wins, losses, ties, statistic, decision; refused "
+                                        "(null while drafted, else the version refused "
+                                        "and its evidence), reopened, collapsed"},
+        "collapsed": {"type": "boolean",
+                      "description": "true: the click race put this model far below the "
+                                     "champion (refused, its mean preference margin "
+                                     "<= -0.2); it is not drafted "
+                                     "against the champion until a new version learned "
+                                     "twice as much"},
+    },
+}  # fmt: skip
+_MODELS = {
+    "type": "object",
+    "properties": {
+        "champion": {"type": "string"},
+        "models": {"type": "array", "items": _MODEL},
+    },
+}
+
+
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
@@ -308,7 +338,7 @@ def _idempotency_key(default: str) -> dict[str, Any]:
 def _gets() -> dict[str, Any]:
     return {
         "/v1/models": {"get": {"summary": "Every stored model", "parameters": [_REQUEST_ID],
-                               "responses": _answers(_json({"type": "object"}))}},
+                               "responses": _answers(_json(_MODELS))}},
         "/v1/models/{name}": {"get": {
             "summary": "One stored model and its kept versions",
             "parameters": [_REQUEST_ID,

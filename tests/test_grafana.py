@@ -142,6 +142,8 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
         "rankstream_interleaving_log_statistic",
         "rankstream_interleaving_decision",
         "rankstream_champion_race_threshold",
+        # issue 38: the share of the champion's rankings each challenger takes
+        "rankstream_challenger_impression_share",
     }
     assert wanted <= read, f"no panel for {wanted - read}"
     gain = [q for _, _, q in dashboard_queries() if 'model="uni_con"' in q]

@@ -96,7 +96,9 @@ from rankstream.workers.click_window import ClickWindow, Closed, PendingClick, R
 from rankstream.workers.interleaving import (
     INTERLEAVING_KIND,
     INTERLEAVING_RECORD,
+    REOPEN_FACTOR,
     InterleavingRace,
+    learned_count,
     session_outcomes,
 )
 from rankstream.workers.runtime import Handler, OptionsRuntime, StreamRuntime
@@ -306,6 +308,7 @@ class ClickJoinHandler(Handler):
             saved["sent"] = self.counters.sent
         self._publish_switch(runtime.store)
         self._follow_champion(runtime.store)
+        self._reopen_refused(runtime.store)
         race = self._publish_race(runtime.store, runtime.writer)
         if race is not None:
             saved[INTERLEAVING_RECORD] = race
@@ -513,7 +516,9 @@ class ClickJoinHandler(Handler):
         previous = self.race.incumbent
         outcomes = session_outcomes(impression.team_models, impression.teams, closed.clicked)
         for challenger, value in outcomes.items():
-            if challenger != previous and self.race.observe(challenger, [value]) is not None:
+            version = impression.model_versions.get(challenger)
+            if challenger != previous and self.race.observe(challenger, [value],
+                                                            version) is not None:  # fmt: skip
                 self.pending_switch = {"champion": challenger, "previous": previous,
                                        "evidence": self.race.decided}  # fmt: skip
                 log_event(log, "champion switched", decided_by=CLICKS, incumbent=previous,
@@ -541,6 +546,37 @@ class ClickJoinHandler(Handler):
         champion = stored_champion(store)
         if champion is not None and self.race.follow(champion):
             log_event(log, "interleaving races restarted", champion=champion)
+            self.dirty = True
+
+    def _reopen_refused(self, store: ModelStore) -> None:
+        """Each refused challenger (`workers.interleaving`, "Refused challengers"): what its
+        refused version had learned, read once from the store (its newest version's if
+        that one is gone: later, so it re-opens later, never sooner); its race re-opened
+        once a newer stored version learned `REOPEN_FACTOR` times as much."""
+        if not self.race.refusals:
+            return
+        latest = store.latest_versions()
+        for name, refusal in sorted(self.race.refusals.items()):
+            newest = latest.get(name)
+            if newest is None:
+                continue
+            if refusal["learned"] is None:
+                at = refusal["version"] or newest
+                stored = store.load_version(name, at) or store.load(name)
+                if stored is None:
+                    continue
+                refusal["learned"] = learned_count(stored.meta, stored.version)
+                refusal["version"] = stored.version if refusal["version"] is None else at
+                self.dirty = True
+            if newest <= refusal["version"] or refusal.get("checked") == newest:
+                continue
+            stored = store.load(name)
+            if stored is None:
+                continue
+            refusal["checked"] = stored.version  # each new version read once
+            learned = learned_count(stored.meta, stored.version)
+            if learned > refusal["learned"] and learned >= REOPEN_FACTOR * refusal["learned"]:
+                self.race.reopen(name, stored.version, learned)
             self.dirty = True
 
     def _publish_race(self, store: ModelStore, writer: str) -> int | None:

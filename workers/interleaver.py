@@ -25,6 +25,14 @@ champion's scores sorted from high to low laid on it, position by position. So t
 descend as always (a caller that re-sorts by score keeps the shown order) and stay on the
 champion's scale; they are not any model's score of the result beside them.
 
+Refused challengers are skipped: `challengers(..., refused=...)` takes the names the click
+race refused against this champion (`workers.interleaving.refused_challengers`, read from
+the published race), so a refused challenger costs the users nothing until the join
+re-opens its race (a new version that learned enough to differ). The share of the
+champion's rankings drafted with each challenger over the last `SHARE_WINDOW` (1,000) is
+the gauge `rankstream_challenger_impression_share{challenger}`, and their running count
+`rankstream_challenger_impressions_total{challenger}`: what each challenger costs.
+
 Cost: only an interleaved request scores a second model and drafts (with the champion's
 ranking and sorted scores as served, not sorted again); every other request takes the
 same path as without it. README "Interleaving's cost" has the measured figures.
@@ -32,8 +40,9 @@ same path as without it. README "Interleaving's cost" has the measured figures.
 
 from __future__ import annotations
 
+import collections
 import itertools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -41,6 +50,7 @@ import numpy as np
 
 from rankstream.ranking.interleaving import team_draft
 from rankstream.stream.settings import MULTILEAVE, Settings
+from rankstream.workers import metrics
 from rankstream.workers.scoring import Scorer, served_order
 
 
@@ -68,6 +78,35 @@ class InterleavedList:
     scores: np.ndarray  # what the answer shows (module docstring)
 
 
+SHARE_WINDOW = 1000  # the champion's rankings the share gauge is measured over
+
+
+class ChallengerShare:
+    """The share of the last `window` champion rankings drafted with each challenger
+    (module docstring): a gauge per challenger, updated only for the names that moved."""
+
+    def __init__(self, window: int = SHARE_WINDOW) -> None:
+        self.window = window
+        self.recent: collections.deque[tuple[str, ...]] = collections.deque()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def add(self, drafted: tuple[str, ...]) -> None:
+        self.recent.append(drafted)
+        moved = set(drafted)
+        self.counts.update(drafted)
+        if len(self.recent) > self.window:
+            gone = self.recent.popleft()
+            self.counts.subtract(gone)
+            moved.update(gone)
+        else:  # the window still grows: every share's denominator moved
+            moved.update(self.counts)
+        for name in drafted:
+            metrics.CHALLENGER_IMPRESSIONS.labels(challenger=name).inc()
+        for name in moved:
+            share = self.counts[name] / len(self.recent)
+            metrics.CHALLENGER_SHARE.labels(challenger=name).set(share)
+
+
 class Interleaver:
     """Decides which requests are interleaved, with whom, and drafts their lists."""
 
@@ -76,20 +115,29 @@ class Interleaver:
         self.multileave = settings.interleaving_method == MULTILEAVE
         self.rng = rng if rng is not None else np.random.default_rng()
         self._turn = itertools.count()
+        self.shares = ChallengerShare()
 
     @property
     def enabled(self) -> bool:
         return self.share > 0
 
-    def challengers(self, models: Mapping[str, R], champion: str) -> list[R]:
+    def challengers(
+        self, models: Mapping[str, R], champion: str, refused: Collection[str] = ()
+    ) -> list[R]:
         """This ranking's challengers among `models` (name -> servable model, the
-        champion's entry ignored): none (not interleaved), one in turn, or all."""
+        champion's entry and the `refused` ignored): none (not interleaved), one in
+        turn, or all. Every call is one ranking of the champion's (the share gauge)."""
+        drafted = self._draft(models, champion, refused)
+        self.shares.add(tuple(drafted))
+        return [models[name] for name in drafted]
+
+    def _draft(self, models: Mapping[str, R], champion: str, refused: Collection[str]) -> list[str]:
         if self.share < 1.0 and self.rng.random() >= self.share:
             return []
-        others = sorted(name for name in models if name != champion)
+        others = sorted(name for name in models if name != champion and name not in refused)
         if others and not self.multileave:
             others = [others[next(self._turn) % len(others)]]
-        return [models[name] for name in others]
+        return others
 
     def interleave(
         self,

@@ -15,6 +15,38 @@ race starts over when the champion changes. Ties count as 0, not dropped: a chal
 that only ties is no better, and dropping them would make the test's n the clicked
 impressions only.
 
+Refused challengers are not drafted again until they changed. A challenger whose race says
+refuse (with error alpha, not delta better) is recorded in `refusals` with the version it
+was refused at (the newest version stamped on the impressions of its race: what the
+click join saw served) and, once the join has read it from the store, what that version
+had learned (`learned_count`: its triplets seen, a PDGD's sessions, else its version
+number). Serve and the simulated engine skip every refused challenger of the current
+incumbent (`refused_challengers`), so the users stop paying for it within a checkpoint
+and a snapshot reload. The join re-opens the race (`reopen`) once a newer stored version
+has learned at least `REOPEN_FACTOR` (2) times what the refused one had: a doubling, so a
+challenger that keeps learning but stays worse is re-tested O(log(data)) times in all
+(each re-test costs about what its first refusal did), while one that became better
+after learning L is re-tested by 2L at the latest. A new version alone would not do: the
+online workers store one every second they learn, and a version one second older has not
+had a chance to differ. The re-opened race's evidence for a switch continues under the
+same alpha (`ranking.sequential.PairedTest.reopen`: the switch wealth is kept, the bets'
+moments, the counts and the refusal start again). Every refusal is forgotten when the
+champion changes, with every race.
+
+A collapse is a refusal far below the incumbent: refused (with error alpha, not delta
+better), and its mean preference margin over the refused race at or below
+-`COLLAPSE_MARGIN` (0.2: it lost at least 20 more of every 100 interleaved impressions
+than it won; the issue's upside-down learners lost 319 and won 59, about -0.6). The
+refusal carries the guarantee; the margin says how far below, by the race's estimate: a
+confidence bound that far down would need the users to keep seeing the challenger after
+its refusal, which is what refusing stops (at a refusal the upper bound has just crossed
+delta). A refusal comes early only for a large margin (a challenger 0.05 below needs
+hundreds of impressions, by which the estimate's sd is ~0.05). It is shown as `collapsed`
+in the race's summary (and `GET /v1/models`), logged as a warning, and not drafted (it is
+refused). The race is the collapse check rather than a held-out check in the join: it
+compares what the users were shown, on their own clicks, and needs no labels the join
+does not have.
+
 The state is counts and the test's state of the outcomes (`to_state`), so the click join
 can checkpoint it with its offsets and restore it (`from_state`); a state saved by the
 mSPRT before (counts and [n, mean, m2]) restores the counts' race from zero, as
@@ -41,19 +73,25 @@ store record `interleaving` (kind "interleaving", meta {"interleaving": summary}
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome
-from rankstream.ranking.sequential import SWITCH, Evidence
+from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence
 from rankstream.workers import metrics
 from rankstream.workers.champion import DECISION_VALUES, ChampionPolicy
+from rankstream.workers.structured_log import get_logger, log_event
 
+REOPEN_FACTOR = 2.0  # a refused challenger is raced again once it learned this many times more
+COLLAPSE_MARGIN = 0.2  # a refusal whose mean margin is <= -this is a collapse (docstring)
 OUTCOMES = {WIN: "wins", LOSS: "losses", TIE: "ties"}
 OUTCOME_LABELS = {WIN: "win", LOSS: "loss", TIE: "tie"}
 INTERLEAVING_RECORD = INTERLEAVING_KIND = "interleaving"  # the published evidence
+
+log = get_logger("rankstream.interleaving")
 
 
 def session_outcomes(
@@ -68,6 +106,28 @@ def session_outcomes(
     return {m: outcome(credits, challenger=j) for j, m in enumerate(team_models) if j > 0}
 
 
+def learned_count(meta: Mapping[str, Any], version: int) -> int:
+    """How much a stored model version has learned: its triplets seen (online workers), its
+    sessions (a PDGD's `n_updates`), else its version number (a batch model: one a refit)."""
+    for key in ("triplets_seen", "n_updates"):
+        value = meta.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return int(version)
+
+
+def refused_challengers(summary: Mapping[str, Any], champion: str) -> frozenset[str]:
+    """The challengers not to draft against `champion`: those the published race
+    (`InterleavingRace.summary`, the store record `interleaving`) refused while racing
+    that champion (a race against another champion refuses no one here)."""
+    if summary.get("incumbent") != champion:
+        return frozenset()
+    return frozenset(
+        name for name, race in summary.get("challengers", {}).items()
+        if race.get("refused") is not None
+    )  # fmt: skip
+
+
 class InterleavingRace:
     """The incumbent and one interleaving race per challenger (module docstring)."""
 
@@ -77,19 +137,25 @@ class InterleavingRace:
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.counts: dict[str, dict[str, int]] = {}
         self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
+        self.refusals: dict[str, dict[str, Any]] = {}  # refused, not re-opened (docstring)
+        self.reopened: dict[str, int] = {}  # times each race was re-opened
+        self.versions: dict[str, int] = {}  # the newest version seen raced, per challenger
 
     def follow(self, champion: str) -> bool:
         """The champion changed (this race or the judged one switched): every race starts over."""
         if champion == self.incumbent:
             return False
         self.incumbent = champion
-        self.races.clear()
-        self.counts.clear()
+        for held in (self.races, self.counts, self.refusals, self.reopened, self.versions):
+            held.clear()
         self.export()
         return True
 
-    def observe(self, challenger: str, outcomes: Iterable[int]) -> str | None:
-        """Add a challenger's outcomes against the incumbent; the new champion, or None."""
+    def observe(
+        self, challenger: str, outcomes: Iterable[int], version: int | None = None
+    ) -> str | None:
+        """Add a challenger's outcomes against the incumbent (`version`: the challenger's
+        version stamped on their impression); the new champion, or None."""
         if challenger == self.incumbent:
             raise ValueError(f"{challenger!r} is the champion, not a challenger")
         test = self.policy.test
@@ -103,14 +169,57 @@ class InterleavingRace:
             metrics.INTERLEAVING_OUTCOMES.labels(challenger, OUTCOME_LABELS[value]).inc()
             state = test.add(state, float(value))
         self.races[challenger] = state
-        if test.decision(state) != SWITCH:
+        if version is not None:
+            self.versions[challenger] = max(int(version), self.versions.get(challenger, 0))
+        evidence = test.evidence(state)
+        if evidence.decision == REFUSE and challenger not in self.refusals:
+            self._refuse(challenger, evidence)
+        if evidence.decision != SWITCH:
             self.export()
             return None
-        evidence = test.evidence(state)
         self.decided = {"challenger": challenger, "impressions": evidence.pairs, **counts,
                         **evidence.as_dict()}  # fmt: skip
         self.follow(challenger)
         return challenger
+
+    def _refuse(self, challenger: str, evidence: Evidence) -> None:
+        """Record the refusal with the version it was measured on (module docstring)."""
+        collapsed = evidence.mean_difference <= -COLLAPSE_MARGIN
+        self.refusals[challenger] = {
+            "version": self.versions.get(challenger),
+            "learned": None,  # filled in by the click join from the store (`learned_count`)
+            "impressions": evidence.pairs,
+            **self.counts[challenger],
+            "mean_difference": evidence.mean_difference,
+            "ci_high": evidence.ci_high,
+            "collapsed": collapsed,
+        }
+        log_event(log, "interleaving challenger refused", level=logging.WARNING if collapsed
+                  else logging.INFO, incumbent=self.incumbent, challenger=challenger,
+                  **self.refusals[challenger])  # fmt: skip
+
+    def reopen(self, challenger: str, version: int, learned: int) -> None:
+        """Race a refused challenger again: its stored `version` learned `learned`, at
+        least `REOPEN_FACTOR` times its refused version's (the click join decides). The
+        switch evidence continues (`PairedTest.reopen`), the counts start again."""
+        refusal = self.refusals.pop(challenger)
+        self.races[challenger] = self.policy.test.reopen(self.races[challenger])
+        self.counts[challenger] = dict.fromkeys(OUTCOMES.values(), 0)
+        self.reopened[challenger] = self.reopened.get(challenger, 0) + 1
+        log_event(log, "interleaving challenger re-opened", incumbent=self.incumbent,
+                  challenger=challenger, version=version, learned=learned,
+                  refused_version=refusal["version"],
+                  refused_learned=refusal["learned"])  # fmt: skip
+        self.export()
+
+    def collapsed(self, challenger: str) -> bool:
+        """Far below the incumbent: refused, its margin <= -COLLAPSE_MARGIN at the refusal
+        or now (the impressions drafted before serve heard of the refusal count too)."""
+        refusal = self.refusals.get(challenger)
+        if refusal is None:
+            return False
+        margin = self.policy.test.evidence(self.races[challenger]).mean_difference
+        return bool(refusal["collapsed"]) or margin <= -COLLAPSE_MARGIN
 
     def export(self) -> None:
         """The statistic and decision gauges, per challenger of the current races, and the
@@ -128,24 +237,38 @@ class InterleavingRace:
         return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
 
     def summary(self) -> dict[str, Any]:
-        """Per challenger: impressions, wins/losses/ties, the statistic and the verdict."""
+        """Per challenger: impressions, wins/losses/ties, the statistic and the verdict,
+        its refusal (None while drafted), re-openings and whether it collapsed."""
         return {
             "incumbent": self.incumbent,
             **self.policy.describe(),
+            "reopen_factor": REOPEN_FACTOR,
+            "collapse_margin": COLLAPSE_MARGIN,
             "challengers": {
-                m: {"impressions": e.pairs, **self.counts[m], **e.as_dict()}
+                m: {
+                    "impressions": e.pairs,
+                    **self.counts[m],
+                    **e.as_dict(),
+                    "refused": self.refusals.get(m),
+                    "reopened": self.reopened.get(m, 0),
+                    "collapsed": self.collapsed(m),
+                }
                 for m, e in self.evidence().items()
             },
         }
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-able: the incumbent, each race's counts and sufficient statistics."""
+        """JSON-able: the incumbent, each race's counts and sufficient statistics, the
+        refusals, re-openings and versions seen."""
         return {
             "incumbent": self.incumbent,
             "races": {
                 m: {"counts": self.counts[m], "stats": self.policy.test.to_json(s)}
                 for m, s in sorted(self.races.items())
             },
+            "refusals": dict(sorted(self.refusals.items())),
+            "reopened": dict(sorted(self.reopened.items())),
+            "versions": dict(sorted(self.versions.items())),
         }
 
     @classmethod
@@ -160,4 +283,10 @@ class InterleavingRace:
             if race.races[model] == policy.test.start():  # an older test's race starts over
                 counts = dict.fromkeys(OUTCOMES.values(), 0)
             race.counts[model] = counts
+        # a state saved before refusals were kept has none: a refused race refuses again
+        # at its next outcome (`observe`), against the version it is then stamped with
+        race.refusals = {m: dict(r) for m, r in state.get("refusals", {}).items()
+                         if m in race.races}  # fmt: skip
+        race.reopened = {m: int(k) for m, k in state.get("reopened", {}).items()}
+        race.versions = {m: int(v) for m, v in state.get("versions", {}).items()}
         return race

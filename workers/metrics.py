@@ -1,6 +1,6 @@
 """Every Prometheus metric rankstream exports, defined once.
 
-The names are a contract with the Grafana panels (docs/DESIGN.md), so all workers import
+The names are a contract with the Grafana panels (docs/architecture.md), so all workers import
 their metrics from here instead of declaring their own: a rename happens in one place
 and two workers in one process never register the same name twice.
 
@@ -227,6 +227,17 @@ HTTP_REQUESTS = Counter(
 RANKINGS_INTERLEAVED = Counter(
     "rankstream_rankings_interleaved_total",
     "/v1/rank answers that were an interleaved list (RANKSTREAM_INTERLEAVING_SHARE).",
+)
+CHALLENGER_IMPRESSIONS = Counter(
+    "rankstream_challenger_impressions_total",
+    "Rankings served for the champion that were drafted with this challenger (interleaved).",
+    ["challenger"],
+)
+CHALLENGER_SHARE = Gauge(
+    "rankstream_challenger_impression_share",
+    "Share of the last 1,000 rankings served for the champion drafted with this challenger: "
+    "what the challenger costs the users (0 once its click race refused it).",
+    ["challenger"],
 )
 SERVING_MODEL_VERSION = Gauge(
     "rankstream_serving_model_version",

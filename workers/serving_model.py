@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.workers import metrics
 from rankstream.workers.champion import CHAMPION_RECORD, stored_champion
+from rankstream.workers.interleaving import INTERLEAVING_RECORD, refused_challengers
 from rankstream.workers.pins import pin_record_name, pinned_model
 from rankstream.workers.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
 from rankstream.workers.structured_log import get_logger, log_event
@@ -64,12 +66,23 @@ class ServingModel:
         self._record_version: tuple[int, int] = (0, 0)
         self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
         self._latest: Mapping[str, int] = {}  # the store's versions at the last refresh
+        self._race: tuple[int, Mapping[str, Any]] = (0, {})  # the published click race
 
     def others(self, served: Served) -> Mapping[str, Served]:
         """Every other scorable model at the version it would serve (its pinned one, else
         its newest, as of the last `refresh`), loaded only when looked up: the challengers
         an interleaved ranking drafts against (`workers.interleaver`) read one or two."""
         return _Others(self, served)
+
+    def refused(self, champion: str) -> frozenset[str]:
+        """The challengers the click race refused against `champion` (not to be drafted,
+        `workers.interleaving.refused_challengers`), re-read when its record changed."""
+        version = self._latest.get(INTERLEAVING_RECORD, 0)
+        if version != self._race[0]:
+            record = self.store.load(INTERLEAVING_RECORD) if version else None
+            summary = {} if record is None else record.meta.get("interleaving", {})
+            self._race = (version, summary)
+        return refused_challengers(self._race[1], champion)
 
     def _load(self, name: str, version: int) -> Served:
         held = self._pinned(name, self._latest)

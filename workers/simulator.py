@@ -258,7 +258,9 @@ class SimulatorHandler(Handler):
         scores = served.scorer.score(query.phi)
         order, drafted = served_order(served.scorer, scores, self.click_rng), {}
         challengers = (
-            self.interleaver.challengers(self.serving.others(served), served.name)
+            self.interleaver.challengers(
+                self.serving.others(served), served.name, self.serving.refused(served.name)
+            )
             if self.interleaver.enabled and self.options.serving == CHAMPION
             else []
         )
