@@ -26,13 +26,15 @@ clicks on the top `shown` results, POST /v1/clicks with those clicks, and the se
 closed in the same request when serve's API offers a per-impression flag for it (its name
 read from /openapi.json), else by a second POST with an empty clicks list (the "session
 over" row). Every ranking the engine asks for, for its users or to measure, is closed, so
-no session is left to wait for the click window.
+no session is left to wait for the click window (the join emits closed sessions in
+arrival order, so one open session holds back every later one).
 
 Measured: the users' NDCG@50 on what they were shown, Uni-Con's on the same queries
-(`reference`: each impression's query also ranked with `"model": "uni_con"`), the
-champion that served each impression, and at `checkpoints` the true NDCG@50 of every
-servable model on `fresh` queries never shown to users, each ranked through /v1/rank by
-model name, with its paired difference from Uni-Con's (mean, standard error).
+(every `reference_every`-th impression's query also ranked with `"model": "uni_con"`;
+closed at once, it teaches nothing: no clicks), the champion that served each
+impression, and at `checkpoints` the true NDCG@50 of every servable model on `fresh`
+queries never shown to users, each ranked through /v1/rank by model name, with its
+paired difference from Uni-Con's (mean, standard error).
 """
 
 from __future__ import annotations
@@ -278,7 +280,9 @@ class EngineOptions:
     impressions: int = 6_000
     checkpoints: tuple[int, ...] = ()  # impressions at which fresh queries are measured (+ end)
     fresh: int = 300  # held-out queries a checkpoint ranks with every model
-    reference: bool = True  # rank each user query with Uni-Con too (paired users' NDCG)
+    # every how many impressions the user's query is also ranked with Uni-Con (paired
+    # users' figures on those impressions; 0: never)
+    reference_every: int = 1
     batch: int = 25  # impressions whose clicks go in one POST /v1/clicks
     poll_every: int = 250  # impressions between GET /v1/models (champion, races)
     settle_seconds: float = 120.0  # at a checkpoint: wait at most this for learning to idle
@@ -295,7 +299,8 @@ class EngineRun:
     ready_at_start: int | None = None  # /readyz's status before the first ranking
     served: list[str] = field(default_factory=list)  # model per impression
     users_ndcg: list[float] = field(default_factory=list)
-    unicon_ndcg: list[float] = field(default_factory=list)  # same queries (reference)
+    unicon_ndcg: list[float] = field(default_factory=list)  # Uni-Con on the same queries
+    reference_at: list[int] = field(default_factory=list)  # ... of these impressions (0-based)
     clicks: int = 0
     polls: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
@@ -312,9 +317,13 @@ class EngineRun:
         """Users' and Uni-Con's NDCG@50 over impressions [start, stop), paired."""
         users = np.asarray(self.users_ndcg[start:stop])
         out: dict[str, Any] = {"impressions": len(users), "users_ndcg": _mean(users)}
-        if self.unicon_ndcg:
-            unicon = np.asarray(self.unicon_ndcg[start:stop])
-            out.update(unicon_ndcg=_mean(unicon), **_paired(users - unicon))
+        at = np.asarray(self.reference_at, dtype=np.int64)
+        keep = (at >= start) & (at < (len(self.users_ndcg) if stop is None else stop))
+        if keep.any():
+            paired = np.asarray(self.users_ndcg)[at[keep]]
+            unicon = np.asarray(self.unicon_ndcg)[keep]
+            out.update(paired_impressions=int(keep.sum()), paired_users_ndcg=_mean(paired),
+                       unicon_ndcg=_mean(unicon), **_paired(paired - unicon))  # fmt: skip
         return out
 
     def report(self) -> dict[str, Any]:
@@ -415,8 +424,10 @@ class ClickEngine:
         ids = shown.candidate_ids
         self.post(shown.impression_id,
                   [{"candidate_id": ids[r], "position": r + 1} for r in clicked])  # fmt: skip
-        if self.options.reference:
+        every = self.options.reference_every
+        if every and len(run.served) % every == 0:
             reference = self.rank(query, UNI_CON)
+            run.reference_at.append(len(run.served) - 1)
             run.unicon_ndcg.append(ndcg(reference.grades, query.grades))
             self.post(reference.impression_id, [])  # ranked to measure, never shown
 

@@ -44,9 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=36, help="the engine's phi width (36)")
     parser.add_argument("--fresh", type=int, default=300, help="held-out queries (300)")
     parser.add_argument(
-        "--no-reference",
-        action="store_true",
-        help="do not rank users' queries with Uni-Con too (no paired users' figures)",
+        "--reference-every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="rank every Nth user query with Uni-Con too, for the users' figures paired "
+        "with Uni-Con's (0: none; default 1)",
     )
     parser.add_argument(
         "--env",
@@ -98,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             impressions=args.impressions,
             checkpoints=tuple(args.checkpoints),
             fresh=args.fresh,
-            reference=not args.no_reference,
+            reference_every=args.reference_every,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
