@@ -21,15 +21,20 @@ unclicked, and a skipped j above i has no "j over i" pair unless adjacent, so th
 weighted skip pairs of one fixed ranking say "lower beats higher" even between equally
 attractive results (4 results, eta 1, all a = 0.5: rank 4 over rank 1 by a net 0.25 a
 list), and 1/p amplifies the deepest of them. IPS weights belong with `"shown"`
-(tests/test_clicks.py computes both expectations exactly).
+(tests/test_clicks.py computes both expectations exactly), so `"shown"` is the default
+(`DEFAULT_LOSERS`: here, in the click join and so in `rankstream serve`); `"skips"`
+stays available, e.g. for naive (unweighted) pairs under a top-down reader.
 Propensities below `min_propensity` (0.1 unless told) are clipped to it (a weight never
 exceeds 1 / min_propensity), trading a little bias for bounded variance, as Joachims et
 al. do.
 
 >>> import numpy as np
->>> pairs = click_pairs(np.array([False, True, False, False, True, False]))
+>>> clicks = np.array([False, True, False, False, True, False])
+>>> pairs = click_pairs(clicks, losers="skips")
 >>> pairs.winner.tolist(), pairs.loser.tolist()
 ([1, 1, 4, 4, 4, 4], [0, 2, 0, 2, 3, 5])
+>>> click_pairs(clicks).loser.tolist()  # "shown": every other shown result
+[0, 2, 3, 4, 5, 0, 1, 2, 3, 5]
 >>> ips = click_pairs(np.array([False, True, False]), propensities=np.array([1.0, 0.5, 0.25]))
 >>> ips.weight.tolist()  # 1 / P(examined at rank 2), the clicked result's rank
 [2.0, 2.0]
@@ -62,21 +67,24 @@ class ClickPairs:
 
 
 LOSERS = ("skips", "shown")
+DEFAULT_LOSERS = "shown"
+"""The default pair set: the one whose IPS-weighted expectation is unbiased (above)."""
 
 
 def click_pairs(
     clicks: np.ndarray,
     propensities: np.ndarray | None = None,
     min_propensity: float = DEFAULT_MIN_PROPENSITY,
-    losers: str = "skips",
+    losers: str = DEFAULT_LOSERS,
 ) -> ClickPairs:
     """The pairs of one displayed list's clicks (bool, in displayed order), see above.
 
     `propensities[k]` is P(examined at displayed position k) (0-based, so rank k + 1);
-    None gives every pair weight 1 (the naive pairs). `losers="shown"` pairs each click
-    with *every* other shown result instead (clicked or not): Propensity SVM-Rank's
+    None gives every pair weight 1 (the naive pairs). `losers="shown"` (the default) pairs
+    each click with *every* other shown result (clicked or not): Propensity SVM-Rank's
     pairs, for which E[click_i / p_i] = a_i makes the weighted pair counts unbiased under
-    the position-based model, skips or not (the skip heuristics assume a top-down reader).
+    the position-based model, skips or not; `losers="skips"` gives Joachims's skip pairs
+    (they assume a top-down reader, and are biased with IPS weights).
     """
     if losers not in LOSERS:
         raise ValueError(f"losers must be one of {LOSERS}, got {losers!r}")

@@ -366,7 +366,7 @@ def test_the_join_emits_weighted_pairs_and_dead_letters_what_it_cannot_join() ->
             c for k, c in events if k == "click" and c[-1].impression_id == imp.impression_id
         )
         clicked = np.isin(imp.candidate_ids, [c.candidate_id for c in clicks if c.clicked])
-        pairs = click_pairs(clicked, estimator.propensities(6), 0.3, "skips")
+        pairs = click_pairs(clicked, estimator.propensities(6), 0.3, options.losers)
         estimator.observe(imp.intervention, clicked)
         ids = imp.candidate_ids
         expected_rows += list(
@@ -439,7 +439,8 @@ def test_the_sessions_one_input_closes_leave_in_messages_within_the_byte_budget(
     (whole,), cut = outputs.values()
     assert len(cut) == 4
     assert [k for k, _ in cut] == [f"click-join:{n}".encode() for n in range(4)]
-    assert _triplet_rows([whole]) == _triplet_rows(cut) and len(_triplet_rows(cut)) == 24
+    rows = _triplet_rows(cut)  # each click over the other five shown (the default pairs)
+    assert _triplet_rows([whole]) == rows and len(rows) == 12 * 5
     for n, (_, value) in enumerate(cut):
         sessions = np.unique(decode_triplets(value, width=D).p1_id // 100)
         assert sessions.tolist() == [3 * n, 3 * n + 1, 3 * n + 2]
@@ -471,7 +472,7 @@ def test_a_quiet_stream_closes_its_open_sessions_after_a_window_and_a_grace() ->
     rows = _triplet_rows(_output(transport, settings))
     winners = [winner for _, _, winner, _, _ in rows]
     assert sorted(set(winners)) == [2, 102, 202]  # each session's click (rank 3) ...
-    assert len(rows) == 3 * 3  # ... over the two skipped above it and the next below
+    assert len(rows) == 3 * 5  # ... over the other five shown (the default pairs)
     assert _dead_letters(transport, settings) == ["unknown_impression"]
     assert handler.counters.sessions == 3
 

@@ -31,7 +31,7 @@ def test_vectorized_skip_pairs_equal_the_loop(seed: int) -> None:
         n = int(rng.integers(0, 60))
         clicked = rng.random(n) < rng.choice([0.0, 0.05, 0.3, 0.7, 1.0])
         propensities = rng.uniform(0.01, 1.0, max(n, 1))
-        pairs = click_pairs(clicked, propensities)
+        pairs = click_pairs(clicked, propensities, losers="skips")
         winners, losers = loop_pairs(clicked)
         assert pairs.winner.dtype == pairs.loser.dtype == np.int64
         assert pairs.winner.tolist() == winners

@@ -110,12 +110,12 @@ def test_clicks_are_deterministic_under_a_seed_and_refuse_bad_input() -> None:
 # ------------------------------------------------------------------ pairs and weights
 def test_click_pairs_are_skips_above_and_the_next_unclicked() -> None:
     clicks = np.array([False, True, True, False, False, True])
-    pairs = click_pairs(clicks)
+    pairs = click_pairs(clicks, losers="skips")
     got = sorted(zip(pairs.winner.tolist(), pairs.loser.tolist(), strict=True))
     assert got == [(1, 0), (2, 0), (2, 3), (5, 0), (5, 3), (5, 4)]
     assert (pairs.weight == 1.0).all()
-    assert len(click_pairs(np.zeros(5, dtype=bool))) == 0
-    assert len(click_pairs(np.ones(5, dtype=bool))) == 0
+    assert len(click_pairs(np.zeros(5, dtype=bool), losers="skips")) == 0
+    assert len(click_pairs(np.ones(5, dtype=bool), losers="skips")) == 0
 
 
 def test_each_pair_weighs_the_inverse_propensity_of_its_clicked_rank() -> None:
@@ -140,7 +140,7 @@ def test_ips_weights_remove_the_position_bias_of_the_clicks() -> None:
     for order in ((0, 1), (1, 0)):  # doc 0 (grade 1) above doc 1 (grade 2) and back
         grades = np.array([1, 2])[list(order)]
         for _ in range(DRAWS):
-            pairs = click_pairs(model.clicks(grades, rng), truth)
+            pairs = click_pairs(model.clicks(grades, rng), truth, losers="skips")
             for w, winner in zip(pairs.weight, pairs.winner, strict=True):
                 doc = order[winner]
                 naive[doc] += 1
@@ -424,3 +424,16 @@ def test_a_tied_pair_learned_both_ways_cancels_only_within_the_margin() -> None:
             assert moved < -1e-3  # the margin w . x shrank: the pair "b over a" won alone
         else:
             assert abs(moved) < 1e-12
+
+
+def test_the_default_pairs_are_the_shown_pairs_ips_leaves_unbiased_in_the_join_too() -> None:
+    """Issue 38: the click join (and so `rankstream serve`) pairs each click with every
+    other shown result unless told `losers="skips"`."""
+    from rankstream.workers.click_join_options import JoinOptions
+
+    clicks = np.array([False, True, False, True])
+    default, shown = click_pairs(clicks), click_pairs(clicks, losers="shown")
+    assert (default.winner.tolist(), default.loser.tolist()) == (
+        shown.winner.tolist(), shown.loser.tolist()
+    )  # fmt: skip
+    assert JoinOptions().losers == "shown" and JoinOptions(losers="skips").losers == "skips"

@@ -5,9 +5,10 @@
 thread. It reads the impressions and clicks topics, joins them by impression id in event
 time (`workers.click_window`: the window, default 30 minutes, `RANKSTREAM_CLICK_WINDOW_SECONDS`;
 clicks that overtook their impression wait `RANKSTREAM_CLICK_GRACE_SECONDS`), and for each
-closed session emits the preference pairs of its clicks (`ranking.click_pairs`: a click
-over the skipped results above it and over the next unclicked one below, or over every
-other shown result with `losers="shown"`) as triplets (the clicked result rel 1, the other
+closed session emits the preference pairs of its clicks (`ranking.click_pairs`: by default
+a click over every other shown result, the pairs whose IPS-weighted expectation is
+unbiased; with `losers="skips"` over the skipped results above it and the next unclicked
+one below) as triplets (the clicked result rel 1, the other
 rel 0) on the triplets topic, weighted 1 / P(examined at the clicked rank) (wire version
 3), so OPR..AROW learn from clicks unchanged. Late clicks, clicks for unknown impressions
 and for candidates their impression did not show are dead-lettered with their reason and

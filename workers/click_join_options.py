@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rankstream.ranking import learners
-from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY, LOSERS
+from rankstream.ranking.click_pairs import DEFAULT_LOSERS, DEFAULT_MIN_PROPENSITY, LOSERS
 from rankstream.ranking.propensity import (
     DEFAULT_DEPTH,
     DEFAULT_PRIOR_CLICKS,
@@ -22,6 +22,7 @@ from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
 NONE = "none"  # `--learn none`: the join teaches no impression learner
+COMMAND = "worker click-join"  # its options' variables: RANKSTREAM_CLICK_JOIN_*
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class JoinOptions:
 
     name: str = option("click-join", "the join's stored state and its output keys' prefix")
     losers: str = option(
-        "skips",
-        "pairs: skips (a click over the skipped results above and the next below) or "
-        "shown (over every other shown result)",
+        DEFAULT_LOSERS,
+        "pairs: shown (a click over every other shown result: unbiased with the inverse-"
+        "propensity weights) or skips (over the skipped results above and the next below: "
+        "biased against the shown order with those weights)",
         choices=LOSERS,
     )
     min_propensity: float = option(

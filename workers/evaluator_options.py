@@ -12,6 +12,8 @@ from rankstream.workers.champion import ChampionPolicy
 from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
+COMMAND = "worker evaluator"  # its options' variables: RANKSTREAM_EVALUATOR_*
+
 
 @dataclass(frozen=True)
 class EvaluatorOptions:

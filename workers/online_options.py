@@ -17,6 +17,7 @@ from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 
 LINEAR_ALGOS = learners.worker_defaults()  # what `rankstream worker online` learns by default
 DEFAULT_SCALER_ROWS = 2000
+COMMAND = "worker online"  # its options' variables: RANKSTREAM_ONLINE_*
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,12 @@ Each long-running process has a frozen options dataclass (`WorkerOptions`, `Batc
   type or choices is an `OptionError` naming the flag and the variable; the class's own
   `__post_init__` checks the rest (its ValueError is given the flags it names);
 * `to_argv(options)` spells options as those flags, so a harness that starts a worker as
-  a subprocess (`harness.chaos`) passes every field, not a hand-picked few.
+  a subprocess (`harness.chaos`) passes every field, not a hand-picked few;
+* `from_environment(Options, command, **defaults)` reads a command's options from its
+  variables alone (`variables_for(command)`), for a process that runs that command's
+  worker inside itself (the embedded `rankstream serve` runs the online worker, the
+  evaluator and the click join): the same variables reach it, and its own defaults
+  apply only where none is set.
 
 Field types understood: int, float, str (and `| None` of each: "none" turns it off), bool
 (`--flag` / `--no-flag`; the variable takes 1/0, true/false, yes/no, on/off),
@@ -171,6 +176,12 @@ def _default(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def variables_for(command: str) -> str:
+    """The prefix of a command's option variables: RANKSTREAM_ and its last word
+    (`worker click-join`: RANKSTREAM_CLICK_JOIN_)."""
+    return ENV_PREFIX + re.sub(r"\W", "_", command.split()[-1]).upper() + "_"
+
+
 def _variable_name(variables: str | None, word: str) -> str | None:
     return None if variables is None else variables + re.sub(r"\W", "_", word).upper()
 
@@ -302,6 +313,25 @@ def from_arguments(
     except ValueError as exc:
         named = [s.where for s in all_specs if re.search(rf"\b{s.path[-1]}\b", str(exc))]
         raise ValueError(f"{exc} ({', '.join(named)})" if named else str(exc)) from exc
+
+
+def from_environment(
+    cls: type[T], command: str, environ: Mapping[str, str] | None = None, **defaults: Any
+) -> T:
+    """`command`'s options as its variables set them (`variables_for(command)`, read and
+    checked as `from_arguments` reads them), with `defaults` (field name -> value: the
+    caller's own, e.g. a faster checkpoint in process) for the fields none of whose
+    variables is set, and the fields' defaults for the rest."""
+    environ = os.environ if environ is None else environ
+    variables = variables_for(command)
+    chosen = from_arguments(cls, argparse.Namespace(), variables, environ)
+    set_by = {s.path[0] for s in specs(cls, variables) if environ.get(s.variable or "", "") != ""}
+    unknown = set(defaults) - {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+    return dataclasses.replace(  # type: ignore[type-var]
+        chosen, **{name: value for name, value in defaults.items() if name not in set_by}
+    )
 
 
 def to_argv(options: Any) -> list[str]:

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rankstream.commands._json_output import print_json
 from rankstream.commands._options import add_options, chosen, options_flags
-from rankstream.stream.settings import ENV_PREFIX, Settings
+from rankstream.stream.settings import Settings
+from rankstream.workers.options import variables_for
 
 
 class Process(Protocol):
@@ -53,11 +53,6 @@ class Launch:
 
 
 Start = Callable[[Launch], Process]
-
-
-def variables_for(command: str) -> str:
-    """The prefix of a command's option variables: RANKSTREAM_ and its last word."""
-    return ENV_PREFIX + re.sub(r"\W", "_", command.split()[-1]).upper() + "_"
 
 
 def long_running(

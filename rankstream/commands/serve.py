@@ -47,6 +47,12 @@ class Serving:
         )
         embedded = not self.settings.kafka_bootstrap and not self.settings.redis_url
         self.workers = options.workers == "on" or (options.workers == "auto" and embedded)
+        if self.workers:  # their options' variables are refused now, not once listening
+            from rankstream.commands._usage import options_checked
+            from rankstream.serve.workers import embedded_options
+
+            with options_checked():
+                embedded_options()
         if embedded:
             print(
                 "note: no RANKSTREAM_KAFKA_BOOTSTRAP / RANKSTREAM_REDIS_URL: embedded transport "

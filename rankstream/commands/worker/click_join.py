@@ -8,7 +8,7 @@ are the deployment settings `RANKSTREAM_CLICK_WINDOW_SECONDS` and
 from __future__ import annotations
 
 from rankstream.commands._launch import Launch, long_running
-from rankstream.workers.click_join_options import JoinOptions
+from rankstream.workers.click_join_options import COMMAND, JoinOptions
 
 
 def start(launch: Launch):  # type: ignore[no-untyped-def]
@@ -18,7 +18,7 @@ def start(launch: Launch):  # type: ignore[no-untyped-def]
 
 
 add_arguments, run = long_running(
-    "worker click-join",
+    COMMAND,
     JoinOptions,
     start,
     "at exit: sessions joined, triplets sent, propensities",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rankstream.commands._launch import Launch, long_running
-from rankstream.workers.evaluator_options import EvaluatorOptions
+from rankstream.workers.evaluator_options import COMMAND, EvaluatorOptions
 
 
 def start(launch: Launch):  # type: ignore[no-untyped-def]
@@ -13,5 +13,5 @@ def start(launch: Launch):  # type: ignore[no-untyped-def]
 
 
 add_arguments, run = long_running(
-    "worker evaluator", EvaluatorOptions, start, "at exit: the rolling scores and the champion"
+    COMMAND, EvaluatorOptions, start, "at exit: the rolling scores and the champion"
 )

@@ -7,7 +7,7 @@ with the harnesses that start workers: `workers.options`).
 from __future__ import annotations
 
 from rankstream.commands._launch import Launch, long_running
-from rankstream.workers.online_options import WorkerOptions
+from rankstream.workers.online_options import COMMAND, WorkerOptions
 
 
 def start(launch: Launch):  # type: ignore[no-untyped-def]
@@ -16,6 +16,4 @@ def start(launch: Launch):  # type: ignore[no-untyped-def]
     return OnlineWorker(launch.settings, launch.options)
 
 
-add_arguments, run = long_running(
-    "worker online", WorkerOptions, start, "at exit: what the worker learned"
-)
+add_arguments, run = long_running(COMMAND, WorkerOptions, start, "at exit: what the worker learned")
