@@ -72,6 +72,10 @@ cap 0.5: 992 / 1,360 / 1,210; 0.75: 679 / 1,251 / 1,010; 0.9: 580 / 1,299 / 976;
   negative and the bets stopped). A restart at wealth 1 instead would give every
   re-opening a fresh alpha. The refusal wealth restarts because a wrong refusal only
   delays a challenger until it changes again, not a switch.
+* **refuse_alpha** (default alpha): the refusal's own error rate. The click race
+  (`workers.interleaving`) refuses at 0.1: there a refusal stops showing the challenger
+  to users until it changed, so its error costs a delay, while every outcome spent
+  proving it costs the users; the switch keeps alpha.
 * **delta**: the smallest difference worth a switch; it enters only the refusal. The
   switch is tested against 0, not delta: a challenger truly 0.01 better is 0.01 from H0.
 * `min_pairs`: no verdict before (default 1: betting needs no burn-in to be valid).
@@ -272,9 +276,10 @@ class BettingState:
 class PairedTest(_SequentialTest):
     """The race's test: wealths by betting, exactly valid for d in [-1, 1] (module docstring).
 
-    `alpha`: the error rate of a switch (and of a refusal); `delta`: the smallest
-    difference worth a switch; `min_pairs`: no verdict before; `max_bet` and
-    `bet_variance_prior`: the bets' cap and plug-in prior (power only, never validity).
+    `alpha`: the error rate of a switch (and of a refusal unless `refuse_alpha` is
+    given); `delta`: the smallest difference worth a switch; `min_pairs`: no verdict
+    before; `max_bet` and `bet_variance_prior`: the bets' cap and plug-in prior (power
+    only, never validity).
     """
 
     alpha: float = 0.01
@@ -282,6 +287,7 @@ class PairedTest(_SequentialTest):
     min_pairs: int = 1
     max_bet: float = MAX_BET
     bet_variance_prior: float = BET_VARIANCE_PRIOR
+    refuse_alpha: float | None = None
     name = "betting"
     setting = "max_bet"
 
@@ -291,6 +297,17 @@ class PairedTest(_SequentialTest):
             raise ValueError(f"max_bet must be in (0, 1), got {self.max_bet!r}")
         if not 0.0 < self.bet_variance_prior < math.inf:  # also refuses NaN
             raise ValueError(f"bet_variance_prior must be > 0, got {self.bet_variance_prior!r}")
+        if self.refuse_alpha is not None and not 0.0 < self.refuse_alpha < 1.0:
+            raise ValueError(f"refuse_alpha must be in (0, 1), got {self.refuse_alpha!r}")
+
+    @property
+    def refuse_threshold(self) -> float:
+        """log(1 / the refusal's error rate)."""
+        return math.log(1.0 / (self.alpha if self.refuse_alpha is None else self.refuse_alpha))
+
+    def describe(self) -> dict[str, Any]:
+        extra = {} if self.refuse_alpha is None else {"refuse_alpha": self.refuse_alpha}
+        return {**super().describe(), **extra}
 
     def start(self) -> BettingState:
         return BettingState()
@@ -327,7 +344,7 @@ class PairedTest(_SequentialTest):
         n = state.moments.n
         if n < self.min_pairs:
             verdict = UNDECIDED
-        elif state.log_wealth_refuse >= self.threshold:  # not delta better, error <= alpha
+        elif state.log_wealth_refuse >= self.refuse_threshold:  # not delta better
             verdict = REFUSE
         elif state.log_wealth >= self.threshold:  # better, error <= alpha
             verdict = SWITCH
@@ -339,7 +356,7 @@ class PairedTest(_SequentialTest):
         )
         # ci_high: K'(m) tests "mean >= m" for m >= 1 - 1/refusal_cap
         high = -_bound_shift(
-            state.log_wealth_refuse - self.threshold,
+            state.log_wealth_refuse - self.refuse_threshold,
             *state.high_sums,
             self.delta - 1.0 + 1.0 / self.refusal_cap,
         )
@@ -375,7 +392,7 @@ class PairedTest(_SequentialTest):
         wealth = np.cumsum(np.log1p(switch * d), axis=-1)
         wealth_refuse = np.cumsum(np.log1p(refuse * (self.delta - d)), axis=-1)
         ready = np.arange(1, d.shape[-1] + 1) >= self.min_pairs
-        refused = ready & (wealth_refuse >= self.threshold)
+        refused = ready & (wealth_refuse >= self.refuse_threshold)
         return ready & ~refused & (wealth >= self.threshold), refused
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rankstream.ranking.baselines import UNI_CON
-from rankstream.ranking.sequential import PairedTest
+from rankstream.ranking.sequential import PairedTest, first_switch
 from rankstream.stream.click_schema import Click, Impression, encode_clicks, encode_impressions
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
@@ -22,6 +22,7 @@ from rankstream.workers.interleaver import Interleaver
 from rankstream.workers.interleaving import (
     INTERLEAVING_KIND,
     INTERLEAVING_RECORD,
+    REFUSE_ALPHA,
     InterleavingRace,
     learned_count,
     refused_challengers,
@@ -88,6 +89,31 @@ def test_reopen_restarts_the_counts_and_follow_forgets_the_refusals() -> None:
     race2 = _race_refusing()
     race2.follow("arow")
     assert race2.refusals == {} and race2.races == {}
+
+
+def test_the_click_race_refuses_at_its_own_level_and_switches_at_alpha() -> None:
+    """A refusal only stops drafting until the challenger changed: at 0.1 it needs
+    log(10) of evidence, not log(100); the switch still needs log(1/alpha)."""
+    race = InterleavingRace(ChampionPolicy())
+    assert race.policy.test.refuse_alpha == REFUSE_ALPHA == 0.1
+    assert race.policy.test.alpha == ChampionPolicy().test.alpha == 0.01
+    assert race.summary()["refuse_alpha"] == 0.1
+    losing = [1, -1, -1, 0, -1] * 40
+    lenient = PairedTest(refuse_alpha=0.1)
+    strict = PairedTest()
+    at = {}
+    for name, test in (("lenient", lenient), ("strict", strict)):
+        state = test.start()
+        for i, d in enumerate(losing, start=1):
+            state = test.add(state, d)
+            if test.decision(state) == "refuse":
+                at[name] = i
+                break
+    assert at["lenient"] < at["strict"]
+    winning = [1, 1, 0, 1, -1] * 40
+    assert first_switch(lenient, winning) == first_switch(strict, winning)
+    with pytest.raises(ValueError, match="refuse_alpha"):
+        PairedTest(refuse_alpha=1.0)
 
 
 def test_learned_count_reads_triplets_then_sessions_then_the_version() -> None:

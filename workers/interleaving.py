@@ -16,8 +16,11 @@ that only ties is no better, and dropping them would make the test's n the click
 impressions only.
 
 Refused challengers are not drafted again until they changed. A challenger whose race says
-refuse (with error alpha, not delta better) is recorded in `refusals` with the version it
-was refused at (the newest version stamped on the impressions of its race: what the
+refuse (not delta better, with error `REFUSE_ALPHA` = 0.1 rather than the switch's alpha:
+a refusal here stops showing the challenger until it changed, so its error costs a delay,
+while every outcome spent proving it costs the users; at 0.1 a refusal needs log(10) of
+evidence instead of log(100), about half the impressions) is recorded in `refusals` with
+the version it was refused at (the newest version stamped on the impressions of its race: what the
 click join saw served) and, once the join has read it from the store, what that version
 had learned (`learned_count`: its triplets seen, a PDGD's sessions, else its version
 number). Serve and the simulated engine skip every refused challenger of the current
@@ -33,7 +36,7 @@ same alpha (`ranking.sequential.PairedTest.reopen`: the switch wealth is kept, t
 moments, the counts and the refusal start again). Every refusal is forgotten when the
 champion changes, with every race.
 
-A collapse is a refusal far below the incumbent: refused (with error alpha, not delta
+A collapse is a refusal far below the incumbent: refused (with error REFUSE_ALPHA, not delta
 better), and its mean preference margin over the refused race at or below
 -`COLLAPSE_MARGIN` (0.2: it lost at least 20 more of every 100 interleaved impressions
 than it won; the issue's upside-down learners lost 319 and won 59, about -0.6). The
@@ -73,6 +76,7 @@ store record `interleaving` (kind "interleaving", meta {"interleaving": summary}
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -80,11 +84,12 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome
-from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence
+from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence, PairedTest
 from rankstream.workers import metrics
 from rankstream.workers.champion import DECISION_VALUES, ChampionPolicy
 from rankstream.workers.structured_log import get_logger, log_event
 
+REFUSE_ALPHA = 0.1  # the click race's refusal error rate (`ranking.sequential`: refuse_alpha)
 REOPEN_FACTOR = 2.0  # a refused challenger is raced again once it learned this many times more
 COLLAPSE_MARGIN = 0.2  # a refusal whose mean margin is <= -this is a collapse (docstring)
 OUTCOMES = {WIN: "wins", LOSS: "losses", TIE: "ties"}
@@ -132,6 +137,10 @@ class InterleavingRace:
     """The incumbent and one interleaving race per challenger (module docstring)."""
 
     def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
+        if isinstance(policy.test, PairedTest) and policy.test.refuse_alpha is None:
+            policy = dataclasses.replace(
+                policy, test=dataclasses.replace(policy.test, refuse_alpha=REFUSE_ALPHA)
+            )
         self.policy = policy
         self.incumbent = incumbent or policy.default
         self.races: dict[str, Any] = {}  # the test's state per challenger
