@@ -14,10 +14,14 @@ One vocabulary in both encodings (README "Serving API"):
   schema metadata); the ranking echoes them and always carries its `impression_id` (the
   id the clicks on it name);
 * clicks (JSON or Arrow): `{"impression_id", "clicks": [{"candidate_id", "position"?,
-  "time"?, "dwell"?}, ...]}`, or `{"impressions": [that, ...]}` for a batch; an empty
-  `clicks` list says "shown, nothing clicked". Arrow: one row per click, columns
-  `impression_id`, `candidate_id` (null: the no-click row) and, optionally, `position`,
-  `time`, `dwell` (`stream.click_schema`'s wire layout is such a body).
+  "time"?, "dwell"?}, ...], "session_over"?}`, or `{"impressions": [that, ...]}` for a
+  batch; an empty `clicks` list says "shown, nothing clicked, session over", and
+  `"session_over": true` says the session is over after these clicks (its session-over
+  row follows them, `workers.click_producer.sessions_over`); without it the session
+  stays open for more clicks until the click window. Arrow: one row per click, columns
+  `impression_id`, `candidate_id` (null: the session-over row, after the impression's
+  clicks if any) and, optionally, `position`, `time`, `dwell` (`stream.click_schema`'s
+  wire layout is such a body).
 
 Strict, like the APIs people trust: an unknown key is a 422 naming it; phi holds JSON
 numbers only (not strings, booleans or nulls); a grade is an integer 0..127 or null.
@@ -42,6 +46,7 @@ import pyarrow as pa
 from rankstream.ranking.judgments import UNJUDGED
 from rankstream.stream.click_schema import Click, InvalidRecordError
 from rankstream.workers.candidates import MAX_GRADE, FieldError, check_candidates
+from rankstream.workers.click_producer import sessions_over
 from rankstream.workers.feedback_producer import Feedback
 
 JSON = "application/json"
@@ -100,7 +105,7 @@ class RankRequest:
 
 
 RANK_FIELDS = ("candidate_ids", "phi", "model", "version", "query_id", "request_id")
-CLICKS_FIELDS = ("impression_id", "clicks")
+CLICKS_FIELDS = ("impression_id", "clicks", "session_over")
 CLICK_FIELDS = ("candidate_id", "position", "time", "dwell")
 CLICK_COLUMNS = ("impression_id", *CLICK_FIELDS)
 FEEDBACK_FIELDS = (
@@ -405,9 +410,10 @@ def _model_versions(versions: object, stored: Collection[str]) -> dict[str, int]
 
 # --- clicks -------------------------------------------------------------------------------
 def clicks_from_json(body: bytes) -> list[Click]:
-    """`{"impression_id", "clicks": [...]}` or `{"impressions": [those]}` as Click rows (an
-    empty `clicks` list: the impression's no-click row); 422 naming the field otherwise,
-    e.g. `impressions[1].clicks[0].position`."""
+    """`{"impression_id", "clicks": [...], "session_over"?}` or `{"impressions": [those]}`
+    as Click rows (an empty `clicks` list: the impression's no-click row; `session_over`
+    true: its session-over row after its clicks); 422 naming the field otherwise, e.g.
+    `impressions[1].clicks[0].position`."""
     document = parse_json(body)
     if "impressions" in document:
         _refuse_unknown(document, ("impressions",))
@@ -435,8 +441,8 @@ def clicks_from_json(body: bytes) -> list[Click]:
             raise BadRequest(422, message, f"{at}impression_id")
         if isinstance(impression_id, str):
             seen.add(impression_id)
-        if not rows:
-            clicks.append(_click(at, "", impression_id, None))
+        over = _session_over(entry, rows, at)
+        found = [] if rows else [_click(at, "", impression_id, None)]
         for j, row in enumerate(rows):
             where = f"{at}clicks[{j}]."
             if not isinstance(row, dict):
@@ -445,8 +451,23 @@ def clicks_from_json(body: bytes) -> list[Click]:
             _refuse_unknown(row, CLICK_FIELDS, where)
             candidate = _required(row, "candidate_id", where)
             values = (row.get(name) for name in CLICK_FIELDS[1:])
-            clicks.append(_click(at, where, impression_id, candidate, *values))
+            found.append(_click(at, where, impression_id, candidate, *values))
+        clicks += sessions_over(found) if over else found
     return clicks
+
+
+def _session_over(entry: dict, rows: list, at: str) -> bool:
+    """The entry's `session_over` (false when absent): a JSON boolean; false with an empty
+    `clicks` list is a contradiction (that list is itself the session-over row)."""
+    over = entry.get("session_over", False)
+    field = f"{at}session_over"
+    if not isinstance(over, bool):
+        raise BadRequest(422, f"{field}: must be true or false, got {str(over)[:40]!r}", field)
+    if not rows and "session_over" in entry and not over:
+        raise BadRequest(422, f"{field}: false with an empty clicks list, which says the "
+                         "session is over with nothing clicked; post its clicks when "
+                         "there are some", field)  # fmt: skip
+    return over
 
 
 def _click(at: str, where: str, impression_id: object, *values: object) -> Click:

@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from rankstream.serve.bodies import ERROR_CODES, UNKNOWN_FIELD
+from rankstream.stream.settings import Settings
 from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
 
 _ERROR = {
@@ -135,8 +136,25 @@ _IMPRESSION_CLICKS = {
                           "description": "what /v1/rank answered"},
         "clicks": {"type": "array", "items": _CLICK,
                    "description": "its clicks; empty: shown, session over, nothing clicked"},
+        "session_over": {"type": "boolean", "default": False,
+                         "description": "true: no more clicks will come for this "
+                                        "impression; its session closes after these clicks "
+                                        "and is learned from at once. Absent or false: it "
+                                        "stays open for more clicks until the click window "
+                                        "(see the route's description). false with an empty "
+                                        "clicks list is refused (422)"},
     },
 }  # fmt: skip
+_WINDOW_S = Settings().click_window_s
+_SESSIONS = (
+    "A session (an impression and its clicks) is learned from when it closes: when the "
+    "engine says it is over (`session_over: true` with its clicks, an empty `clicks` "
+    "list, or in Arrow a row with a null candidate_id after its clicks), else once the "
+    f"click window has passed in event time (RANKSTREAM_CLICK_WINDOW_SECONDS, default "
+    f"{_WINDOW_S:g} s after the impression) or the clicks stream has been quiet for a "
+    "window and a grace (RANKSTREAM_CLICK_GRACE_SECONDS). An engine that never says it "
+    "waits for the window. Clicks after a session's end are dead-lettered as late."
+)
 _CLICKS: dict[str, Any] = {
     "oneOf": [
         _IMPRESSION_CLICKS,
@@ -310,6 +328,7 @@ def _posts(width: int) -> dict[str, Any]:
         "/v1/clicks": {"post": {
             "summary": "Clicks on impressions (one or a batch): on the clicks topic once the "
                        "broker acknowledged; once per Idempotency-Key",
+            "description": _SESSIONS,
             "parameters": [
                 _REQUEST_ID,
                 _idempotency_key("the first impression_id and a hash of the clicks' content"),
@@ -317,8 +336,9 @@ def _posts(width: int) -> dict[str, Any]:
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": _CLICKS},
                 arrow: {"schema": {"description": "one row per click: impression_id utf8, "
-                                   "candidate_id int64 (null: the impression's no-click "
-                                   "row), optional position int, time and dwell numbers "
+                                   "candidate_id int64 (null: the impression's session-"
+                                   "over row: nothing more will come, after its click rows "
+                                   "if any), optional position int, time and dwell numbers "
                                    "(docs/reference/wire.md's rankstream.clicks message is one)"}},
             }},
             "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503),

@@ -14,6 +14,13 @@ and any engine written in Python, directly:
 `impression_id` is the one `/v1/rank` answered with (the server logged that impression,
 `workers.impressions`). A `Click.no_click(impression_id)` row says the impression was
 shown and its session ended without a click, so the join need not wait out its window.
+An engine that knows an impression's session is over when it sends its clicks says so
+with them: `send(clicks, session_over=True)` (or `deliver`) puts each impression's
+session-over row right after its clicks (`sessions_over`), as `POST /v1/clicks`'
+`"session_over": true` does, and the join closes those sessions at once. Without it a
+session waits for more clicks until the click window (`RANKSTREAM_CLICK_WINDOW_SECONDS`,
+30 minutes) has passed in event time, or the stream has been quiet for a window and a
+grace.
 
 What it writes: `rankstream.clicks` messages (`stream.click_schema`) holding each
 impression's rows in the order given, each impression's on the partition its id maps to
@@ -55,6 +62,18 @@ def by_impression(clicks: Sequence[Click]) -> dict[str, list[Click]]:
     return groups
 
 
+def sessions_over(clicks: Sequence[Click]) -> list[Click]:
+    """The clicks grouped by impression (`by_impression`), each impression's rows followed
+    by its session-over row (`Click.no_click`) unless they hold one already: every
+    impression they name is over."""
+    rows: list[Click] = []
+    for impression_id, group in by_impression(clicks).items():
+        rows += group
+        if all(click.clicked for click in group):
+            rows.append(Click.no_click(impression_id))
+    return rows
+
+
 MESSAGE_ROWS = 4096
 """A clicks message's most rows when impressions share one (module docstring)."""
 
@@ -85,11 +104,14 @@ class ClickProducer(OwnedProducer):
         self._own(producer, transport)
         return self
 
-    def send(self, clicks: Sequence[Click]) -> int:
+    def send(self, clicks: Sequence[Click], session_over: bool = False) -> int:
         """Hand the clicks to the transport (module docstring); returns the number of
-        rows. Every message is encoded before the first is sent."""
+        rows. `session_over`: every impression they name is over (`sessions_over`). Every
+        message is encoded before the first is sent."""
+        if not isinstance(session_over, bool):
+            raise TypeError(f"session_over must be True or False, got {session_over!r}")
         topic = self.settings.clicks_topic
-        impressions = by_impression(clicks)
+        impressions = by_impression(sessions_over(clicks) if session_over else clicks)
         messages: list[tuple[bytes, bytes, int | None, int]] = []
         if self.transport is None:
             for impression_id, rows in impressions.items():
@@ -114,8 +136,10 @@ class ClickProducer(OwnedProducer):
         """Return once the broker acknowledged every message sent so far."""
         self.producer.flush(timeout)
 
-    def deliver(self, clicks: Sequence[Click], timeout: float | None = None) -> int:
+    def deliver(
+        self, clicks: Sequence[Click], timeout: float | None = None, session_over: bool = False
+    ) -> int:
         """`send`, then `flush`: the clicks are on the broker when this returns."""
-        rows = self.send(clicks)
+        rows = self.send(clicks, session_over)
         self.flush(timeout)
         return rows
