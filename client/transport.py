@@ -161,7 +161,12 @@ class ConnectionPool:
                 connection.connect()
             except TimeoutError:
                 connection.close()
-                raise DeadlineExceededError("no connection within the connect timeout") from None
+                if time.monotonic() >= until:
+                    raise DeadlineExceededError("no connection within the deadline") from None
+                raise ConnectionError(  # the connect timeout: a retry may still connect
+                    f"no connection to {self.host}:{self.port} within "
+                    f"{connection.connect_timeout:.3g}s"
+                ) from None
             except OSError as exc:
                 connection.close()
                 raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc

@@ -33,6 +33,7 @@ from rankstream.client import (
     RequestError,
     RetryPolicy,
     TransportError,
+    UnauthorizedError,
     UnavailableError,
     api_client,
 )
@@ -180,6 +181,24 @@ def test_models_and_readiness(serve: ServeProcess) -> None:
         assert client.ready()["ready"] is True
         assert client.model(listing["champion"])["name"] == listing["champion"]
     assert listing["champion"] in {m["name"] for m in listing["models"]}
+
+
+def test_the_token_is_sent_as_a_bearer_token(tmp_path: Path) -> None:
+    settings = Settings(topic_prefix=f"t{uuid.uuid4().hex[:12]}", data_dir=str(tmp_path))
+    guarded = ServeProcess(settings, tmp_path / "serve.log", RANKSTREAM_API_TOKEN="s3cret")
+    try:
+        guarded.wait_ready()
+        ids, phi = candidates(5, seed=9)
+        with Client(guarded.url, token="s3cret") as client:
+            assert sorted(client.rank(ids, phi).candidate_ids.tolist()) == sorted(ids)
+        for token in (None, "wrong"):
+            with Client(guarded.url, token=token) as client:
+                with pytest.raises(UnauthorizedError) as refused:
+                    client.rank(ids, phi)
+                assert refused.value.status == 401 and refused.value.code == "unauthorized"
+                assert client.ready()["ready"] is True  # a public route
+    finally:
+        guarded.stop()
 
 
 # --- a server that does not answer -------------------------------------------------------------
