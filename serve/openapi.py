@@ -153,7 +153,10 @@ _SESSIONS = (
     f"click window has passed in event time (RANKSTREAM_CLICK_WINDOW_SECONDS, default "
     f"{_WINDOW_S:g} s after the impression) or the clicks stream has been quiet for a "
     "window and a grace (RANKSTREAM_CLICK_GRACE_SECONDS). An engine that never says it "
-    "waits for the window. Clicks after a session's end are dead-lettered as late."
+    "waits for the window. Closed sessions are learned from in the order their impressions "
+    "were logged (ranked), so one left open holds back the later ones: close every "
+    "impression you rank (its clicks with session_over: true, or an empty clicks list). "
+    "Clicks after a session's end are dead-lettered as late."
 )
 _CLICKS: dict[str, Any] = {
     "oneOf": [
