@@ -7,12 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast flake-check datasets compose-test lock lint bench chaos soak fuzz stall-test services-up services-down clean
+.PHONY: demo test test-fast docs flake-check datasets compose-test lock lint bench chaos soak fuzz stall-test services-up services-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	# the linear kernel built ahead of time (numba.pycc; needs cc): `replay --direct`
 	# then starts without numba; without it the JIT serves, same weights (ranking/aot.py)
 	$(BIN)/python -m rankstream.ranking.aot || true
@@ -27,8 +27,15 @@ demo: $(STAMP) datasets
 
 test: $(STAMP) datasets
 	$(BIN)/ruff check .
+	$(MAKE) docs
 	$(BIN)/python -m pytest -q -m "not engine" tests
 	$(MAKE) compose-test
+
+# The documentation site (mkdocs.yml) into build/site, --strict: a broken link, a missing
+# page or a page left out of the nav fails the build. The CLI and route references are
+# generated from the code while it builds (docs/hooks/generated.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # deploy/docker-compose.yml on a real Docker engine (root; installs docker.io and
 # chromium, builds Compose v2, a Debian base and the images, caches them under

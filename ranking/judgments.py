@@ -7,7 +7,7 @@ no pair. A query whose judged candidates hold fewer than two distinct grades the
 yields no triplets at all (its callers count it).
 
 Each unordered pair {a more relevant, b less relevant} is emitted once, and a fair coin
-orients it: p1 = a or p1 = b, so y = sign(rel1 - rel2) takes both values (docs/DESIGN.md's
+orients it: p1 = a or p1 = b, so y = sign(rel1 - rel2) takes both values (docs/architecture.md's
 wire label; a linear pairwise ranker sees the same y x either way). Within a query the
 triplets are shuffled (users' judgements arrive in no order). The coins and the shuffle
 come from the `rng` the caller passes, so the triplets are a pure function of the

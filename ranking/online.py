@@ -31,7 +31,7 @@ multiplied by s (s = 1: bit for bit the unweighted rule; s = 0: the row is skipp
   are one with noise r / k, so an integer s = k again equals the row learned k times
   (the loss stays > 0 after each), up to rounding. One reading choice: the paper's OPR
 updates when m < 0; we update when m <= 0, because with w = 0 every margin is 0 and
-the strict reading would never move (docs/DESIGN.md makes the same call).
+the strict reading would never move (docs/architecture.md makes the same call).
 
 AROW is the second-order rule the paper points to (Dredze et al., 2008) in the form
 of Crammer, Kulesza & Dredze, "Adaptive Regularization of Weight Vectors", NIPS 2009,

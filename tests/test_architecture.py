@@ -7,7 +7,7 @@ functions and under `if TYPE_CHECKING:` alike: a type-only arrow is still an arr
     ranking, simulators?, stream  <- workers  <- serve  <- harness  <- rankstream (CLI, demo, evals)
 
 `stream` and `simulators` are siblings: neither imports the other. The client libraries
-stay where docs/DESIGN.md puts them: `ranking` never imports Kafka, Redis, Prometheus or
+stay where docs/architecture.md puts them: `ranking` never imports Kafka, Redis, Prometheus or
 pyarrow; `simulators` none of the services; `workers` never Kafka or Redis (their
 exceptions are translated inside `stream`).
 """

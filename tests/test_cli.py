@@ -46,7 +46,7 @@ def test_the_module_docstring_lists_the_commands_as_they_are():
 
 
 def test_design_md_commands_are_all_registered():
-    """docs/DESIGN.md's CLI contract names these command words."""
+    """docs/architecture.md's CLI contract names these command words."""
     contract = {
         ("demo",),
         ("eval", "cbir"),

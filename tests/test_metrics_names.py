@@ -1,4 +1,4 @@
-"""The Prometheus names in docs/DESIGN.md are a contract with Grafana; check they are exported."""
+"""The Prometheus names of docs/reference/metrics.md are a contract with Grafana: exported."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_every_schema_reason_is_a_label_value() -> None:
 
 
 def test_contracts_names_only_metrics_that_exist() -> None:
-    """Every `rankstream_*` name docs/CONTRACTS.md gives is a family some process exports
+    """Every `rankstream_*` name docs/reference/metrics.md gives is a family some process exports
     (the workers', the serving model's and the HTTP API's): the dashboard and alert
     authors read the names there."""
     import re
@@ -85,9 +85,10 @@ def test_contracts_names_only_metrics_that_exist() -> None:
 
     assert app and serving_model
     families = {family.name for family in metrics.REGISTRY.collect()}
-    text = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "reference" / "metrics.md").read_text()
     named = set(re.findall(r"\brankstream_[a-z0-9_]+", text))
     unknown = {
         name for name in named if re.sub(r"_(total|bucket|sum|count)$", "", name) not in families
     }
-    assert not unknown, f"docs/CONTRACTS.md names metrics nobody exports: {sorted(unknown)}"
+    assert not unknown, f"docs/reference/metrics.md names metrics nobody exports: {sorted(unknown)}"

@@ -1,4 +1,5 @@
-"""README's "Python quickstart" runs: every python code block of that section, as written."""
+"""The Python library's code runs as written: every python code block of the README's "Python
+quickstart" section and of docs/guide/python.md."""
 
 from __future__ import annotations
 
@@ -7,15 +8,28 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+LIBRARY_PAGE = ROOT / "docs" / "guide" / "python.md"
 
 
 def quickstart_blocks() -> list[str]:
-    """The ```python blocks between "## Python quickstart" and the next "## " heading."""
+    """The ```python blocks between the README's "## Python quickstart" and the next "## "
+    heading, then every ```python block of the Python library's page."""
     text = README.read_text(encoding="utf-8")
     match = re.search(r"^## Python quickstart\n(.*?)(?=^## )", text, flags=re.M | re.S)
     assert match, 'README.md has no "## Python quickstart" section'
-    return re.findall(r"^```python\n(.*?)^```", match.group(1), flags=re.M | re.S)
+    page = LIBRARY_PAGE.read_text(encoding="utf-8")
+    return [
+        *re.findall(r"^```python\n(.*?)^```", match.group(1), flags=re.M | re.S),
+        *re.findall(r"^```python\n(.*?)^```", page, flags=re.M | re.S),
+    ]
+
+
+def test_both_places_hold_code() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "OnlineRanker" in quickstart_blocks()[0] and "## Python quickstart" in text
+    assert any("CMDSDMLCV" in block for block in quickstart_blocks())
 
 
 def test_the_quickstart_has_code():
@@ -25,7 +39,7 @@ def test_the_quickstart_has_code():
 @pytest.mark.parametrize("index", range(len(quickstart_blocks())))
 def test_quickstart_block_runs(index, capsys):
     namespace: dict[str, object] = {"__name__": "__readme__"}
-    exec(compile(quickstart_blocks()[index], f"README.md quickstart block {index}", "exec"),
+    exec(compile(quickstart_blocks()[index], f"quickstart block {index}", "exec"),
          namespace)  # fmt: skip
     printed = capsys.readouterr().out
     assert printed.strip(), "a quickstart block should show its results"

@@ -363,7 +363,7 @@ def test_models_lists_versions_kinds_and_rolling_scores(store) -> None:
 
 def test_models_show_each_challengers_interleaving_race(store) -> None:
     """The click join's published record `interleaving` (an `InterleavingRace.summary()`)
-    is what /v1/models shows per challenger and for the race (docs/CONTRACTS.md)."""
+    is what /v1/models shows per challenger and for the race (docs/reference/store.md)."""
     from rankstream.workers.champion import ChampionPolicy
     from rankstream.workers.interleaving import (
         INTERLEAVING_KIND,

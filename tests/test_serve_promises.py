@@ -2,8 +2,8 @@
 embedded store and transport: strict input with one error shape, request ids,
 idempotent feedback, one vocabulary with the old names still accepted.
 
-`BAD_INPUTS` is also the README's table ("Serving API: what a bad request gets"): a test
-checks that the README shows every row as the API answers it.
+`BAD_INPUTS` is also the HTTP API reference's table (docs/reference/http-api.md, "Errors"):
+a test checks that the page shows every row as the API answers it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rankstream.stream.settings import Settings
 K = 4
 PHI = (np.arange(K * PHI_DIM, dtype=np.float64).reshape(K, PHI_DIM) % 7) / 7
 IDS = [11, 12, 13, 14]
-README = Path(__file__).parents[1] / "README.md"
+HTTP_API = Path(__file__).parents[1] / "docs" / "reference" / "http-api.md"
 
 
 def _store() -> EmbeddedModelStore:
@@ -73,7 +73,7 @@ def _triplet_messages(prefix: str = "promises", kind: str = "triplets") -> list:
     return consumer.poll(timeout_ms=0, max_records=1000)
 
 
-# (what is tried, route, body, status, error code, field): the README's table
+# (what is tried, route, body, status, error code, field): the HTTP API reference's table
 PHI_WITH = PHI.tolist()
 BAD_INPUTS = [
     ("phi holds a string `\"0.9\"`", "/v1/rank",
@@ -167,16 +167,16 @@ def test_each_bad_input_gets_one_error_shape_naming_its_field(
     assert _triplet_messages() == [] and _triplet_messages(kind="clicks") == []
 
 
-def _readme_table_rows() -> list[str]:
+def _reference_table_rows() -> list[str]:
     return [
         f"| {what} | `{route}` | {status} `{code}`" + (f", field `{field}`" if field else "") + " |"
         for what, route, _, status, code, field in BAD_INPUTS
     ]
 
 
-def test_the_readme_table_shows_every_bad_input_and_its_answer() -> None:
-    text = README.read_text()
-    missing = [row for row in _readme_table_rows() if row not in text]
+def test_the_reference_table_shows_every_bad_input_and_its_answer() -> None:
+    text = HTTP_API.read_text()
+    missing = [row for row in _reference_table_rows() if row not in text]
     assert not missing, "\n".join(missing)
 
 

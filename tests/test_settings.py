@@ -43,12 +43,12 @@ def test_every_settings_field_is_read_from_one_variable():
     assert len(names) == len(set(names))
 
 
-def test_every_variable_is_documented_in_the_contracts():
+def test_every_variable_is_documented_in_the_settings_reference():
     from pathlib import Path
 
     from rankstream.stream.settings import ENV_PREFIX, VARIABLES
 
-    contracts = (Path(__file__).parents[1] / "docs" / "CONTRACTS.md").read_text()
+    contracts = (Path(__file__).parents[1] / "docs" / "reference" / "settings.md").read_text()
     missing = [ENV_PREFIX + n for n, _ in VARIABLES.values() if ENV_PREFIX + n not in contracts]
     assert not missing
 

@@ -1,4 +1,4 @@
-"""`--json`: one JSON object on stdout and nothing else there (docs/DESIGN.md's CLI contract).
+"""`--json`: one JSON object on stdout and nothing else there (docs/architecture.md's CLI contract).
 
 Every command that reports something takes the option from here and prints through
 `print_json`; its human output (tables, progress, notes) goes to stderr or is left out.

@@ -10,7 +10,7 @@ Protocol, as in the online-LTR paper's §5.1-5.2:
   from a small grid by validation mAP; OPR has none;
 * validation also chooses each online ranker's initialisation ("init" in params):
   zero weights, or a warm start from Uni-Con (all ones on standardized phi, the search
-  engine's starting model, docs/DESIGN.md's warm start). Why: OPR has no step parameter,
+  engine's starting model, docs/architecture.md's warm start). Why: OPR has no step parameter,
   so nothing else tempers it; it is a plain perceptron on non-separable pairs whose
   last weights swing with the stream, and from zero its first mistakes alone set the
   direction, while from Uni-Con it corrects a sensible model. The update rules are
