@@ -231,21 +231,21 @@ class Client:
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         safe = idempotent or idempotency_key is not None
-        attempt, reconnected = 0, False
+        attempt, fresh = 0, False
         last: RankstreamError | None = None
         where = f"{method} {path} [request {request_id}]"
         while True:
             attempt += 1
             retry_after = None
             try:
-                answer = self._pool.exchange(method, path, body, headers, until, connect)
+                answer = self._pool.exchange(method, path, body, headers, until, connect, fresh)
             except DeadlineExceededError as exc:
                 raise DeadlineExceededError(f"{where}: {exc} ({seconds:g}s, attempt {attempt})",
                                        last) from None  # fmt: skip
             except SentRequestError as exc:
-                if exc.reused_and_silent and not reconnected:
-                    reconnected, attempt = True, attempt - 1  # a kept-alive connection gone
-                    continue
+                if exc.reused_and_silent and not fresh:
+                    fresh, attempt = True, attempt - 1  # a kept-alive connection gone: again,
+                    continue  # on a new one (the pool's others may be as old)
                 last = TransportError(f"{where}: the connection failed after the request "
                                       f"was sent: {exc}")  # fmt: skip
                 if not safe:

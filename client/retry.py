@@ -2,7 +2,9 @@
 
 Retried: 503 (serve: the broker or the store did not answer in time) and 409
 `in_progress` (the same Idempotency-Key is still being delivered), after the server's
-Retry-After when it gives one; a connection that could not be made (nothing was sent);
+Retry-After when it gives one, for every call (serve publishes feedback and clicks once
+per key, its default keys included: the query_id; the first impression and the clicks'
+content); a connection that could not be made (nothing was sent);
 a connection that failed after the request went out only when repeating it is safe —
 the request carries an Idempotency-Key (serve answers a repeat with the first answer,
 `duplicate: true`), or it is a ranking or a GET, which publish nothing the user relies

@@ -38,8 +38,8 @@ class Answer:
 
 class SentRequestError(ConnectionError):
     """The connection failed after (part of) the request was sent: the server may have
-    acted on it. `reused`: on a kept-alive connection, with no byte of the answer read
-    (the usual sign of a server that closed an idle connection)."""
+    acted on it. `reused_and_silent`: on a kept-alive connection, with no byte of the
+    answer read (the usual sign of a server that closed an idle connection)."""
 
     def __init__(self, cause: BaseException, reused_and_silent: bool) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
@@ -145,12 +145,13 @@ class ConnectionPool:
 
     def exchange(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str],
-        until: float, connect_timeout: float,
+        until: float, connect_timeout: float, fresh: bool = False,
     ) -> Answer:  # fmt: skip
         """One request and its answer, all by `until` (time.monotonic()). Raises
         DeadlineExceededError when the deadline passes, ConnectionError when the connection
-        could not be made (nothing was sent), SentRequestError when it failed after."""
-        connection = self._take()
+        could not be made (nothing was sent), SentRequestError when it failed after.
+        `fresh`: on a new connection, not a kept-alive one."""
+        connection = _Connection(self.scheme, self.host, self.port) if fresh else self._take()
         reused = connection.last_used > 0
         if connection.sock is None:
             left = until - time.monotonic()
@@ -183,6 +184,9 @@ class ConnectionPool:
         except (OSError, http.client.HTTPException) as exc:
             _discard(connection, response)
             raise SentRequestError(exc, reused and wrapped.received == 0) from exc
+        except ValueError:  # a header value http.client will not send (CR, LF, non-Latin-1)
+            _discard(connection, response)
+            raise
         answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, content)
         if response.will_close:
             connection.close()
