@@ -75,7 +75,6 @@ from starlette.routing import Route
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.pdgd import plackett_luce_intervention
-from rankstream.ranking.propensity import randomize
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -115,7 +114,7 @@ from rankstream.workers.feedback_producer import check_feedback
 from rankstream.workers.impressions import ImpressionLog, served_impression
 from rankstream.workers.interleaver import Interleaver
 from rankstream.workers.interleaving import refused_challengers
-from rankstream.workers.scoring import served_order
+from rankstream.workers.scoring import logged_order, served_order
 from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
@@ -341,9 +340,10 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         teams = {"teams": merged.teams, "team_models": merged.team_models}
         metrics.RANKINGS_INTERLEAVED.inc()
     elif state.impressions is not None and state.settings.intervention_share > 0 and not sampled:
-        shown = randomize(order, state.settings.intervention,
-                          state.settings.intervention_share, state.interventions)  # fmt: skip
-        order, intervention, shown_probability = shown.order, shown.intervention, shown.probability
+        order, intervention, shown_probability = logged_order(  # the simulated engine's too
+            loaded.scorer, scores, order, state.interventions, state.settings.intervention,
+            state.settings.intervention_share,
+        )  # fmt: skip
         ranked = scores[order]
     ids = query.candidate_ids[order]
     latest = state.registry.snapshot.latest

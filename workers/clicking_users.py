@@ -67,11 +67,15 @@ def impression_and_clicks(
     display: int = DEFAULT_DISPLAY,
     teams: np.ndarray | None = None,
     team_models: tuple[str, ...] = (),
+    intervention: str | None = None,
+    shown_probability: float | None = None,
 ) -> tuple[Impression, list[Click]]:
     """The impression of `query` served in `order` (indices into its candidates, best
     first; its top `display` shown) and the clicks a user of the click model `users`
     makes on it (module docstring). An interleaved list gives its `teams` (per position
-    of `order`) and `team_models`. `rng` draws the impression id and the clicks."""
+    of `order`) and `team_models`; a randomized or sampled one its `intervention` and
+    `shown_probability` (`workers.scoring.logged_order`). `rng` draws the impression id
+    and the clicks."""
     order = np.asarray(order)
     n = len(query.candidate_ids)
     if order.ndim != 1 or not np.issubdtype(order.dtype, np.integer):
@@ -95,6 +99,8 @@ def impression_and_clicks(
         query_id=query.query_id,
         teams=None if teams is None else np.asarray(teams, dtype=np.int8)[:display],
         team_models=team_models,
+        intervention=intervention,
+        shown_probability=shown_probability,
     )
     clicked = users.clicks(query.relevance[shown].astype(np.int64), rng)
     clicks = [

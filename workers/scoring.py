@@ -30,7 +30,8 @@ import numpy as np
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import BestFea, LinearScorer, RankSVM, UniCon
 from rankstream.ranking.online import OnlineRanker
-from rankstream.ranking.pdgd import sample_ranking
+from rankstream.ranking.pdgd import plackett_luce_intervention, sample_ranking
+from rankstream.ranking.propensity import randomize
 from rankstream.ranking.validation import as_float_matrix
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel, check_width, stored_width
@@ -136,6 +137,30 @@ def served_order(scorer: Scorer, scores: np.ndarray, rng: np.random.Generator) -
     if getattr(scorer, "plackett_luce", False):
         return sample_ranking(scores, scores.shape[0], rng)
     return np.argsort(-scores, kind="stable")
+
+
+def logged_order(
+    scorer: Scorer,
+    scores: np.ndarray,
+    order: np.ndarray,
+    rng: np.random.Generator,
+    intervention: str,
+    share: float,
+) -> tuple[np.ndarray, str | None, float | None]:
+    """(order, intervention, shown probability) of a logged ranking that is not interleaved
+    (`rankstream serve`'s rule): a `plackett_luce` model's sample `order` as drawn, with
+    its probability; any other model's `order` randomized on a `share` of the rankings by
+    the `intervention` (`ranking.propensity.randomize`: `RANKSTREAM_INTERVENTION`,
+    `RANKSTREAM_INTERVENTION_SHARE`), whose logged `intervention` the click join's
+    propensity estimate reads back. The simulated engine shows its rankings by it, so the
+    click demo and `eval clicks` estimate propensities from the interventions serve makes.
+    Probability None: shown as ranked, no randomized policy to account for."""
+    if getattr(scorer, "plackett_luce", False):
+        return (order, *plackett_luce_intervention(scores, order))
+    if share > 0:
+        shown = randomize(order, intervention, share, rng)
+        return shown.order, shown.intervention, shown.probability
+    return order, None, None
 
 
 def scorer_for(stored: StoredModel, width: int = DEFAULT_PHI_DIM) -> Scorer:

@@ -79,7 +79,7 @@ from rankstream.workers.feedback_producer import FeedbackProducer
 from rankstream.workers.interleaver import Interleaver
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.scoring import served_order
+from rankstream.workers.scoring import logged_order, served_order
 from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
 from rankstream.workers.simulate_options import SimulateOptions
 from rankstream.workers.structured_log import get_logger, log_event
@@ -162,7 +162,8 @@ def publish_unicon(
 class StepResult:
     """One served query: who ranked it and how many triplets it produced; with clicks,
     the clicks, the teams of an interleaved list (champion first; () when not) and the
-    true NDCG@50 of what was shown (the simulator's measurement, never sent)."""
+    true NDCG@50 of what was shown (the simulator's measurement, never sent) and what was
+    shown: indices into the query's candidates, in displayed order."""
 
     query_id: int
     triplets: int
@@ -170,6 +171,7 @@ class StepResult:
     clicks: int = 0
     team_models: tuple[str, ...] = ()
     shown_ndcg: float | None = None
+    shown: np.ndarray | None = None
 
 
 class SimulatorHandler(Handler):
@@ -270,6 +272,13 @@ class SimulatorHandler(Handler):
             )
             order = merged.order
             drafted = {"teams": merged.teams, "team_models": merged.team_models}
+        else:  # serve's randomized logging policy (`workers.scoring.logged_order`)
+            settings = self.settings
+            order, intervention, probability = logged_order(
+                served.scorer, scores, order, self.click_rng,
+                settings.intervention, settings.intervention_share,
+            )  # fmt: skip
+            drafted = {"intervention": intervention, "shown_probability": probability}
         display = self.simulator.n_judged
         impression, clicks = impression_and_clicks(
             query,
@@ -296,7 +305,7 @@ class SimulatorHandler(Handler):
         self.interleaved_produced += bool(challengers)
         shown = served_ndcg(query, order_scores(order[:display], len(order)))
         self.shown_ndcg_total += shown
-        self._served(query.query_id, 0, served, n, impression.team_models, shown)
+        self._served(query.query_id, 0, served, n, impression.team_models, shown, order[:display])
         return 1 + len(clicks)  # records sent: the impression and its click rows
 
     def _served(
@@ -307,10 +316,11 @@ class SimulatorHandler(Handler):
         clicks: int = 0,
         team_models: tuple[str, ...] = (),
         shown_ndcg: float | None = None,
+        shown: np.ndarray | None = None,
     ) -> None:
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
-        self.last = StepResult(query_id, triplets, served, clicks, team_models, shown_ndcg)
+        self.last = StepResult(query_id, triplets, served, clicks, team_models, shown_ndcg, shown)
         if self.on_step is not None:
             self.on_step(self.last)
 
