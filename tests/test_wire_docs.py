@@ -14,7 +14,7 @@ WIRE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "wire.md"
 
 
 def test_the_documented_producer_writes_a_message_rankstream_reads():
-    blocks = re.findall(r"```python\n(.*?)```", WIRE.read_text(), flags=re.S)
+    blocks = re.findall(r'```python title="A triplets producer"\n(.*?)```', WIRE.read_text(), re.S)
     assert len(blocks) == 1
     scope: dict = {}
     exec(compile(blocks[0], str(WIRE), "exec"), scope)
@@ -27,7 +27,7 @@ def test_the_documented_producer_writes_a_message_rankstream_reads():
 
 
 def test_the_documented_click_producer_writes_a_message_rankstream_reads():
-    blocks = re.findall(r"```python clicks\n(.*?)```", WIRE.read_text(), flags=re.S)
+    blocks = re.findall(r'```python title="A clicks producer"\n(.*?)```', WIRE.read_text(), re.S)
     assert len(blocks) == 1
     scope: dict = {}
     exec(compile(blocks[0], str(WIRE), "exec"), scope)
