@@ -23,6 +23,6 @@ INTERVENTIONS = (SHUFFLE, SWAP)
 # github.com/HarrieO/OnlineLearningToRank) steps on per-query min-max normalised features
 # (LETOR's); on rankstream's standardised phi a shown top 10 differs ~3.1x as much per
 # feature (Fashion-MNIST: 0.353 against 0.113), so 0.1 is a ~3x larger step here. 0.02 was
-# chosen on validation seeds 100-104 (README "Learning from clicks"): the best mean final
+# chosen on validation seeds 100-104 (docs/results/clicks.md): the best mean final
 # gain over the four simulated user models and the smallest spread of 0.1, 0.05, 0.02, 0.01.
 PDGD_LEARNING_RATE = 0.02

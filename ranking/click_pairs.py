@@ -50,8 +50,8 @@ DEFAULT_MIN_PROPENSITY = 0.1
 """Propensities are clipped to at least this: no pair weighs more than 10. The click join's
 default and `eval clicks`' (one value): the estimate past rank 10 is extrapolated and 1/p
 of a small, noisy p is where IPS variance comes from; at 0.01 OPAR-I's IPS arm on pbm:1
-users lost up to 0.045 NDCG@50 on one seed in ten, at 0.1 it gained on all of them (README
-"Learning from clicks")."""
+users lost up to 0.045 NDCG@50 on one seed in ten, at 0.1 it gained on all of them
+(docs/results/clicks.md)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ estimator, `PropensityEstimator` (what the click join holds):
   k on the k-swapped impressions over n_k times the click-through rate at rank 1 of the
   unrandomized impressions (ctr_1) estimate p_k / p_1. One rank observed per intervened
   impression: it needs about depth - 1 times the shuffle's traffic for the same precision
-  (README, "Propensities from randomized impressions").
+  (docs/results/propensities.md).
 
 Both are ratios of the clicks seen at rank k to the clicks rank 1's propensity would have
 had on the same exposures, so the estimator pools whatever it is given (a deployment that

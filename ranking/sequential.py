@@ -91,7 +91,7 @@ challenger better by exactly e on every pair with probability (1 + e)^-n, so non
 switch on it before log(1/alpha) / log(1 + e) pairs, 463 at e = 0.01 and alpha = 0.01
 (`rankstream.evals.champion.range_bound`). At the demo's real spreads (median 0.111)
 the bets are inside the cap and it is as fast as the mSPRT (`rankstream eval champion`,
-README "Choosing the champion": both in the same run).
+docs/results/champion.md: both in the same run).
 
 `MixtureSPRT`, the race's test before, stays for that comparison (its docstring: valid
 only asymptotically; on a "rare loss" null it switched falsely in 15% of runs).

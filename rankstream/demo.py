@@ -114,7 +114,7 @@ class DemoOptions:
     seed: int = 0  # query stream, reservoir and RankMKL pair sampling
     collection_seed: int | None = None  # synthetic only
     # the online learners' hyper-parameters over `ranking.learners.HYPERPARAMETERS`'
-    # defaults (validated on both collections' streams; README "Hyper-parameters")
+    # defaults (validated on both collections' streams; docs/results/stream.md)
     hyper: Mapping[str, float] = field(default_factory=dict)
     checkpoint_every: int = 1  # queries between online checkpoints (new servable versions)
     refit_every: int = 500  # queries between batch refits

@@ -15,7 +15,7 @@ Routes (the OpenAPI document at GET /openapi.json, `serve.openapi`):
                              refitted on their candidates until it has seen
                              RANKSTREAM_UNICON_CALIBRATION of them, `workers.baseline`)
 
-Starlette rather than FastAPI, by measurement (README "Serving API"): the same
+Starlette rather than FastAPI, by measurement (docs/reference/http-api.md): the same
 300-candidate JSON ranking handler answered ~3x fewer requests/s with FastAPI's
 pydantic body model than as a plain Starlette endpoint, and the checks that matter
 here (width, NaN/Inf, duplicate ids, grades) are numpy checks on whole arrays anyway.
@@ -295,7 +295,8 @@ async def read_body(request: Request, settings: Settings) -> bytes:
 
 
 def _deprecated(response: Response, names: tuple[str, ...]) -> Response:
-    """Mark an answer to a request that used names of the previous release (README)."""
+    """Mark an answer to a request that used names of the previous release
+    (docs/reference/http-api.md, "Old names")."""
     if names:
         response.headers["Deprecation"] = "true"
         response.headers["X-Deprecated-Names"] = ", ".join(names)

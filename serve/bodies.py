@@ -1,6 +1,6 @@
 """The HTTP API's bodies: JSON or Arrow IPC in, checked arrays out; rankings back out.
 
-One vocabulary in both encodings (README "Serving API"):
+One vocabulary in both encodings (docs/reference/http-api.md):
 
 * a ranking request: `candidate_ids`, `phi` and, optionally, `model` and `version` (the
   champion when absent). JSON carries them as fields; an Arrow IPC stream

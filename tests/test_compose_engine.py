@@ -98,7 +98,7 @@ QUERIES_TOPIC = "rankstream.queries"
 CLICKS_PROJECT = f"{PROJECT}-clicks"
 CLICKS_SERVICES = ["kafka", "redis", "online-1", "online-2", "click-join", "prometheus", "serve"]
 # The wait for the switch, from serve's first answer: a hang guard with margin over the
-# measured switch (README "What is tested on a real Docker engine").
+# measured switch (docs/guide/develop.md, "The compose test").
 CLICKS_ALONE_S = 300
 
 
@@ -665,9 +665,10 @@ def test_down_removes_every_container_network_and_volume(stack: Stack) -> None:
 # equal weights (top 3 by it: grade 2, next 5: grade 1) and click as the navigational
 # cascade does, so Uni-Con ranks for them no better than chance and a linear learner can
 # learn what they want from their clicks alone: a learned model is truly better, by a
-# margin the race sees in a few hundred interleaved impressions (measured: README). The
-# simulated collection's own users are no such case: there, learned-from-clicks models
-# stay within a few thousandths of Uni-Con's NDCG@50 (README "Learning from clicks").
+# margin the race sees in a few hundred interleaved impressions (measured: "The compose
+# test" in docs/guide/develop.md). The simulated collection's own users are no such case:
+# there, learned-from-clicks models stay within a few thousandths of Uni-Con's NDCG@50
+# (docs/results/clicks.md).
 CLICK_CANDIDATES = 30
 CLICK_ENGINES = 3  # engine threads: serve is the bottleneck, not the host
 

@@ -96,8 +96,7 @@ def test_power_beside_the_msprt_on_the_same_streams() -> None:
     """A +0.02 challenger at spread 0.05 switches within 500 pairs (100% of 400 runs); at
     the demo's spread (0.117) a +0.01 one switches sooner than with the mSPRT (median
     ~1,300 against ~1,440 pairs): betting's bets are capped by the range, not the
-    spread, so it is slower only where the differences vary little (README "Choosing
-    the champion")."""
+    spread, so it is slower only where the differences vary little (docs/results/champion.md)."""
     rng = np.random.default_rng(2)
     fast = np.clip(rng.normal(0.02, 0.05, (400, HORIZON)), -1, 1)
     assert (switch_times(PairedTest(), fast) <= 500).mean() >= 0.95

@@ -1,5 +1,5 @@
 """`bench serve`'s options and the ratios it reports (`harness.serve_bench`); the bench
-itself runs on real services (README, Benchmarks)."""
+itself runs on real services (docs/results/pipeline.md)."""
 
 from __future__ import annotations
 

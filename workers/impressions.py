@@ -15,7 +15,7 @@ impressions, `MESSAGE_BYTES` of phi), sent to the partition each impression's ke
 by its first impression, so an impression and its clicks share a partition number as
 before. Batching is what keeps logging cheap beside ranking in one process (one GIL):
 encoding and producing cost mostly per message, and each wake-up of this thread takes
-the GIL from the ranking (README, measured cost).
+the GIL from the ranking (docs/results/serving-cost.md).
 
 What cannot be written is dropped, never silently: counted in
 `rankstream_impressions_dropped_total{reason}` and logged (the first drop at once, then

@@ -35,7 +35,7 @@ the gauge `rankstream_challenger_impression_share{challenger}`, and their runnin
 
 Cost: only an interleaved request scores a second model and drafts (with the champion's
 ranking and sorted scores as served, not sorted again); every other request takes the
-same path as without it. README "Interleaving's cost" has the measured figures.
+same path as without it. docs/results/serving-cost.md has the measured figures.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ reported: Uni-Con's means and each learner's paired gain over Uni-Con (same quer
 Two uses:
 
 * **Calibration** (`grid=False`): every learner at its default hyper-parameters; the
-  README's calibration table (seeds 0-2), with the paper's figures beside it
+  the calibration table of docs/results/stream.md (seeds 0-2), with the paper's figures beside it
   (`PAPER_STREAM`, `evals.cbir.paper_table2_imageclef`).
 * **Choosing the defaults** (`grid=True`): every point of the learners' validation
   grids (`ranking.learners.grids()`, the ones `eval cbir` validates on) on validation
