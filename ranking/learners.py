@@ -145,18 +145,9 @@ class LearnerSpec:
     # its importance-weighted form for a row of weight s (`ranking.online`'s docstring
     # derives each), for help texts; "" when it learns no weighted rows
     weighted_update: str = ""
-    # its hyper-parameters when it learns from click pairs, over its defaults, at the
-    # margin's scale (`simulators.click_feedback.margin_scale`; `eval clicks`; None: no
-    # click arm). The defaults were calibrated on judged streams (~800 pairs a query at
-    # Uni-Con's scale, `eval stream --grid`); a click impression gives tens of noisy pairs,
-    # most between results of one grade, so the click arms were calibrated apart: on
-    # validation seed 100 (never a reported seed), 2,000 impressions each of
-    # informational, almost-random, pbm:1 and pbm:2 users, C in 1e-6..2e-5 and r in
-    # 1e5..1e7, warm-started (README, "Learning from clicks"); AROW's r again when the
-    # IPS clip became the join's 0.1 (weights <= 10, were <= 100): validation seeds
-    # 100-102, 3,000 impressions of each, r in {3e5, 1e6, 3e6} (C in {2e-6, 5e-6}). Naive
-    # and IPS arms share them: they differ in pairs and weights only.
-    click_hyperparameters: Mapping[str, float] | None = field(default=None, compare=False)
+    # measured by `eval clicks` with a judged, a naive and an IPS click arm (each click
+    # arm the product: the click join and the online worker, at the learner's defaults)
+    in_click_eval: bool = False
 
     def __post_init__(self) -> None:
         ways = (self.linear_rule, self.kernel, self.triplet_kernel, self.impression_model)
@@ -297,8 +288,7 @@ for _spec in (
     LearnerSpec(
         "opar1", "OPAR-I", "tab:orange", "w += min(C, l/|x|^2) y x", (_C,), OPAR1_RULE,
         in_worker_default=True, paper_map=0.6556, paper_seconds=1370.0,
-        weighted_update="w += min(s C, l/|x|^2) y x (PA-I with cost s C)",
-        click_hyperparameters={"C": 2e-6},
+        weighted_update="w += min(s C, l/|x|^2) y x (PA-I with cost s C)", in_click_eval=True,
     ),
     LearnerSpec(
         "opar2", "OPAR-II", "tab:green", "w += l/(|x|^2 + 1/(2C)) y x", (_C,), OPAR2_RULE,
@@ -320,7 +310,7 @@ for _spec in (
         initial_state=lambda dim: {"sigma": _identity(dim)},
         mix_state=mix_covariances("sigma"),
         weighted_update="r / s in place of r (k equal observations: noise r / k)",
-        click_hyperparameters={"r": 3e5},
+        in_click_eval=True,
     ),
     LearnerSpec(
         "pdgd", "PDGD", "darkgoldenrod",
@@ -420,13 +410,9 @@ def hyperparameters(values: Mapping[str, Any] | None = None) -> dict[str, float]
     }
 
 
-def click_hyperparameters() -> dict[str, dict[str, float]]:
-    """The learners with a click arm (`eval clicks`), each with its click hyper-parameters."""
-    return {
-        name: dict(spec.click_hyperparameters)
-        for name, spec in LEARNERS.items()
-        if spec.click_hyperparameters is not None
-    }
+def click_eval_learners() -> tuple[str, ...]:
+    """The online learners `eval clicks` measures with judged, naive and IPS arms."""
+    return tuple(n for n, s in LEARNERS.items() if s.in_click_eval)
 
 
 def label(name: str) -> str:

@@ -233,10 +233,12 @@ def run_arms(
     progress: bool | str = False,
 ) -> dict[str, dict[str, np.ndarray]]:
     """The online loop: every arm serves the same query sequence (its own ranking of the
-    same candidates), is scored on what it served (NDCG@50 and AP over all K, AP counting
-    relevance > 0 as relevant), then learns from it before the next query.
-    Returns {"ndcg": {name: (n_queries,)}, "ap": {...}}; a string `progress` labels the bar."""
-    scores = {metric: {n: np.empty(n_queries) for n in arms} for metric in ("ndcg", "ap")}
+    same candidates), is scored on what it served (NDCG@50, NDCG@10 and AP over all K, AP
+    counting relevance > 0 as relevant), then learns from it before the next query.
+    Returns {"ndcg": {name: (n_queries,)}, "ndcg10": {...}, "ap": {...}}; a string
+    `progress` labels the bar."""
+    metrics = ("ndcg", "ndcg10", "ap")
+    scores = {metric: {n: np.empty(n_queries) for n in arms} for metric in metrics}
     label = progress if isinstance(progress, str) else "online experiment"
     with progress_bar(bool(progress), label, n_queries) as advance:
         for t in range(n_queries):
@@ -244,6 +246,7 @@ def run_arms(
             for name, arm in arms.items():
                 served = arm.serve(query)
                 scores["ndcg"][name][t] = served_ndcg(query, served)
+                scores["ndcg10"][name][t] = ndcg_at_k(served, query.relevance, 10)
                 scores["ap"][name][t] = average_precision(served, query.relevance)
                 arm.learn(query, served)
             advance()

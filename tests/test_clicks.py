@@ -351,28 +351,6 @@ def test_shown_losers_pair_each_click_with_every_other_shown_result() -> None:
         click_pairs(clicks, losers="everything")
 
 
-def test_every_click_experiment_arm_starts_from_uni_con() -> None:
-    """Judged and click arms alike start where the baseline serves (a fair pairing): the
-    judged arms and PDGD at Uni-Con's weights, the click pair arms at the margin's scale."""
-    from rankstream.ranking.scaling import Standardizer
-    from rankstream.simulators.click_feedback import click_arms
-
-    scaler = Standardizer().fit(np.random.default_rng(0).standard_normal((200, 4)) * 3 + 1)
-    arms = click_arms(
-        ("opar1", "arow"), click_model("pbm:1", 3), scaler, 50, seed=0, click_scale=0.25
-    )
-    assert set(arms) == {
-        f"{a} {f}" for a in ("opar1", "arow") for f in ("judged", "judged@3", "naive", "ips")
-    } | {"pdgd"}
-    assert arms["arow judged@3"].judged == 3 and arms["arow judged"].judged == 50
-    for name, arm in arms.items():
-        model = arm.model if name == "pdgd" else arm.ranker
-        scale = 0.25 if name.endswith(("naive", "ips")) else 1.0
-        np.testing.assert_array_equal(model.weights, np.full(4, scale), err_msg=name)
-    with pytest.raises(ValueError, match="click_scale"):
-        click_arms(("opar1",), click_model("pbm:1", 3), scaler, 50, seed=0, click_scale=0.0)
-
-
 @pytest.mark.parametrize("name", ["navigational", "informational", "pbm:1.5"])
 def test_click_count_distribution_is_what_clicks_many_samples(name) -> None:
     """Exact P(k clicks) per list against 200,000 simulated users per list: within 5
@@ -391,27 +369,11 @@ def test_click_count_distribution_is_what_clicks_many_samples(name) -> None:
     assert (np.abs(seen - exact) <= 5 * standard_error + 5 / users_each).all()
 
 
-def test_the_margin_scale_spreads_uni_cons_shown_scores_by_one() -> None:
-    from rankstream.ranking.baselines import UniCon
-    from rankstream.ranking.scaling import Standardizer
-    from rankstream.simulators.click_feedback import margin_scale
-
-    phi = np.random.default_rng(1).standard_normal((5, 40, 3)) * 2 + 1
-    scaler = Standardizer().fit(phi.reshape(-1, 3))
-    scale = margin_scale(phi, scaler, display=10)
-    spreads = []
-    for candidates in phi:
-        top = np.sort(scale * UniCon(scaler=scaler).score(candidates))[::-1][:10]
-        spreads.append(top[0] - top[-1])
-    assert np.mean(spreads) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="spread"):
-        margin_scale(np.ones((2, 40, 3)), scaler, display=10)
-
-
 def test_a_tied_pair_learned_both_ways_cancels_only_within_the_margin() -> None:
-    """Why the click pair arms start at the margin's scale: two equally attractive results
-    give the pair both ways; within the hinge's margin OPAR-I's two steps cancel, beyond
-    it only the step against the current order is taken (the ranking flattens)."""
+    """Why a click-learning model starts at zero or near it (`workers.checkpoint`, "Start"):
+    two equally attractive results give the pair both ways; within the hinge's margin
+    OPAR-I's two steps cancel, beyond it only the step against the current order is taken
+    (the ranking flattens)."""
     from rankstream.ranking.online import OnlineRanker
 
     x = np.array([[1.0, 0.5]])  # phi(a) - phi(b); a ranks first: w . x > 0

@@ -16,6 +16,19 @@ held messages in order. Which messages are held
 depends only on the log, so a restarted worker fits the identical scaler; and a model
 with no scaler yet is never saved (its stored position stays at the start), so a crash
 while messages are held loses nothing.
+
+Start: a model's weights start at zero when its scaler is frozen, whatever the triplets
+are (judged, or the click join's IPS-weighted click pairs). `eval clicks` used to start
+its click pair learners elsewhere, at Uni-Con's direction scaled so its shown scores
+spread by the hinge's margin of 1, because at Uni-Con's own scale most shown pairs lie
+beyond the margin and a hinge rule then takes only the step against the current order
+of a pair learned both ways (two equally attractive results under IPS), flattening what
+Uni-Con knew. Zero is inside every pair's margin from the first update, which is the
+regime that start was built to reach, so it is kept here: one start for every stream,
+fitted on nothing the model has not seen (an engine's features need no calibration
+queries), and a model that is not served before it has learned (the champion serves
+until a race says otherwise). `eval clicks` now measures this start
+(`rankstream.evals.click_deployment`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`rankstream eval clicks`: learning from simulated clicks vs from judgments (NDCG@50)."""
+"""`rankstream eval clicks`: learning from simulated clicks vs from judgments (NDCG@50 and
+NDCG@10), the click arms learning through the product's click join and online worker."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="J",
         help="seeds run at once in worker processes (default 1)",
+    )
+    parser.add_argument(
+        "--intervention-share",
+        type=float,
+        default=None,
+        metavar="S",
+        help="share of rankings serve randomizes for the join's propensity estimate "
+        "(RANKSTREAM_INTERVENTION_SHARE of the deployments; default 0.05)",
     )
     parser.add_argument(
         "--plot", default=None, help="learning curves (default report/clicks_<collection>_<M>.png)"
@@ -78,10 +87,25 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{learner}: {'; '.join(shares)}; "
             f"final IPS - naive {_cell(family['final_ips_minus_naive'])}"
         )
+    reading = summary["pdgd_against_perfect_clicks"]
+    measured, reference = reading["arms"]
+    for cutoff in ("ndcg_at_10", "ndcg_at_50"):
+        cells = reading[cutoff]
+        print(
+            f"{cutoff.replace('ndcg_at_', 'final NDCG@')}: {measured} "
+            f"{_interval(cells[measured])}, {reference} {_interval(cells[reference])}, "
+            f"difference {_interval(cells['difference'])} (bootstrap 95%)"
+        )
+
+
+def _interval(cell: dict[str, Any]) -> str:
+    if cell["low"] is None:
+        return f"{cell['mean']:.4f}"
+    return f"{cell['mean']:.4f} [{cell['low']:.4f}, {cell['high']:.4f}]"
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.evals.clicks import evaluate_clicks
+    from rankstream.evals.clicks import DEFAULT_INTERVENTION_SHARE, evaluate_clicks
 
     model = args.click_model.replace(":", "-")
     return run_collection_eval(
@@ -96,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
             options=options,
             plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
             jobs=args.jobs,
+            intervention_share=DEFAULT_INTERVENTION_SHARE
+            if args.intervention_share is None
+            else args.intervention_share,
         ),
         print_summary,
     )
