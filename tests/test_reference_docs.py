@@ -62,12 +62,17 @@ def test_every_setting_is_in_the_reference_with_its_default() -> None:
 
 def test_the_settings_check_fails_on_a_missing_or_wrong_row() -> None:
     text = (REFERENCE / "settings.md").read_text(encoding="utf-8")
+    before = undocumented_settings(text)  # [] unless the page is out of date already
+
+    def added(page: str) -> list[str]:
+        return [problem for problem in undocumented_settings(page) if problem not in before]
+
     dropped = re.sub(r"^\| `RANKSTREAM_PHI_DIM` .*\n", "", text, flags=re.M)
-    assert undocumented_settings(dropped) == [
+    assert added(dropped) == [
         "RANKSTREAM_PHI_DIM: in stream/settings.py, not in the settings reference"
     ]
     wrong = text.replace("| `RANKSTREAM_API_PORT` | `8000` |", "| `RANKSTREAM_API_PORT` | `80` |")
-    assert undocumented_settings(wrong) == [
+    assert added(wrong) == [
         "RANKSTREAM_API_PORT: default `80` in the reference, `8000` in the code"
     ]
 
