@@ -10,10 +10,11 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream|clicks|propensities|champion|interleaving|http-engine
+    eval cbir|dml|mkl|stream|clicks|propensities|champion|interleaving|http-engine|counterfactual
                               the papers' experiments, learning from clicks, propensity
                               estimates, the champion test, interleaving vs A/B on clicks,
-                              an outside engine's clicks over HTTP
+                              an outside engine's clicks over HTTP, stored models'
+                              click-DCG estimated from a recording
     bench learners|pipeline|scaleout|replay|serve|ingest|clicks
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
@@ -71,6 +72,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("eval", "http-engine"): (
         "eval.http_engine",
         "an outside engine's clicks through serve's HTTP API (own collection and users)",
+    ),
+    ("eval", "counterfactual"): (
+        "eval.counterfactual",
+        "stored models' click-DCG@k from a recording's impressions and clicks (IPS, SNIPS)",
     ),
     ("bench", "learners"): ("bench.learners", "sequential throughput of the online learners"),
     ("bench", "pipeline"): ("bench.pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),

@@ -185,6 +185,7 @@ def test_the_help_walk_catches_each_kind_of_gap(monkeypatch):
 REQUIRED_ARGUMENTS = {
     ("record",): ["--out", "unused"],
     ("replay",): ["unused"],
+    ("eval", "counterfactual"): ["unused"],
     ("model", "show"): ["opr"],
     ("model", "pin"): ["opr", "1"],
     ("model", "unpin"): ["opr"],
