@@ -35,7 +35,9 @@ Confidence intervals: the central limit theorem on per-impression terms (impress
 independent draws of queries and users): IPS +- z s / sqrt(n) with s the terms' standard
 deviation; SNIPS by the delta method (its per-impression influence terms). A *difference*
 between two policies is paired per impression (the same clicks, both reranked): the
-interval of the mean of x_a - x_b, never two separate intervals.
+interval of the mean of x_a - x_b, never two separate intervals. Both come from the
+terms' `Moments` (count, means, co-moments), which add exactly: a live estimate keeps one
+per policy and per pair and adds each closed session's terms, no terms kept.
 
 Clipping. Propensities are clipped below at `min_propensity` (the click join's
 `DEFAULT_MIN_PROPENSITY`, 0.1): a click weighs at most 1 / min_propensity. The cost: a
@@ -83,6 +85,7 @@ __all__ = [
     "DEFAULT_K",
     "DEFAULT_LEVEL",
     "Estimate",
+    "Moments",
     "Terms",
     "difference",
     "estimate",
@@ -213,46 +216,91 @@ class Estimate:
         }
 
 
-def _interval(mean: float, influence: np.ndarray, z: float) -> tuple[float, float] | None:
-    n = influence.shape[0]
-    if n < 2:
-        return None
-    half = z * float(np.std(influence, ddof=1)) / math.sqrt(n)
-    return (mean - half, mean + half)
-
-
 def _z(level: float) -> float:
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     return NormalDist().inv_cdf(0.5 + level / 2.0)
 
 
-def _estimate(x: np.ndarray, w: np.ndarray, c: np.ndarray, clipped: int, level: float) -> Estimate:
-    """IPS = mean x; SNIPS = mean x * mean c / mean w, its interval by the delta method:
-    the per-impression influence (c̄/w̄) x - (x̄ c̄/w̄²) w + (x̄/w̄) c."""
-    z, n = _z(level), x.shape[0]
-    if n == 0:
-        raise ValueError("no impressions to estimate from")
-    x_bar, w_bar, c_bar = float(x.mean()), float(w.mean()), float(c.mean())
-    snips = snips_interval = None
-    if w_bar > 0:
-        snips = x_bar * c_bar / w_bar
-        influence = (c_bar / w_bar) * x - (x_bar * c_bar / w_bar**2) * w + (x_bar / w_bar) * c
-        snips_interval = _interval(snips, influence, z)
-    return Estimate(
-        x_bar, _interval(x_bar, x, z), snips, snips_interval, n, int(c.sum()), clipped, level
-    )
+@dataclass(frozen=True)
+class Moments:
+    """What the estimates need of a log's per-impression terms (x, w, c): their count,
+    means and co-moment matrix (sum of outer products of deviations), merged exactly by
+    `+` (Chan et al.'s pairwise update), so a live estimate can add each closed session's
+    terms without keeping them; `clipped` counts clipped clicks."""
+
+    n: int
+    mean: np.ndarray  # (3,): x, w, c
+    comoment: np.ndarray  # (3, 3)
+    clipped: int = 0
+
+    @classmethod
+    def of(cls, terms: Terms) -> Moments:
+        """The moments of a policy's terms."""
+        return cls._of(terms.x, terms.w, terms.c, terms.clipped)
+
+    @classmethod
+    def of_difference(cls, a: Terms, b: Terms) -> Moments:
+        """The moments of policy a minus policy b, paired per impression (x_a - x_b, with
+        the clicks and weights the two share)."""
+        if len(a) != len(b) or not (np.array_equal(a.w, b.w) and np.array_equal(a.c, b.c)):
+            raise ValueError("a difference needs both policies' terms on the same impressions")
+        return cls._of(a.x - b.x, a.w, a.c, a.clipped)
+
+    @classmethod
+    def _of(cls, x: np.ndarray, w: np.ndarray, c: np.ndarray, clipped: int) -> Moments:
+        values = np.column_stack([x, w, c]).astype(np.float64)
+        if not values.shape[0]:
+            return cls(0, np.zeros(3), np.zeros((3, 3)), clipped)
+        mean = values.mean(axis=0)
+        deviations = values - mean
+        return cls(values.shape[0], mean, deviations.T @ deviations, clipped)
+
+    def __add__(self, other: Moments) -> Moments:
+        n = self.n + other.n
+        if not n:
+            return Moments(0, np.zeros(3), np.zeros((3, 3)), self.clipped + other.clipped)
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.n / n)
+        comoment = self.comoment + other.comoment + np.outer(delta, delta) * (self.n * other.n / n)
+        return Moments(n, mean, comoment, self.clipped + other.clipped)
+
+    def estimate(self, level: float = DEFAULT_LEVEL) -> Estimate:
+        """IPS = mean x with the CLT interval; SNIPS = mean x * mean c / mean w with the
+        delta method's: the variance of its per-impression influence
+        (c̄/w̄) x - (x̄ c̄/w̄²) w + (x̄/w̄) c, from the terms' sample covariance."""
+        z = _z(level)
+        if self.n == 0:
+            raise ValueError("no impressions to estimate from")
+        x_bar, w_bar, c_bar = (float(v) for v in self.mean)
+        covariance = self.comoment / (self.n - 1) if self.n > 1 else None
+
+        def interval(value: float, gradient: list[float]) -> tuple[float, float] | None:
+            if covariance is None:
+                return None
+            g = np.array(gradient)
+            half = z * math.sqrt(max(float(g @ covariance @ g), 0.0) / self.n)
+            return (value - half, value + half)
+
+        snips = snips_interval = None
+        if w_bar > 0:
+            snips = x_bar * c_bar / w_bar
+            gradient = [c_bar / w_bar, -x_bar * c_bar / w_bar**2, x_bar / w_bar]
+            snips_interval = interval(snips, gradient)
+        clicks = round(c_bar * self.n)
+        ips_interval = interval(x_bar, [1.0, 0.0, 0.0])
+        return Estimate(
+            x_bar, ips_interval, snips, snips_interval, self.n, clicks, self.clipped, level
+        )
 
 
 def estimate(terms: Terms, level: float = DEFAULT_LEVEL) -> Estimate:
     """A policy's IPS and SNIPS click-DCG@k with CLT / delta-method intervals."""
-    return _estimate(terms.x, terms.w, terms.c, terms.clipped, level)
+    return Moments.of(terms).estimate(level)
 
 
 def difference(a: Terms, b: Terms, level: float = DEFAULT_LEVEL) -> Estimate:
     """Policy a minus policy b on the same impressions, paired per impression: IPS is the
     mean of x_a - x_b; SNIPS scales it by the log's common clicks / w (the two policies
     share the clicks and their weights)."""
-    if len(a) != len(b) or not (np.array_equal(a.w, b.w) and np.array_equal(a.c, b.c)):
-        raise ValueError("a difference needs both policies' terms on the same impressions")
-    return _estimate(a.x - b.x, a.w, a.c, a.clipped, level)
+    return Moments.of_difference(a, b).estimate(level)

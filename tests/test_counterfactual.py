@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from rankstream.ranking.counterfactual import (
+    Moments,
+    Terms,
     difference,
     estimate,
     gains,
@@ -148,3 +150,21 @@ def test_bad_input_is_refused_with_a_reason():
 def test_no_clicks_gives_zero_and_no_snips():
     found = estimate(policy_terms([np.zeros(3, bool)] * 3, [np.arange(3)] * 3, P))
     assert (found.ips, found.ips_interval, found.snips, found.clicks) == (0.0, (0.0, 0.0), None, 0)
+
+
+def test_moments_added_piece_by_piece_estimate_as_the_whole_log(simulated):
+    """What a live estimate keeps instead of the terms: sessions added one at a time (and
+    an empty piece) give the whole log's estimates."""
+    _, _, _, runs = simulated
+    policy, logged = runs[0]
+    whole, paired = estimate(policy), difference(policy, logged)
+    total, pairs = Moments.of(policy_terms([], [], P)), Moments.of(policy_terms([], [], P))
+    for i in range(len(policy)):
+        one = [Terms(t.x[i : i + 1], t.w[i : i + 1], t.c[i : i + 1], 0) for t in (policy, logged)]
+        total, pairs = total + Moments.of(one[0]), pairs + Moments.of_difference(*one)
+    for found, expected in ((total.estimate(), whole), (pairs.estimate(), paired)):
+        assert (found.impressions, found.clicks) == (expected.impressions, expected.clicks)
+        assert found.ips == pytest.approx(expected.ips, rel=1e-12)
+        assert found.snips == pytest.approx(expected.snips, rel=1e-12)
+        assert found.ips_interval == pytest.approx(expected.ips_interval, rel=1e-9)
+        assert found.snips_interval == pytest.approx(expected.snips_interval, rel=1e-9)
