@@ -351,12 +351,16 @@ def run_serve_bench(
     rng = np.random.default_rng(0)
     directory = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     _publish(store, rng)
-    servers = {
-        "on": ServeProcess(bench, directory / "serve-on.log", RANKSTREAM_IMPRESSION_LOGGING="on"),
-        "off": ServeProcess(
-            bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off"
+    servers = {  # "on" and "off" interleave nothing (the default share is 0.2)
+        "on": ServeProcess(
+            bench, directory / "serve-on.log", RANKSTREAM_IMPRESSION_LOGGING="on",
+            RANKSTREAM_INTERLEAVING_SHARE="0",
         ),
-    }
+        "off": ServeProcess(
+            bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off",
+            RANKSTREAM_INTERLEAVING_SHARE="0",
+        ),
+    }  # fmt: skip
     for share in options.interleaving_share:  # the champion drafted with Uni-Con
         servers[_share_label(share)] = ServeProcess(
             bench,

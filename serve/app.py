@@ -134,7 +134,7 @@ class ServeState:
         self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
         self.interventions = np.random.default_rng()  # the propensity interventions' coin
-        self.interleaver = Interleaver(settings)
+        self.interleaver = Interleaver(settings, wait_for_clicks=True)
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
         self._probe_lock = asyncio.Lock()
@@ -435,6 +435,7 @@ async def clicks(request: Request, state: ServeState) -> tuple[Response, str]:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
     key = clicks_key(request, posted)
     answer = await state.bounded(state.clicks.accept, key, posted)
+    state.interleaver.heard_clicks()  # interleaving may begin (workers.interleaver)
     log_event(log, "clicks", request_id=request_id_of(request), key=key[:MAX_ECHO],
               duplicate=answer["duplicate"], rows=answer["rows"])  # fmt: skip
     return json_response(answer), "-"

@@ -326,8 +326,13 @@ class Settings:
     # the click demo, for the rankings it serves with the champion) answers with an
     # interleaved list of the champion and challengers (`workers.interleaver`), whose
     # clicks the click join credits to decide the champion on click traffic
-    # (`workers.interleaving`). 0: judged-only deployments.
-    interleaving_share: float = 0.0
+    # (`workers.interleaving`). Default 0.1 (issue 38): an engine that posts only clicks
+    # gets a learned champion when the click race finds one better (at 0 it was served
+    # Uni-Con forever); the users' cost is about the share x half the mean NDCG@50 gap of
+    # the challengers the race cannot refuse (users whose clicks say little), so 0.1, not
+    # more; a refused challenger is not drafted until it learned twice as much. `serve`
+    # interleaves only once it has accepted clicks (judged-only engines see none). 0: off.
+    interleaving_share: float = 0.1
     interleaving_method: str = TEAM_DRAFT
 
     def __post_init__(self) -> None:

@@ -200,9 +200,15 @@ def test_serve_with_share_one_interleaves_and_logs_the_teams(method: str) -> Non
     phi = rng.standard_normal((30, settings.phi_dim)).astype(np.float32)
     with TestClient(create_app(settings, store=store, poll_seconds=0.05)) as client:
         body = {"candidate_ids": ids.tolist(), "phi": phi.tolist()}
+        # no click posted yet: nothing is interleaved (an engine of judged feedback only
+        # would pay for lists no click can credit)
+        before = client.post("/v1/rank", json=body).json()
+        session = {"impression_id": before["impression_id"], "clicks": []}
+        assert client.post("/v1/clicks", json={"impressions": [session]}).status_code == 200
         answers = [client.post("/v1/rank", json=body).json() for _ in range(8)]
         named = client.post("/v1/rank", json={**body, "model": "opr"}).json()
-        logged = _logged(settings, 9)
+        logged = _logged(settings, 10)
+    assert logged[before["impression_id"]].team_models == ()
     champion_scores = np.sort(scorer_for(store.load(UNI_CON)).score(phi))[::-1]
     pairs = set()
     for answer in answers:

@@ -242,3 +242,36 @@ def test_models_flag_a_collapsed_model_and_show_its_refusal() -> None:
     schema = document["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]
     fields = schema["application/json"]["schema"]["properties"]["models"]["items"]
     assert fields["properties"]["collapsed"]["type"] == "boolean"
+
+
+def test_by_default_serve_interleaves_a_tenth_once_an_engine_posts_clicks() -> None:
+    """Issue 38 item 5: with no setting but the width, a click-posting engine's champion
+    rankings are interleaved (RANKSTREAM_INTERLEAVING_SHARE 0.1 by default), an engine that
+    has posted no click gets none."""
+    from starlette.testclient import TestClient
+
+    from rankstream.ranking.baselines import UniCon
+    from rankstream.ranking.scaling import Standardizer
+    from rankstream.serve.app import create_app
+    from rankstream.stream.embedded import reset_embedded
+
+    reset_embedded()
+    settings = Settings(topic_prefix=f"rf-{uuid.uuid4().hex[:8]}")
+    assert settings.interleaving_share == 0.1
+    store = EmbeddedModelStore()
+    rng = np.random.default_rng(4)
+    for name in (UNI_CON, "opr"):
+        unicon = UniCon(scaler=Standardizer().fit(rng.standard_normal((50, 36))))
+        meta, arrays = unicon.to_state()
+        store.save(name, kind="linear", meta=meta, arrays=arrays, offsets={}, expected_version=0)
+    body = {"candidate_ids": list(range(20)), "phi": rng.standard_normal((20, 36)).tolist()}
+    before = metrics.sample_value("rankstream_rankings_interleaved_total")
+    with TestClient(create_app(settings, store=store, poll_seconds=0.05)) as client:
+        first = [client.post("/v1/rank", json=body).json() for _ in range(100)]
+        assert metrics.sample_value("rankstream_rankings_interleaved_total") == before
+        session = {"impression_id": first[0]["impression_id"], "clicks": []}
+        assert client.post("/v1/clicks", json={"impressions": [session]}).status_code == 200
+        for _ in range(400):
+            client.post("/v1/rank", json=body)
+    interleaved = metrics.sample_value("rankstream_rankings_interleaved_total") - before
+    assert 10 <= interleaved <= 80  # Binomial(400, 0.1): 40 +- 6; a failure is < 1e-6

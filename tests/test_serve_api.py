@@ -60,7 +60,10 @@ def store() -> EmbeddedModelStore:
 
 
 def _client(store, **settings) -> TestClient:
+    """A serve on `store`; no interleaving unless asked (these tests are about serving a
+    model: an interleaved list would reorder its answer; tests/test_interleaved_serving.py)."""
     reset_embedded()
+    settings = {"interleaving_share": 0.0, **settings}
     app = create_app(Settings(topic_prefix="api", **settings), store=store, poll_seconds=0.05)
     return TestClient(app)
 

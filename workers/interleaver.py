@@ -25,6 +25,12 @@ champion's scores sorted from high to low laid on it, position by position. So t
 descend as always (a caller that re-sorts by score keeps the shown order) and stay on the
 champion's scale; they are not any model's score of the result beside them.
 
+Serve interleaves only once it has accepted a POST /v1/clicks (`wait_for_clicks`,
+`heard_clicks`): the race lives on clicks, so an engine that posts only judged feedback
+(or nothing yet) would pay for interleaved lists that can never be credited; with the
+default share (0.1, `stream.settings`) such an engine sees none. The simulated engine
+makes its own clicks and does not wait.
+
 Refused challengers are skipped: `challengers(..., refused=...)` takes the names the click
 race refused against this champion (`workers.interleaving.refused_challengers`, read from
 the published race), so a refused challenger costs the users nothing until the join
@@ -110,16 +116,29 @@ class ChallengerShare:
 class Interleaver:
     """Decides which requests are interleaved, with whom, and drafts their lists."""
 
-    def __init__(self, settings: Settings, rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rng: np.random.Generator | None = None,
+        wait_for_clicks: bool = False,
+    ) -> None:
         self.share = settings.interleaving_share
         self.multileave = settings.interleaving_method == MULTILEAVE
         self.rng = rng if rng is not None else np.random.default_rng()
         self._turn = itertools.count()
         self.shares = ChallengerShare()
+        self.clicks_heard = not wait_for_clicks
+
+    def heard_clicks(self) -> None:
+        """Clicks arrived (serve: a POST /v1/clicks accepted): interleaving may begin."""
+        self.clicks_heard = True
 
     @property
     def enabled(self) -> bool:
-        return self.share > 0
+        """The share is > 0 and, where the server waits for them, clicks were posted: an
+        engine that sends only judged feedback gives interleaved lists no outcome, so it
+        is never shown one (module docstring)."""
+        return self.share > 0 and self.clicks_heard
 
     def challengers(
         self, models: Mapping[str, R], champion: str, refused: Collection[str] = ()
