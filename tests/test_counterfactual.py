@@ -168,3 +168,27 @@ def test_moments_added_piece_by_piece_estimate_as_the_whole_log(simulated):
         assert found.snips == pytest.approx(expected.snips, rel=1e-12)
         assert found.ips_interval == pytest.approx(expected.ips_interval, rel=1e-9)
         assert found.snips_interval == pytest.approx(expected.snips_interval, rel=1e-9)
+
+
+def test_cascade_users_bias_it_whatever_position_only_propensities_say():
+    """The documented limit: cascade users (read down, stop at the first click) examine by
+    what is above, not by rank alone. Even the true average examination per rank as the
+    propensities (nothing clipped) leaves the estimate far from the truth."""
+    attractive, scores = _queries()
+    policy = np.array([rerank(s) for s in scores])
+    above_unclicked = np.cumprod(np.hstack([np.ones((QUERIES, 1)), 1 - attractive[:, :-1]]), 1)
+    examined = above_unclicked.mean(axis=0)  # P(examined at rank j), averaged over queries
+    rng = np.random.default_rng(21)
+    query = rng.integers(0, QUERIES, (LOGS, IMPRESSIONS))
+    would = rng.random((LOGS, IMPRESSIONS, L)) < attractive[query]
+    first = np.where(would.any(axis=2), would.argmax(axis=2), L)
+    clicks = np.arange(L) == first[..., None]  # only the first attractive result is clicked
+    found = np.array(
+        [
+            estimate(_terms(q, c, policy, examined, min_propensity=0.01)).ips
+            for q, c in zip(query, clicks, strict=True)
+        ]
+    )
+    se = found.std(ddof=1) / np.sqrt(LOGS)
+    assert examined.min() >= 0.01  # the premise: nothing clipped
+    assert abs(found.mean() - _truth(attractive, policy)) > 8 * se
