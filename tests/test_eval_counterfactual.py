@@ -140,6 +140,8 @@ def test_propensities_from_the_recordings_randomized_impressions(recorded, capsy
     assert report["propensities"]["source"] == "recording"
     assert report["propensities"]["randomized_impressions"] == N // 10  # the shuffled ones
     assert set(report["policies"]) == {"logged", "taste@1"}  # the baseline comes along
+    code, report, _ = _run(capsys, monkeypatch, prefix, directory, "--baseline", "taste")
+    assert code == 0 and set(report["differences"]) == {"logged - taste@1"}
 
 
 def test_refusals_say_why(recorded, capsys, monkeypatch, tmp_path):

@@ -236,10 +236,12 @@ def evaluate_recording(
     the propensities used and what was skipped (one JSON-able dict)."""
     policies, left_out = resolve_policies(store, models, options.width)
     names = [p.name for p in policies]
-    if options.baseline not in names and options.baseline != LOGGED:
-        raise ValueError(f"baseline {options.baseline!r} is not among {names}")
     if options.baseline == LOGGED and LOGGED not in names:
         policies.insert(0, Policy(LOGGED, None))
+    chosen = [n for n in names if options.baseline in (n, n.partition("@")[0])]
+    if options.baseline != LOGGED and len(chosen) != 1:
+        raise ValueError(f"baseline {options.baseline!r} names none or several of {names}")
+    base = chosen[0] if options.baseline != LOGGED else LOGGED
     estimator, source = None, options.propensities
     if source in ("auto", "store"):
         estimator = stored_propensities(store)
@@ -257,7 +259,7 @@ def evaluate_recording(
             estimator.observe(closed.impression.intervention, closed.clicked)
     skipped, reads = Skipped(), _reads()
     terms = _policy_terms(sessions(skipped, reads), policies, estimator, options)
-    baseline = terms[options.baseline]
+    baseline = terms[base]
     longest = max((len(t.x) for t in terms.values()), default=0)
     result: dict[str, Any] = {
         "recording": str(directory),
@@ -283,9 +285,9 @@ def evaluate_recording(
         return result
     for name, t in terms.items():
         result["policies"][name] = estimate(t, options.level).as_dict()
-        if name != options.baseline:
+        if name != base:
             paired = difference(t, baseline, options.level)
-            result["differences"][f"{name} - {options.baseline}"] = paired.as_dict()
+            result["differences"][f"{name} - {base}"] = paired.as_dict()
     return result
 
 
