@@ -24,7 +24,7 @@ list is computed for every impression) over the run and over its last 5,000
 impressions, the first switch (impression and winner) and the impressions drafted per
 challenger. Runs are paired across shares: the same seed gives the same queries.
 
-    python -m rankstream.harness.interleaving_cost --shares 0.1 0.2 0.5 --seeds 0 1 2
+    python -m rankstream.evals.interleaving_cost --shares 0.1 0.2 0.5 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from rankstream.evals.interleaving import build_pool
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.interleaving import credit, outcome, team_draft
 from rankstream.ranking.metrics import NDCG_K
@@ -166,8 +167,6 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rankstream.evals.interleaving import build_pool
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", type=float, nargs="+", default=[0.1, 0.2, 0.5])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
