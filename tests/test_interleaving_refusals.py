@@ -91,6 +91,19 @@ def test_reopen_restarts_the_counts_and_follow_forgets_the_refusals() -> None:
     assert race2.refusals == {} and race2.races == {}
 
 
+def test_after_a_reopening_the_carried_wealth_moves_as_a_fresh_race_does() -> None:
+    """The same bets as a race started afresh at the re-opening (the moments restart in
+    both), so the carried log wealth stays the fresh one's plus what the refused version
+    left: no evidence is made up, none of the new version's is lost."""
+    test = PairedTest()
+    refused = test.update(test.start(), [1, -1, -1, 0, -1, -1, -1] * 30)
+    carried, fresh = test.reopen(refused), test.start()
+    for d in [1, 0, 1, -1, 1, 1, 0, -1] * 20:
+        carried, fresh = test.add(carried, d), test.add(fresh, d)
+        assert carried.log_wealth == pytest.approx(refused.log_wealth + fresh.log_wealth)
+        assert carried.log_wealth_refuse == pytest.approx(fresh.log_wealth_refuse)
+
+
 def test_the_click_race_refuses_at_its_own_level_and_switches_at_alpha() -> None:
     """A refusal only stops drafting until the challenger changed: at 0.1 it needs
     log(10) of evidence, not log(100); the switch still needs log(1/alpha)."""

@@ -42,6 +42,7 @@ from rankstream.evals.interleaving import build_pool
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.interleaving import credit, outcome, team_draft
 from rankstream.ranking.metrics import NDCG_K
+from rankstream.ranking.sequential import PairedTest
 from rankstream.simulators.click_feedback import RELEVANCE_GRADES
 from rankstream.simulators.clicks import click_model
 from rankstream.stream.settings import Settings
@@ -166,6 +167,31 @@ def run(
     }
 
 
+def reopen_null(
+    probabilities: Sequence[float], runs: int, impressions: int, alpha: float, seed: int = 38
+) -> dict[str, dict[str, int]]:
+    """False switches on null streams (outcomes -1, 0, +1 drawn with `probabilities`, mean
+    <= 0) re-opened at every refusal: the switch wealth carried on (`PairedTest.reopen`,
+    as the click race does) or a fresh race at wealth 1 (a new alpha each time)."""
+    test = PairedTest(alpha=alpha)
+    rng = np.random.default_rng(seed)
+    found = {mode: {"false_switches": 0, "reopenings": 0} for mode in ("carry", "restart")}
+    for _ in range(runs):
+        outcomes = rng.choice([-1.0, 0.0, 1.0], size=impressions, p=list(probabilities))
+        for mode, counts in found.items():
+            state = test.start()
+            for d in outcomes:
+                state = test.add(state, float(d))
+                verdict = test.decision(state)
+                if verdict == "switch":
+                    counts["false_switches"] += 1
+                    break
+                if verdict == "refuse":
+                    counts["reopenings"] += 1
+                    state = test.reopen(state) if mode == "carry" else test.start()
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", type=float, nargs="+", default=[0.1, 0.2, 0.5])
@@ -175,7 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--impressions", type=int, default=20_000)
     parser.add_argument("--method", default="team-draft")
     parser.add_argument("--collection", default="synthetic")
+    parser.add_argument(
+        "--reopen-null", type=float, nargs=3, default=None, metavar=("P_LOSS", "P_TIE", "P_WIN"),
+        help="instead: false switches of re-opened null races (300 runs of 3,000, alpha 0.05)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.reopen_null is not None:
+        print(json.dumps({"outcomes": args.reopen_null,
+                          **reopen_null(args.reopen_null, 300, 3000, 0.05)}))  # fmt: skip
+        return 0
     cache = os.path.join(Settings().data_dir, "collections")
     pool = build_pool(args.collection, cache, 0, 500)
     for scenario in args.scenarios:
