@@ -286,6 +286,9 @@ class EngineOptions:
     batch: int = 25  # impressions whose clicks go in one POST /v1/clicks
     poll_every: int = 250  # impressions between GET /v1/models (champion, races)
     settle_seconds: float = 120.0  # at a checkpoint: wait at most this for learning to idle
+    # ... and for these models to be stored (a fresh serve's online worker compiles its
+    # loops before its first save: a minute or two on a busy machine with a cold cache)
+    expect_models: tuple[str, ...] = ()
     close: str = "auto"  # "auto": the flag if serve has one, else "empty"; or "empty"
 
 
@@ -332,7 +335,11 @@ class EngineRun:
         for model in self.served:
             served[model] = served.get(model, 0) + 1
         return {
-            "options": {**asdict(self.options), "checkpoints": list(self.options.checkpoints)},
+            "options": {
+                **asdict(self.options),
+                "checkpoints": list(self.options.checkpoints),
+                "expect_models": list(self.options.expect_models),
+            },
             "users": asdict(self.users),
             "close_by": self.close_by,
             "ready_at_start": self.ready_at_start,
@@ -450,14 +457,17 @@ class ClickEngine:
         return listing
 
     def settle(self) -> float:
-        """Wait until no model's version moves for 3 s (learning caught up with the
-        clicks), at most `settle_seconds`; the seconds waited."""
+        """Wait until every model of `expect_models` is servable and no model's version
+        or triplets seen has moved for 3 s (learning caught up with the clicks), at most
+        `settle_seconds`; the seconds waited."""
         start = time.monotonic()
         last, still_since = None, time.monotonic()
         while time.monotonic() - start < self.options.settle_seconds:
-            versions = {m["name"]: m["version"] for m in self.models()["models"]}
-            if versions != last:
-                last, still_since = versions, time.monotonic()
+            models = self.models()["models"]
+            state = {m["name"]: (m["version"], m.get("triplets_seen")) for m in models}
+            servable = {m["name"] for m in models if m.get("servable")}
+            if state != last or not set(self.options.expect_models) <= servable:
+                last, still_since = state, time.monotonic()
             elif time.monotonic() - still_since >= 3.0:
                 break
             time.sleep(0.5)

@@ -103,7 +103,13 @@ def test_a_click_only_engine_learns_from_its_clicks(
     width: int, embedded_settings: Settings, tmp_path: Path
 ) -> None:
     options = EngineOptions(
-        width=width, seed=width, impressions=IMPRESSIONS, fresh=FRESH, reference_every=0
+        width=width,
+        seed=width,
+        impressions=IMPRESSIONS,
+        fresh=FRESH,
+        reference_every=0,
+        expect_models=(*LINEAR, "pdgd"),
+        settle_seconds=300.0,  # a cold numba cache: the online worker compiles first
     )
     with deployment(embedded_settings, tmp_path, width) as url:
         engine = ClickEngine(Api(url), USER_MODELS["informational"], options)
