@@ -10,7 +10,8 @@ meanings, the metrics' and the routes' sections are written by hand, so they are
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
+import os
 import re
 from pathlib import Path
 
@@ -22,11 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
 
 
-def _hook():  # the site's hook module, loaded from its file
-    spec = importlib.util.spec_from_file_location("docs_hook", ROOT / "docs/hooks/generated.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def default_text(field: dataclasses.Field) -> str:
+    """A setting's default as the settings page writes it (unset: no default)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return f"`{field.default_factory().replace(os.path.expanduser('~'), '~')}`"
+    if field.default is None:
+        return "unset"
+    if isinstance(field.default, bool):
+        return "`on`" if field.default else "`off`"
+    return f"`{field.default}`"
 
 
 def settings_rows(text: str) -> dict[str, str]:
@@ -38,7 +43,6 @@ def undocumented_settings(text: str) -> list[str]:
     """What is wrong with the page against `VARIABLES`: missing, stale or wrong defaults."""
     rows = settings_rows(text)
     fields = {f.name: f for f in dataclasses.fields(Settings)}
-    default_text = _hook().default_text
     problems = []
     for field_name, (name, _check) in VARIABLES.items():
         variable = ENV_PREFIX + name

@@ -9,13 +9,13 @@ option, per-command variable or route appears without anyone editing a page):
 * `routes`: every route and method of the OpenAPI document `GET /openapi.json` serves,
   with its summary (`rankstream.serve.openapi.openapi_document`);
 
-The settings page is written by hand (each setting's meaning needs words); its defaults are
-spelled by `default_text` here and tests/test_reference_docs.py checks that page against
-`rankstream.stream.settings`, so a new setting cannot go undocumented.
+The settings page is written by hand (each setting's meaning needs words);
+tests/test_reference_docs.py checks it against `rankstream.stream.settings` (every variable,
+its default), so a new setting cannot go undocumented.
 
 A marker with an unknown name fails the build.
 
-The Python API page (mkdocstrings) reads the sources statically: `on_config` lays out
+The Python API page (mkdocstrings) reads the sources statically: loading this hook lays out
 `build/api-src/rankstream/` as symlinks to the repository's folders, the way
 pyproject.toml maps them (`ranking/` is `rankstream.ranking`, ...), so nothing is imported
 to document it.
@@ -24,7 +24,6 @@ to document it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -71,19 +70,6 @@ def routes() -> str:
     return "\n".join(rows) + "\n"
 
 
-def default_text(field: dataclasses.Field) -> str:
-    """A setting's default as the settings page writes it (`none`: unset)."""
-    if field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-        return f"`{value.replace(os.path.expanduser('~'), '~')}`"
-    value = field.default
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "`on`" if value else "`off`"
-    return f"`{value}`"
-
-
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli,
     "routes": routes,
@@ -98,7 +84,7 @@ def package_dirs() -> dict[str, str]:
         return tomllib.load(file)["tool"]["setuptools"]["package-dir"]
 
 
-def on_config(config):
+def lay_out_api_sources() -> None:
     """The installed package's layout as symlinks, for mkdocstrings to read statically."""
     package = API_SOURCES / "rankstream"
     if package.exists():
@@ -110,7 +96,11 @@ def on_config(config):
     for name, folder in package_dirs().items():
         if name != "rankstream":
             (package / name.removeprefix("rankstream.")).symlink_to(ROOT / folder)
-    return config
+
+
+# Laid out when MkDocs loads this hook, before any plugin is configured: mkdocstrings keeps
+# only the search paths that exist when it reads its configuration.
+lay_out_api_sources()
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
