@@ -44,8 +44,7 @@ A refusal names the field at fault:
 """
 
 from rankstream.client.api_client import Client
-from rankstream.client.bodies import Click, ImpressionClicks, Ranking, Receipt
-from rankstream.client.errors import (
+from rankstream.client.call_errors import (
     ApiError,
     DeadlineExceededError,
     NotFoundError,
@@ -56,6 +55,7 @@ from rankstream.client.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from rankstream.client.http_bodies import Click, ImpressionClicks, Ranking, Receipt
 from rankstream.client.retry import RetryPolicy
 
 __all__ = [

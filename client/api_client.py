@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.client.bodies import (
+from rankstream.client.call_errors import (
+    ApiError,
+    DeadlineExceededError,
+    RankstreamError,
+    TransportError,
+    UnavailableError,
+    api_error,
+)
+from rankstream.client.http_bodies import (
     ARROW,
     JSON,
     Click,
@@ -35,16 +43,8 @@ from rankstream.client.bodies import (
     ranking_from_arrow,
     ranking_from_json,
 )
-from rankstream.client.errors import (
-    ApiError,
-    DeadlineExceededError,
-    RankstreamError,
-    TransportError,
-    UnavailableError,
-    api_error,
-)
+from rankstream.client.http_transport import Answer, ConnectionPool, SentRequestError
 from rankstream.client.retry import RetryPolicy, retry_after_s
-from rankstream.client.transport import Answer, ConnectionPool, SentRequestError
 
 USER_AGENT = "rankstream-client"
 

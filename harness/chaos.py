@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 
 from rankstream.harness.generator import MEAN_QUERY_TRIPLETS
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.stream.settings import Settings
-from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.runtime import EXIT_FENCED
 
 CLUSTER_EVENTS = ("kill-leader", "pause-broker", "kill-redis-primary", "kill-serve")
@@ -184,7 +184,7 @@ class ChaosPlan:
 
     def worker_options(self) -> Any:
         """The options of both the chaos workers and the reference (one source)."""
-        from rankstream.workers.online import LINEAR_ALGOS, WorkerOptions
+        from rankstream.workers.online_worker import LINEAR_ALGOS, WorkerOptions
 
         return WorkerOptions(
             algos=LINEAR_ALGOS,
@@ -513,7 +513,7 @@ def _reference(settings: Settings, options: Any, n_triplets: int) -> tuple[dict,
     from rankstream.stream.connect import open_transport
     from rankstream.stream.embedded_store import EmbeddedModelStore
     from rankstream.workers.checkpoint import weights_sha256
-    from rankstream.workers.online import OnlineWorker
+    from rankstream.workers.online_worker import OnlineWorker
 
     transport = open_transport(settings)
     ends = transport.end_offsets(settings.triplets_topic)

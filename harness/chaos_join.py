@@ -293,7 +293,7 @@ def _learned(settings: Settings) -> dict[str, str]:
     from rankstream.stream.connect import open_transport
     from rankstream.stream.embedded_store import EmbeddedModelStore
     from rankstream.workers.checkpoint import weights_sha256
-    from rankstream.workers.online import OnlineWorker, WorkerOptions
+    from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 
     transport = open_transport(settings)
     ends = transport.end_offsets(settings.triplets_topic)

@@ -14,7 +14,7 @@ Three kinds of run, alternating within each repeat:
 Set-up (before the clock), per run on a fresh topic/key prefix: `impressions` impressions
 (`candidates` results each, one phi table shared by all, query ids 0..n-1) written
 straight to the impressions topic (one partition), as `/v1/rank`'s writer
-(`workers.impressions`) logs a busy server's: up to `BATCH_MAX` impressions a message, cut
+(`producers.impression_producer`) logs a busy server's: up to `BATCH_MAX` impressions a message, cut
 by `message_groups`, keyed by the message's first impression. Every impression gets two
 clicks (at ranks 1-5 and 6-12, with position and dwell, as an engine reports them).
 
@@ -31,7 +31,7 @@ Clock: from the first click sent until a consumer of the join's output (the trip
 topic) has read as many triplets as the clicks make (the join emits at its checkpoints,
 so its checkpoint cadence, 1 s by default, is inside the figure). Sessions close in
 event time: after the load one more impression, timed past every session's window, and
-its session-over row close them all (`workers.click_window`), as a later click would.
+its session-over row close them all (`stream.click_window`), as a later click would.
 
 Then counted at the output, not assumed: the triplets topic is read on to its end (a
 second after the last expected triplet) and each click event's pairs
@@ -65,14 +65,14 @@ import numpy as np
 from rankstream.harness.bench_options import ClicksBenchOptions
 from rankstream.harness.ingest_bench import publish_unicon
 from rankstream.harness.serve_process import ServeProcess, free_port
+from rankstream.producers.click_producer import ClickProducer
+from rankstream.producers.impression_producer import BATCH_MAX, message_groups
 from rankstream.ranking.click_pairs import click_pairs
 from rankstream.stream.click_schema import Click, Impression, encode_impressions, impression_key
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.click_join import ClickJoin, JoinOptions
-from rankstream.workers.click_producer import ClickProducer
-from rankstream.workers.impressions import BATCH_MAX, message_groups
 
 KINDS = ("http", "producer", "embedded")
 CLICKS_PER_IMPRESSION = 2

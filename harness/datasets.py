@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.install import install_debian_packages
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service_error import ServiceError
 from rankstream.simulators import fashion_mnist
 
 DATA_PACKAGES: dict[str, Callable[[], bool]] = {

@@ -33,7 +33,7 @@ import numpy as np
 
 from rankstream.ranking.judgments import feedback_triplets
 from rankstream.ranking.triplets import TripletBlock
-from rankstream.simulators.feedback import JUDGED
+from rankstream.simulators.judged_feedback import JUDGED
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 
 GRADES = 5

@@ -16,10 +16,10 @@ import uuid
 
 import orjson
 
-from rankstream.serve.feedback import receipt_document
+from rankstream.producers.feedback_producer import Receipt
+from rankstream.serve.delivery import receipt_document
 from rankstream.stream.redis_store import redis_client
 from rankstream.stream.settings import Settings
-from rankstream.workers.feedback_producer import Receipt
 
 BATCH = 10_000
 

@@ -40,12 +40,12 @@ import numpy as np
 from rankstream.harness.accounting import SeqCounter
 from rankstream.harness.bench_options import IngestBenchOptions
 from rankstream.harness.serve_process import ServeProcess
-from rankstream.simulators.feedback import SERVED_CANDIDATES
+from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 
 
 def feedback_template(rng: np.random.Generator) -> bytes:

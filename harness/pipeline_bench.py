@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rankstream.harness.accounting import SeqCounter
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.stream.settings import Settings
-from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 
 if TYPE_CHECKING:
     from rankstream.ranking.triplets import TripletBlock
@@ -243,7 +243,7 @@ def _timed_run(
     producers: int,
     progress: Callable[[int], None] | None,
 ) -> PipelineRun:
-    from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+    from rankstream.workers.online_worker import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 
     n_triplets = spec.triplets
     transport.ensure_topics({run_settings.triplets_topic: 1, run_settings.dead_letter_topic: 1})

@@ -68,7 +68,7 @@ class ScaleoutRun:
 def worker_command(group: str) -> list[str]:
     """The `rankstream worker online` command line of one scale-out worker."""
     from rankstream.harness.chaos import worker_argv
-    from rankstream.workers.online import WorkerOptions
+    from rankstream.workers.online_worker import WorkerOptions
 
     options = WorkerOptions(
         algos=learners.worker_defaults(),  # the online worker's default learners

@@ -78,7 +78,7 @@ from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
-from rankstream.simulators.feedback import SERVED_CANDIDATES
+from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
@@ -229,9 +229,9 @@ def _wrk(port: int, body: Path, kind: str, seconds: float, directory: Path) -> f
 
 def ensure_wrk(directory: Path) -> str | None:
     """Install Debian's wrk if it is missing; None when it is there, else why not."""
-    from rankstream.harness.services.errors import ServiceError
     from rankstream.harness.services.install import install_debian_packages
     from rankstream.harness.services.progress import Progress
+    from rankstream.harness.services.service_error import ServiceError
 
     if shutil.which("wrk") is not None:
         return None

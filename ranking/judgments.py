@@ -13,8 +13,8 @@ triplets are shuffled (users' judgements arrive in no order). The coins and the 
 come from the `rng` the caller passes, so the triplets are a pure function of the
 judgments and that generator's state.
 
-The simulator (`simulators.feedback.judge`, judged = its served top 50) and the
-ingestion library (`workers.feedback_producer`, judged = whatever an engine's user judged) both
+The simulator (`simulators.judged_feedback.judge`, judged = its served top 50) and the
+ingestion library (`producers.feedback_producer`, judged = whatever an engine's user judged) both
 call `feedback_triplets`, so the two producers can never form pairs differently.
 
 >>> rng = np.random.default_rng(0)

@@ -61,7 +61,7 @@ cap 0.5: 992 / 1,360 / 1,210; 0.75: 679 / 1,251 / 1,010; 0.9: 580 / 1,299 / 976;
   afresh for every m, which needs every candidate mean's wealth in the state; this one
   needs six numbers.
 * **Re-opening** (`PairedTest.reopen`): a refused challenger that changed (the click
-  race's new versions, `workers.interleaving`) races on, and its evidence for a switch
+  race's new versions, `selection.click_race`) races on, and its evidence for a switch
   *continues*: the switch wealth and its bound sums are kept, only the bets' plug-in
   moments start again (so the bets follow the new version) and the refusal wealth
   starts at 1 (the refusal is about the version now raced). The re-opening time and
@@ -73,7 +73,7 @@ cap 0.5: 992 / 1,360 / 1,210; 0.75: 679 / 1,251 / 1,010; 0.9: 580 / 1,299 / 976;
   re-opening a fresh alpha. The refusal wealth restarts because a wrong refusal only
   delays a challenger until it changes again, not a switch.
 * **refuse_alpha** (default alpha): the refusal's own error rate. The click race
-  (`workers.interleaving`) refuses at 0.1: there a refusal stops showing the challenger
+  (`selection.click_race`) refuses at 0.1: there a refusal stops showing the challenger
   to users until it changed, so its error costs a delay, while every outcome spent
   proving it costs the users; the switch keeps alpha.
 * **delta**: the smallest difference worth a switch; it enters only the refusal. The
@@ -89,7 +89,7 @@ pair (E log(1 + d) at lambda = 1). No test valid for every distribution on [-1, 
 do much better: the null "d = -1 with probability e / (1 + e), else e" shows a
 challenger better by exactly e on every pair with probability (1 + e)^-n, so none may
 switch on it before log(1/alpha) / log(1 + e) pairs, 463 at e = 0.01 and alpha = 0.01
-(`rankstream.evals.champion.range_bound`). At the demo's real spreads (median 0.111)
+(`rankstream.evals.champion_eval.range_bound`). At the demo's real spreads (median 0.111)
 the bets are inside the cap and it is as fast as the mSPRT (`rankstream eval champion`,
 docs/results/champion.md: both in the same run).
 

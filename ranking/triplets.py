@@ -8,7 +8,7 @@ are never emitted). A judged query of 50 candidates yields ~120 triplets over th
 the normalized form the wire carries (`stream.schema`, version 2), recordings store and
 the compiled learners read directly (x = phi[p1] - phi[p2], formed inside the loop).
 
-The simulator produces blocks (`simulators.feedback`), the wire schema encodes and
+The simulator produces blocks (`simulators.judged_feedback`), the wire schema encodes and
 decodes them, recordings store and read them back (`stream.recording_*`), the learners
 take their rows; all use this class, so y is derived in one place. It lives in
 `ranking/`, the lowest layer, as the learners' input: `stream/` imports this module

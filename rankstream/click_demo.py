@@ -1,7 +1,7 @@
 """The click demo's record and report: who was champion when, and on what evidence.
 
-`rankstream demo --feedback clicks:MODEL` (`rankstream.demo`, `DemoOptions.feedback`)
-sends no judgment: the click join's interleaving race (`workers.interleaving`) is the
+`rankstream demo --feedback clicks:MODEL` (`rankstream.demo_pipeline`, `DemoOptions.feedback`)
+sends no judgment: the click join's interleaving race (`selection.click_race`) is the
 only thing that can move the champion. `ClickHistory` follows the run one impression at
 a time, after the join has joined that impression's clicks and checkpointed:
 
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.selection.click_race import InterleavingRace
+from rankstream.selection.judged_race import CHAMPION_RECORD
 from rankstream.stream.store import ModelStore
-from rankstream.workers.champion import CHAMPION_RECORD
-from rankstream.workers.interleaving import InterleavingRace
 from rankstream.workers.simulator import StepResult
 
 TRUE_NDCG_NOTE = (
@@ -138,7 +138,7 @@ def _mean(values: np.ndarray) -> float | None:
 class ClickDemoResult:
     """One click demo run: its history and counts; `report()` is DIR/report.json."""
 
-    options: Any  # rankstream.demo.DemoOptions (not imported: demo imports this module)
+    options: Any  # rankstream.demo_pipeline.DemoOptions (not imported: demo imports this module)
     collection: str
     images: int
     seconds: float

@@ -13,7 +13,7 @@ Routes (the OpenAPI document at GET /openapi.json, `serve.openapi`):
                              cached a second) and the champion is loaded (or no Uni-Con
                              is stored yet: ranking requests publish it, its feature scaling
                              refitted on their candidates until it has seen
-                             RANKSTREAM_UNICON_CALIBRATION of them, `workers.baseline`)
+                             RANKSTREAM_UNICON_CALIBRATION of them, `selection.unicon_baseline`)
 
 Starlette rather than FastAPI, by measurement (docs/reference/http-api.md): the same
 300-candidate JSON ranking handler answered ~3x fewer requests/s with FastAPI's
@@ -30,10 +30,10 @@ Bodies are read within `Settings.api_body_deadline_s` (408) and up to
 however stalled its services: requests drain, the producer gets what is left of the
 grace to flush, and a watchdog ends the process if a thread is still stuck.
 
-Every ranking is offered to the impression log (`workers.impressions`: a bounded queue a
+Every ranking is offered to the impression log (`producers.impression_producer`: a bounded queue a
 thread drains onto the impressions topic; ranking never waits on it, drops are counted)
 unless `Settings.impression_logging` is off; the answer carries its `impression_id`
-either way. Clicks go through the same idempotent desk as feedback (`serve.feedback`).
+either way. Clicks go through the same idempotent desk as feedback (`serve.delivery`).
 
 Every answer carries `X-Request-ID` (the client's, or a new one), and every log line
 about a request names it. Every refusal, 404 and 405 included, is one JSON shape:
@@ -73,8 +73,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rankstream.producers.candidate_checks import FieldError
+from rankstream.producers.click_producer import ClickProducer
+from rankstream.producers.feedback_producer import check_feedback
+from rankstream.producers.impression_producer import ImpressionLog, served_impression
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.pdgd import plackett_luce_intervention
+from rankstream.selection.click_race import Interleaver, refused_challengers
+from rankstream.selection.scoring import logged_order, served_order
+from rankstream.selection.unicon_baseline import publish_unicon
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -91,8 +98,9 @@ from rankstream.serve.bodies import (
     ranking_arrow,
     ranking_json,
 )
-from rankstream.serve.feedback import FeedbackDesk, InProgress, publish_clicks
-from rankstream.serve.models import model_entry, models_listing
+from rankstream.serve.delivery import FeedbackDesk, InProgress, publish_clicks
+from rankstream.serve.embedded_workers import EmbeddedWorkers
+from rankstream.serve.models_listing import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
 from rankstream.serve.registry import (
     LoadedModel,
@@ -100,22 +108,13 @@ from rankstream.serve.registry import (
     Snapshot,
     UnknownModelError,
 )
-from rankstream.serve.workers import EmbeddedWorkers
 from rankstream.stream.click_schema import Click
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
-from rankstream.workers import metrics
-from rankstream.workers.baseline import publish_unicon
-from rankstream.workers.candidates import FieldError
-from rankstream.workers.click_producer import ClickProducer
-from rankstream.workers.feedback_producer import check_feedback
-from rankstream.workers.impressions import ImpressionLog, served_impression
-from rankstream.workers.interleaver import Interleaver
-from rankstream.workers.interleaving import refused_challengers
-from rankstream.workers.scoring import logged_order, served_order
-from rankstream.workers.structured_log import get_logger, log_event
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve")
 Handler = Callable[[Request, "ServeState"], Awaitable[tuple[Response, str]]]
@@ -183,7 +182,7 @@ class ServeState:
             return problems
 
     def publish_baseline(self, phi: np.ndarray) -> None:
-        """Add these candidates to the empty store's Uni-Con (`workers.baseline`: stamped
+        """Add these candidates to the empty store's Uni-Con (`selection.unicon_baseline`: stamped
         with the width, refitted until it has seen its calibration sample); then reload."""
         publish_unicon(
             self.store, phi, self.settings.phi_dim, self.settings.unicon_calibration,
@@ -324,7 +323,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     if sampled:  # PDGD served a sample of its policy: log its probability
         intervention, shown_probability = plackett_luce_intervention(scores, order)
     ranked = scores[order]
-    teams: dict[str, Any] = {}  # an interleaved list's teams (workers.interleaver)
+    teams: dict[str, Any] = {}  # an interleaved list's teams (selection.click_race)
     challengers = (
         state.interleaver.challengers(
             state.registry.snapshot.models, loaded.name,
@@ -435,7 +434,7 @@ async def clicks(request: Request, state: ServeState) -> tuple[Response, str]:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
     key = clicks_key(request, posted)
     answer = await state.bounded(state.clicks.accept, key, posted)
-    state.interleaver.heard_clicks()  # interleaving may begin (workers.interleaver)
+    state.interleaver.heard_clicks()  # interleaving may begin (selection.click_race)
     log_event(log, "clicks", request_id=request_id_of(request), key=key[:MAX_ECHO],
               duplicate=answer["duplicate"], rows=answer["rows"])  # fmt: skip
     return json_response(answer), "-"
@@ -521,7 +520,7 @@ def create_app(
     workers: bool = False,
 ) -> Starlette:
     """The ASGI app; its lifespan starts the model registry (and, with `workers`, the
-    embedded online worker and evaluator: `serve.workers`) and closes them, within
+    embedded online worker and evaluator: `serve.embedded_workers`) and closes them, within
     `app.state.stop_by` (a `time.monotonic()` the SIGTERM handler sets) or the grace."""
     owned = store is None
     state = ServeState(settings, store if store is not None else open_store(settings), poll_seconds)

@@ -17,7 +17,7 @@ One vocabulary in both encodings (docs/reference/http-api.md):
   "time"?, "dwell"?}, ...], "session_over"?}`, or `{"impressions": [that, ...]}` for a
   batch; an empty `clicks` list says "shown, nothing clicked, session over", and
   `"session_over": true` says the session is over after these clicks (its session-over
-  row follows them, `workers.click_producer.sessions_over`); without it the session
+  row follows them, `producers.click_producer.sessions_over`); without it the session
   stays open for more clicks until the click window. Arrow: one row per click, columns
   `impression_id`, `candidate_id` (null: the session-over row, after the impression's
   clicks if any) and, optionally, `position`, `time`, `dwell` (`stream.click_schema`'s
@@ -43,11 +43,11 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from rankstream.producers.candidate_checks import MAX_GRADE, FieldError, check_candidates
+from rankstream.producers.click_producer import sessions_over
+from rankstream.producers.feedback_producer import Feedback
 from rankstream.ranking.judgments import UNJUDGED
 from rankstream.stream.click_schema import Click, InvalidRecordError
-from rankstream.workers.candidates import MAX_GRADE, FieldError, check_candidates
-from rankstream.workers.click_producer import sessions_over
-from rankstream.workers.feedback_producer import Feedback
 
 JSON = "application/json"
 ARROW = "application/vnd.apache.arrow.stream"

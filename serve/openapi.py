@@ -9,9 +9,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from rankstream.producers.candidate_checks import MAX_CANDIDATES, MAX_GRADE
 from rankstream.serve.bodies import ERROR_CODES, UNKNOWN_FIELD
 from rankstream.stream.settings import Settings
-from rankstream.workers.candidates import MAX_CANDIDATES, MAX_GRADE
 
 _ERROR = {
     "type": "object",

@@ -1,7 +1,7 @@
 """What the HTTP API serves: an immutable snapshot of loaded models, swapped on every change.
 
 A `Snapshot` holds, for every scorable model in the store, the version to serve (its
-newest, or its pinned version, `workers.pins`) already rebuilt as a scorer, plus the
+newest, or its pinned version, `selection.pins`) already rebuilt as a scorer, plus the
 evaluator's champion and rolling scores. A request reads `registry.snapshot` once and
 uses only that object, so it can never see a half-loaded model: a new snapshot is built
 completely (new versions loaded, unchanged ones reused) and only then replaces the old
@@ -15,7 +15,7 @@ rebuilds every `poll_seconds` without one; a rebuild that finds nothing new cost
 is `rankstream_serving_reload_lag_seconds`.
 
 Requests for an exact older version (`model` + `version`) are loaded on demand through
-an LRU (`workers.scoring.ScorerCache`); the snapshot holds only what is served by default.
+an LRU (`selection.scoring.ScorerCache`); the snapshot holds only what is served by default.
 """
 
 from __future__ import annotations
@@ -28,23 +28,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankstream.ranking.baselines import UNI_CON
-from rankstream.stream.errors import TRANSIENT
-from rankstream.stream.settings import DEFAULT_PHI_DIM
-from rankstream.stream.store import ModelStore, StoredModel
-from rankstream.workers import metrics
-from rankstream.workers.baseline import calibrating
-from rankstream.workers.champion import CHAMPION_RECORD, stored_champion
-from rankstream.workers.interleaving import INTERLEAVING_RECORD
-from rankstream.workers.pins import is_pin_record, pins
-from rankstream.workers.scoring import (
+from rankstream.selection.click_race import INTERLEAVING_RECORD
+from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
+from rankstream.selection.pins import is_pin_record, pins
+from rankstream.selection.scoring import (
     EVALUATOR_RECORD,
     SCORERS,
     Scorer,
     ScorerCache,
     scorer_for,
 )
-from rankstream.workers.serving_model import CHAMPION
-from rankstream.workers.structured_log import get_logger, log_event
+from rankstream.selection.unicon_baseline import calibrating
+from rankstream.selection.what_serves import CHAMPION
+from rankstream.stream.errors import TRANSIENT
+from rankstream.stream.settings import DEFAULT_PHI_DIM
+from rankstream.stream.store import ModelStore, StoredModel
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.registry")
 
@@ -68,7 +68,7 @@ class LoadedModel:
     created_ms: int
     triplets_seen: int | None
     pinned: bool = False
-    calibrating: bool = False  # Uni-Con still wanting candidates (`workers.baseline`)
+    calibrating: bool = False  # Uni-Con still wanting candidates (`selection.unicon_baseline`)
 
     @classmethod
     def of(cls, stored: StoredModel, width: int, pinned: bool = False) -> LoadedModel:
@@ -216,7 +216,7 @@ class ModelRegistry:
 
     def _scores(self, old: Snapshot, latest: Mapping[str, int]) -> tuple[Mapping[str, Any], str]:
         """The evaluator record's meta with the click join's `interleaving` evidence, and
-        the champion (`workers.champion`: the champion record's, else the evaluator's);
+        the champion (`selection.judged_race`: the champion record's, else the evaluator's);
         re-read only when one of the three records changed."""
         versions = [latest.get(name) for name in (EVALUATOR_RECORD, CHAMPION_RECORD,
                                                   INTERLEAVING_RECORD)]  # fmt: skip

@@ -1,6 +1,6 @@
 """The image collections the §5.5 feedback loop can serve, by name.
 
-`simulators.feedback.FeedbackSimulator` needs a collection that answers five questions
+`simulators.judged_feedback.FeedbackSimulator` needs a collection that answers five questions
 (`ImageCollection`) and a first-stage retrieval over it (`CandidateRetriever`). Two
 collections implement them: the synthetic ImageCLEF/Flickr-like one
 (`simulators.collection`) and Fashion-MNIST's 70,000 real photos

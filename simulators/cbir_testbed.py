@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from rankstream.simulators.collection import load_served
-from rankstream.simulators.feedback import SERVED_CANDIDATES
+from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
 
 if TYPE_CHECKING:
     from rankstream.simulators.images import ImageCollection, ServedCollection

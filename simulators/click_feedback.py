@@ -1,9 +1,9 @@
 """What the click experiments share about showing results to clicking users.
 
 An impression shows the top `DEFAULT_DISPLAY` (50) candidates of an engine's ranking;
-the simulated user (`simulators.clicks`) clicks by the ground-truth grades of what is
+the simulated user (`simulators.click_models`) clicks by the ground-truth grades of what is
 shown. Nothing here learns: learning from clicks is the product's (the click join and
-the online worker, `workers.click_join`, `workers.online`), and `eval clicks` measures
+the online worker, `workers.click_join`, `workers.online_worker`), and `eval clicks` measures
 it through them (`rankstream.evals.click_deployment`).
 
 Grades: the collections grade relevance 0, 1, 2 (`simulators.images.ImageCollection`),
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rankstream.simulators.feedback import JUDGED
+from rankstream.simulators.judged_feedback import JUDGED
 
 RELEVANCE_GRADES = 3  # the collections' grades 0, 1, 2
 DEFAULT_DISPLAY = JUDGED  # results shown per impression: the judged depth and NDCG@50's

@@ -62,7 +62,7 @@ import numpy as np
 
 from rankstream.simulators.cache_files import atomic_directory
 from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
-from rankstream.simulators.progress import progress_bar
+from rankstream.simulators.progress_bar import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 
 DISTRACTOR = -1

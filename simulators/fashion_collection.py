@@ -64,9 +64,9 @@ from rankstream.simulators.fashion_mnist import (
     load_fashion_mnist,
     missing_message,
 )
-from rankstream.simulators.feedback import SERVED_CANDIDATES
 from rankstream.simulators.images import ServedCollection, check_image_id, check_image_ids
-from rankstream.simulators.progress import progress_bar
+from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
+from rankstream.simulators.progress_bar import progress_bar
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.simulators.similarity import PhiMap
 

@@ -1,6 +1,6 @@
 """What the feedback loop reads of an image collection: the interface both collections keep.
 
-`simulators.feedback.FeedbackSimulator` needs a collection that answers a few questions
+`simulators.judged_feedback.FeedbackSimulator` needs a collection that answers a few questions
 (`ImageCollection`) and a first-stage retrieval over it (`CandidateRetriever`); the
 synthetic collection (`simulators.collection`) and Fashion-MNIST's photos
 (`simulators.fashion_collection`) implement them, and `simulators.catalog` names them.

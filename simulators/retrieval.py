@@ -34,7 +34,7 @@ import numpy as np
 
 from rankstream.simulators.cache_files import atomic_directory
 from rankstream.simulators.images import SERVED_CANDIDATES
-from rankstream.simulators.progress import progress_bar
+from rankstream.simulators.progress_bar import progress_bar
 
 if TYPE_CHECKING:
     from rankstream.simulators.images import ImageCollection

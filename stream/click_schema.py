@@ -306,7 +306,7 @@ def _phi_matrix(values: object, n: int) -> np.ndarray:
 def encode_impressions(impressions: Sequence[Impression]) -> bytes:
     """One `rankstream.impressions` message, a row per impression (all of one width).
     The API sends the impressions queued at once that share a partition in one message,
-    keyed by the first one's `impression_key` (`workers.impressions`).
+    keyed by the first one's `impression_key` (`producers.impression_producer`).
 
     Written for the serving path's budget (one message a ranking): the stream's schema
     message is cached per width and the record batch appended to it (the bytes pyarrow's

@@ -47,7 +47,7 @@ The long-running recorder that fills a recording from the topics is
 
 Only what a worker would learn from is recorded: a triplet message that fails to
 decode (at the recorder's width) is counted and left out, and rejected triplets
-(NaN/Inf, ties) are dropped, exactly as `workers.online` dead-letters them; replaying
+(NaN/Inf, ties) are dropped, exactly as `workers.online_worker` dead-letters them; replaying
 the log therefore trains the same weights as the original stream.
 
 A damaged file raises `RecordingError` naming the file and, where it can be known, the

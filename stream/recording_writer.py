@@ -5,7 +5,7 @@ complete (its layout and footer: `stream.recording_files`). Only what a worker w
 learn from is recorded: a triplet message that fails to decode (at the recorder's
 width), or one of weighted triplets (version 3: recordings carry no weights), is counted
 and left out, and rejected triplets (NaN/Inf, ties) are dropped,
-exactly as `workers.online` dead-letters them; replaying the log therefore trains the
+exactly as `workers.online_worker` dead-letters them; replaying the log therefore trains the
 same weights as the original stream.
 """
 

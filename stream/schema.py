@@ -401,7 +401,7 @@ def triplet_key(query_id: int) -> bytes:
 
 def block_key(block: TripletBlock) -> bytes:
     """A block's message key: the query id of its first row (a message may hold several
-    judged queries, `workers.feedback_producer.FeedbackProducer`; it is keyed by the first)."""
+    judged queries, `producers.feedback_producer.FeedbackProducer`; it is keyed by the first)."""
     return triplet_key(int(block.query_id[0]) if len(block) else 0)
 
 

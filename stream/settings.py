@@ -227,7 +227,7 @@ def _topic_prefix(name: str, value: str) -> str:
     return value
 
 
-# How `rankstream serve` and the simulated engine interleave (`workers.interleaver`): the
+# How `rankstream serve` and the simulated engine interleave (`selection.click_race`): the
 # champion with one challenger per impression (team draft, round-robin), or with every
 # challenger at once (team-draft multileave).
 TEAM_DRAFT, MULTILEAVE = "team-draft", "multileave"
@@ -294,12 +294,12 @@ class Settings:
     # The width d of phi(query, image) this deployment learns from: every message,
     # recording and stored model must have it (others are refused, never misread).
     phi_dim: int = DEFAULT_PHI_DIM
-    # The champion race (`workers.champion`): its error rate, and the smallest NDCG@50
+    # The champion race (`selection.judged_race`): its error rate, and the smallest NDCG@50
     # difference worth a switch (`ranking.sequential.PairedTest`).
     champion_alpha: float = 0.01
     champion_delta: float = 0.005
     # Candidates' phi the empty store's Uni-Con is scaled on before its scaling is final
-    # (`workers.baseline`): every ranking request adds its candidates until then.
+    # (`selection.unicon_baseline`): every ranking request adds its candidates until then.
     unicon_calibration: int = 1000
     # `rankstream serve` writes every ranking it answers to the impressions topic (what a
     # click names), from a queue of at most `impression_queue` impressions drained by a
@@ -324,9 +324,9 @@ class Settings:
     # The share of /v1/rank requests for the champion (no model or version named) that
     # `rankstream serve` (and the simulated engine of `simulate --feedback clicks:MODEL` and
     # the click demo, for the rankings it serves with the champion) answers with an
-    # interleaved list of the champion and challengers (`workers.interleaver`), whose
+    # interleaved list of the champion and challengers (`selection.click_race`), whose
     # clicks the click join credits to decide the champion on click traffic
-    # (`workers.interleaving`). Default 0.1 (issue 38): an engine that posts only clicks
+    # (`selection.click_race`). Default 0.1 (issue 38): an engine that posts only clicks
     # gets a learned champion when the click race finds one better (at 0 it was served
     # Uni-Con forever); the users' cost is about the share x half the mean NDCG@50 gap of
     # the challengers the race cannot refuse (users whose clicks say little), so 0.1, not

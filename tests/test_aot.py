@@ -157,7 +157,7 @@ def test_a_replay_on_the_build_never_imports_numba(build_dir: Path, tmp_path: Pa
     script = (
         "import json, sys\n"
         "from rankstream.ranking import aot\n"
-        "from rankstream.workers.replay import DirectOptions, train_from_log\n"
+        "from rankstream.workers.direct_replay import DirectOptions, train_from_log\n"
         "aot.set_mode(sys.argv[1])\n"
         f"options = DirectOptions(algos={worker_defaults()!r})\n"
         f"result = train_from_log({str(tmp_path / 'log')!r}, options)\n"

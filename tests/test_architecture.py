@@ -113,7 +113,7 @@ def test_the_source_tree_is_found() -> None:
     layers = {layer for layer, _ in MODULES.values()}
     assert layers == set(FOLDERS)
     assert "rankstream.ranking.online" in MODULES
-    assert "rankstream.workers.online" in MODULES
+    assert "rankstream.workers.online_worker" in MODULES
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -178,8 +178,8 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     """The parser itself: a planted upward import and a cycle are caught."""
     planted = tmp_path / "x.py"
-    planted.write_text("def f():\n    from rankstream.workers.online import OnlineWorker\n")
-    assert "rankstream.workers.online" in imported_names(planted, "rankstream.ranking.x")
+    planted.write_text("def f():\n    from rankstream.workers.online_worker import OnlineWorker\n")
+    assert "rankstream.workers.online_worker" in imported_names(planted, "rankstream.ranking.x")
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -1,4 +1,4 @@
-"""The one Uni-Con publisher (`workers.baseline`): stamped width, a calibration sample
+"""The one Uni-Con publisher (`selection.unicon_baseline`): stamped width, a calibration sample
 gathered over requests, no division by a zero variance, racing publishers fenced."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from starlette.testclient import TestClient
 
 from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.scoring import scorer_for
+from rankstream.selection.unicon_baseline import calibrating, publish_unicon
 from rankstream.serve.app import create_app
 from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
-from rankstream.workers.baseline import calibrating, publish_unicon
-from rankstream.workers.scoring import scorer_for
 
 RNG = np.random.default_rng(4)
 

@@ -11,16 +11,7 @@ from scipy.spatial import cKDTree
 
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.baselines import UniCon
-from rankstream.ranking.triplets import TRIPLET_COLUMNS, TripletBlock
-from rankstream.simulators.collection import build_collection
-from rankstream.simulators.feedback import (
-    FeedbackSimulator,
-    RetrievedQuery,
-    served_ndcg,
-)
-from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.store import WrongWidthError
-from rankstream.workers.batch_models import (
+from rankstream.ranking.batch_models import (
     CMDSDMLParams,
     CMDSDMLScorer,
     RankMKLParams,
@@ -32,7 +23,16 @@ from rankstream.workers.batch_models import (
     sample_pairs,
     scorer_from_state,
 )
-from rankstream.workers.scoring import SCORERS, scorer_for
+from rankstream.ranking.triplets import TRIPLET_COLUMNS, TripletBlock
+from rankstream.selection.scoring import SCORERS, scorer_for
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.judged_feedback import (
+    FeedbackSimulator,
+    RetrievedQuery,
+    served_ndcg,
+)
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.store import WrongWidthError
 
 D = 36
 

@@ -1,18 +1,18 @@
 """The whole loop in one process: Uni-Con serves until a learned model beats it on the
-paired test (`workers.champion`), then that one."""
+paired test (`selection.judged_race`), then that one."""
 
 from __future__ import annotations
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import PairedTest
+from rankstream.selection.judged_race import ChampionPolicy
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.connect import open_transport
 from rankstream.stream.schema import decode_query
-from rankstream.workers.champion import ChampionPolicy
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 from rankstream.workers.simulator import SimulateOptions, Simulation
 
 # The run is deterministic (fixed seeds, no timers): the paired test switches to ogdr at

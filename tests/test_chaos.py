@@ -15,7 +15,7 @@ import pytest
 from rankstream.cli import build_parser
 from rankstream.harness.chaos import EVENT_KINDS, ChaosPlan, run_chaos, worker_argv
 from rankstream.stream.settings import Settings
-from rankstream.workers.online_options import WorkerOptions
+from rankstream.workers.online_worker_options import WorkerOptions
 from rankstream.workers.options import from_arguments
 
 

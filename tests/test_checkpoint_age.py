@@ -12,9 +12,9 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.batch_worker import RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.checkpoint import TrackedModel, save_checkpoint
-from rankstream.workers.metrics import sample_value
 
 GAUGE = "rankstream_last_checkpoint_timestamp_seconds"
 

@@ -24,6 +24,7 @@ from rankstream.ranking.propensity import (
     swap_intervention,
 )
 from rankstream.stream.click_schema import Click, Impression, encode_clicks, encode_impressions
+from rankstream.stream.click_window import ClickWindow, PendingClick
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_dead_letter, decode_triplets
@@ -35,7 +36,6 @@ from rankstream.workers.click_join import (
     ClickJoinHandler,
     JoinOptions,
 )
-from rankstream.workers.click_window import ClickWindow, PendingClick
 
 D = 4
 WINDOW, GRACE = 100.0, 10.0
@@ -545,7 +545,7 @@ def test_the_embedded_serve_runs_the_join_in_process() -> None:
     on the process-wide embedded log and store, its triplets learned by the online models."""
     import time
 
-    from rankstream.serve.workers import EmbeddedWorkers
+    from rankstream.serve.embedded_workers import EmbeddedWorkers
     from rankstream.stream.connect import open_store, open_transport
 
     settings = _settings()

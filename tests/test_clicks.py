@@ -16,7 +16,7 @@ from rankstream.ranking.propensity import (
     randomize,
     shuffle_intervention,
 )
-from rankstream.simulators.clicks import (
+from rankstream.simulators.click_models import (
     CASCADE_MODELS,
     CascadeClickModel,
     PositionBasedClickModel,
@@ -75,7 +75,7 @@ def test_a_cascade_user_stops_only_after_a_click() -> None:
 def test_the_module_examples_hold() -> None:
     import doctest
 
-    from rankstream.simulators import clicks
+    from rankstream.simulators import click_models as clicks
 
     result = doctest.testmod(clicks)
     assert result.attempted > 0 and result.failed == 0

@@ -702,7 +702,7 @@ def _grades(phi: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def _clicking_engine(seed: int, stop: threading.Event, failures: list, served: list) -> None:
     """Rank, then post the user's clicks and close the session; nothing else is sent."""
-    from rankstream.simulators.clicks import click_model
+    from rankstream.simulators.click_models import click_model
 
     try:
         rng, truth = np.random.default_rng(seed), _hidden_preference()

@@ -8,8 +8,8 @@ import pytest
 
 from rankstream.harness import datasets
 from rankstream.harness.services import install
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service_error import ServiceError
 from rankstream.simulators import fashion_mnist
 from rankstream.simulators.fashion_mnist import DEBIAN_PACKAGE
 

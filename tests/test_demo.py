@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.demo import BATCH_MODELS, DemoOptions, report_models, run_demo
+from rankstream.demo_pipeline import BATCH_MODELS, DemoOptions, report_models, run_demo
 from rankstream.plots import cumulative_mean, plot_learning_time, plot_ndcg
 from rankstream.ranking import learners
 from rankstream.ranking.kernels import learn_arow, learn_linear
@@ -185,7 +185,7 @@ def test_plots_reject_bad_curves(tmp_path) -> None:
 
 
 def test_one_online_worker_learns_every_model_and_times_it(tiny_collection) -> None:
-    from rankstream.demo import DemoPipeline
+    from rankstream.demo_pipeline import DemoPipeline
 
     collection, index = tiny_collection
     pipeline = DemoPipeline(

@@ -1,7 +1,7 @@
 """Every repository path a document or docstring cites exists.
 
 The documents (docs/*.md, README.md) and the package's docstrings and comments cite files
-as `dir/file.py` and modules as `workers.scoring`; a rename that leaves one behind sends a
+as `dir/file.py` and modules as `selection.scoring`; a rename that leaves one behind sends a
 newcomer to a file that is not there. A path out of the repository (`../shared/...`) is
 refused too: what the code cites lives in the repository.
 """
@@ -29,7 +29,7 @@ FILE_PATH = re.compile(
     r"(?<![\w./~:-])((?:\.\./)*)((?:[A-Za-z_][\w.-]*/)+[\w.-]+"
     r"\.(?:py|md|ya?ml|toml|json|sh|template|txt|cfg|ini))\b"
 )
-# `workers.scoring`, `rankstream.stream.settings`, `stream.recording_*`: a module of one of
+# `selection.scoring`, `rankstream.stream.settings`, `stream.recording_*`: a module of one of
 # the packages (the sources' code has variables of those names: there, only in backquotes)
 PACKAGES = "(ranking|stream|workers|serve|simulators|harness|evals|commands)"
 MODULE = re.compile(r"(?<![\w./])(?:rankstream\.)?\b" + PACKAGES + r"\.([a-z_][a-z0-9_]*\*?)")
@@ -100,12 +100,12 @@ def test_the_package_sources_cite_only_paths_and_modules_that_exist() -> None:
 
 def test_the_scan_finds_a_missing_path_and_module() -> None:
     text = (
-        "`workers/serving.py` moved; so did `workers.ingest`; `workers/scoring.py` stays;\n"
+        "`workers/serving.py` moved; so did `workers.ingest`; `selection/scoring.py` stays;\n"
         "../shared/DESIGN.md is outside; http://example.org/workers/a.py is not ours"
     )
     assert cited_paths(text) == [
         (1, "workers/serving.py"),
-        (1, "workers/scoring.py"),
+        (1, "selection/scoring.py"),
         (2, "../shared/DESIGN.md"),
     ]
     assert missing_modules(text) == [(1, "workers.ingest")]

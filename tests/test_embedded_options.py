@@ -12,7 +12,7 @@ import pytest
 from rankstream.cli import main
 from rankstream.commands._options import chosen
 from rankstream.commands.worker import click_join as click_join_command
-from rankstream.serve.workers import EMBEDDED_SECONDS, EmbeddedWorkers, embedded_options
+from rankstream.serve.embedded_workers import EMBEDDED_SECONDS, EmbeddedWorkers, embedded_options
 from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.settings import Settings
 from rankstream.workers.click_join_options import COMMAND, JoinOptions

@@ -115,7 +115,7 @@ def test_a_deployment_randomizes_as_serve_does_and_its_join_reads_it(cache, shar
     reverse."""
     from rankstream.evals.click_deployment import ClickDeployment, eval_settings
     from rankstream.simulators.catalog import load_collection
-    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.simulators.judged_feedback import FeedbackSimulator
     from rankstream.stream.settings import Settings
 
     served = load_collection("synthetic", cache, False, **SMALL)

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from rankstream.evals.interleaving import Comparison, build_pool, evaluate_interleaving
+from rankstream.evals.interleaving_eval import Comparison, build_pool, evaluate_interleaving
 from rankstream.ranking.sequential import PairedTest
-from rankstream.simulators.clicks import click_model
+from rankstream.simulators.click_models import click_model
 
 SMALL = {"n_images": 4000}
 HORIZONS = {"interleaving": 6000, "ab": 6000}
@@ -111,7 +111,7 @@ def test_an_unknown_click_model_is_refused_before_loading(cache) -> None:
 
 
 def test_an_ab_that_never_switches_gives_its_horizon_as_a_lower_bound() -> None:
-    from rankstream.evals.interleaving import _ratio
+    from rankstream.evals.interleaving_eval import _ratio
 
     cells = {
         "interleaving": {"median_impressions": 1000.0, "horizon_impressions": 5000},

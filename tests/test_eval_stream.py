@@ -16,7 +16,11 @@ from rankstream.evals.stream import (
     grid_variants,
 )
 from rankstream.ranking import learners
-from rankstream.simulators.feedback import BASELINE, online_experiment_scores, run_online_experiment
+from rankstream.simulators.judged_feedback import (
+    BASELINE,
+    online_experiment_scores,
+    run_online_experiment,
+)
 
 SMALL = {"synthetic": {"n_images": 4000}, "fashion-mnist": {"limit": 200}}
 

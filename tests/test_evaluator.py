@@ -10,15 +10,15 @@ from rankstream.ranking.metrics import average_precision, ndcg_at_k
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.sequential import PairedTest
+from rankstream.selection.judged_race import ChampionPolicy
+from rankstream.selection.scoring import EVALUATOR_RECORD
+from rankstream.selection.what_serves import CHAMPION, ServingModel
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import UNJUDGED, JudgedQuery, decode_dead_letter, encode_query
 from rankstream.stream.settings import Settings
-from rankstream.workers.champion import ChampionPolicy
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD
-from rankstream.workers.serving_model import CHAMPION, ServingModel
 
 RNG = np.random.default_rng(11)
 SCALER = Standardizer().fit(RNG.random((500, 36)))

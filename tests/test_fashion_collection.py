@@ -16,8 +16,8 @@ from rankstream.simulators.fashion_collection import (
     describe_photos,
 )
 from rankstream.simulators.fashion_mnist import graded_relevance, load_fashion_mnist
-from rankstream.simulators.feedback import FeedbackSimulator
 from rankstream.simulators.images import ImageCollection
+from rankstream.simulators.judged_feedback import FeedbackSimulator
 from rankstream.simulators.similarity import SIMILARITIES
 
 SLICE = 150  # photos of each split: 300 in all

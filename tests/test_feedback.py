@@ -7,7 +7,7 @@ import pytest
 
 from rankstream.ranking import DEFAULT_PHI_DIM
 from rankstream.simulators.collection import DISTRACTOR, Collection, build_collection
-from rankstream.simulators.feedback import BASELINE, FeedbackSimulator, run_online_experiment
+from rankstream.simulators.judged_feedback import BASELINE, FeedbackSimulator, run_online_experiment
 from rankstream.simulators.retrieval import CandidateIndex
 
 N_IMAGES = 20_000

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rankstream.producers.candidate_checks import FieldError
+from rankstream.producers.feedback_producer import Feedback, FeedbackProducer
 from rankstream.ranking.judgments import UNJUDGED, feedback_triplets
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.schema import decode_query, decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
-from rankstream.workers.candidates import FieldError
-from rankstream.workers.feedback_producer import Feedback, FeedbackProducer
-from rankstream.workers.metrics import sample_value
+from rankstream.telemetry.prometheus_metrics import sample_value
 
 SETTINGS = Settings(topic_prefix="ingest")
 
@@ -159,11 +159,11 @@ def test_open_owns_its_transport_and_seq_numbers_continue(embedded_settings) -> 
 
 def test_partially_judged_feedback_trains_the_batch_models(embedded_settings) -> None:
     """The reservoir samples the triplets of partial judgments and the refit serves them."""
+    from rankstream.ranking.batch_models import CMDSDMLParams, RankMKLParams
+    from rankstream.selection.scoring import scorer_for
     from rankstream.stream.embedded import EmbeddedTransport
     from rankstream.stream.embedded_store import EmbeddedModelStore
-    from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
     from rankstream.workers.batch_worker import BatchOptions, BatchWorker
-    from rankstream.workers.scoring import scorer_for
 
     transport, store = EmbeddedTransport(), EmbeddedModelStore()
     transport.ensure_topics(
@@ -324,8 +324,8 @@ def test_deliver_leaves_nothing_pending() -> None:
 
 
 def test_a_batch_too_big_for_one_message_goes_out_one_query_a_message(monkeypatch) -> None:
+    from rankstream.producers import feedback_producer
     from rankstream.stream.schema import encode_triplets
-    from rankstream.workers import feedback_producer
 
     library, transport, _, _ = _batching(queries_per_message=3)
     f = _feedback(query_id=1, seed=1)

@@ -680,7 +680,7 @@ class _Feed:
 
 @pytest.fixture(scope="module")
 def online(tmp_path_factory: pytest.TempPathFactory):
-    from rankstream.workers.online import OnlineWorker, WorkerOptions
+    from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 
     settings = _settings(tmp_path_factory.mktemp("online"))
     transport = EmbeddedTransport()

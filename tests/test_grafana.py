@@ -153,7 +153,8 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
 def test_every_queried_metric_is_exported_by_the_workers() -> None:
     from prometheus_client import REGISTRY
 
-    from rankstream.workers import metrics, serving_model  # the serving-model gauge
+    from rankstream.selection import what_serves as serving_model
+    from rankstream.telemetry import prometheus_metrics as metrics
 
     assert metrics and serving_model
     exported = {family.name for family in REGISTRY.collect()}

@@ -15,12 +15,12 @@ from rankstream.ranking import PDGD_LEARNING_RATE, learners
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.pdgd import PDGD, plackett_luce_intervention
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.scoring import PLACKETT_LUCE_KIND, scorer_for
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, StoredModel
 from rankstream.workers.click_join import JoinOptions
 from rankstream.workers.options import to_argv
-from rankstream.workers.scoring import PLACKETT_LUCE_KIND, scorer_for
 from tests.test_click_join import _run, _send, _settings, _stream
 
 D = 4
@@ -236,8 +236,8 @@ def test_the_interleaver_drafts_a_pdgd_challenger_from_its_samples() -> None:
     ranking is that order every time)."""
     from types import SimpleNamespace
 
-    from rankstream.workers.interleaver import Interleaver
-    from rankstream.workers.scoring import CheckedScorer
+    from rankstream.selection.click_race import Interleaver
+    from rankstream.selection.scoring import CheckedScorer
 
     phi = np.zeros((12, D))
     order = np.arange(12)

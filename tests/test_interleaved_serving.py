@@ -12,6 +12,9 @@ import pytest
 from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.click_race import INTERLEAVING_RECORD, session_outcomes
+from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
+from rankstream.selection.scoring import scorer_for
 from rankstream.stream.click_schema import (
     Click,
     Impression,
@@ -22,10 +25,7 @@ from rankstream.stream.click_schema import (
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings, SettingsError
-from rankstream.workers.champion import CHAMPION_RECORD, stored_champion
 from rankstream.workers.click_join import ClickJoin, JoinOptions
-from rankstream.workers.interleaving import INTERLEAVING_RECORD, session_outcomes
-from rankstream.workers.scoring import scorer_for
 
 D = 4
 
@@ -237,7 +237,7 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
     from starlette.testclient import TestClient
 
     from rankstream.serve.app import create_app
-    from rankstream.simulators.clicks import click_model
+    from rankstream.simulators.click_models import click_model
     from rankstream.stream.embedded import embedded_transport, reset_embedded
 
     reset_embedded()
@@ -294,7 +294,7 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone() -> None:
 def test_whichever_race_decides_first_switches_and_the_other_follows() -> None:
     """The champion record is a compare-and-set: a judged switch decided against a
     champion the clicks already replaced loses, and the evaluator follows the record."""
-    from rankstream.workers.champion import publish_champion
+    from rankstream.selection.judged_race import publish_champion
     from rankstream.workers.evaluator import EvaluatorHandler, EvaluatorOptions
 
     store = EmbeddedModelStore()

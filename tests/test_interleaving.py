@@ -1,5 +1,5 @@
 """Team-draft interleaving and multileaving, credit and outcomes (`ranking.interleaving`),
-and the interleaving race (`workers.interleaving`)."""
+and the interleaving race (`selection.click_race`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from rankstream.ranking.interleaving import (
     team_draft_many,
 )
 from rankstream.ranking.sequential import PairedTest
-from rankstream.workers.champion import ChampionPolicy
-from rankstream.workers.interleaving import InterleavingRace
+from rankstream.selection.click_race import InterleavingRace
+from rankstream.selection.judged_race import ChampionPolicy
 
 rankings = st.lists(st.lists(st.integers(0, 30), max_size=20, unique=True), min_size=2, max_size=4)
 

@@ -1,11 +1,10 @@
-"""rankstream/evals/interleaving_cost.py: the serving loop that measures what interleaving costs."""
+"""rankstream/evals/interleaving_eval.py: the serving loop that measures what interleaving costs."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rankstream.evals.interleaving import QueryPool
-from rankstream.evals.interleaving_cost import run
+from rankstream.evals.interleaving_eval import QueryPool, run
 
 
 def _pool(seed: int = 0, queries: int = 60, candidates: int = 120, d: int = 6) -> QueryPool:

@@ -11,22 +11,22 @@ import pytest
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import PairedTest, first_switch
-from rankstream.stream.click_schema import Click, Impression, encode_clicks, encode_impressions
-from rankstream.stream.embedded import EmbeddedTransport
-from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.stream.settings import Settings
-from rankstream.workers import metrics
-from rankstream.workers.champion import ChampionPolicy
-from rankstream.workers.click_join import ClickJoin, JoinOptions
-from rankstream.workers.interleaver import Interleaver
-from rankstream.workers.interleaving import (
+from rankstream.selection.click_race import (
     INTERLEAVING_KIND,
     INTERLEAVING_RECORD,
     REFUSE_ALPHA,
+    Interleaver,
     InterleavingRace,
     learned_count,
     refused_challengers,
 )
+from rankstream.selection.judged_race import ChampionPolicy
+from rankstream.stream.click_schema import Click, Impression, encode_clicks, encode_impressions
+from rankstream.stream.embedded import EmbeddedTransport
+from rankstream.stream.embedded_store import EmbeddedModelStore
+from rankstream.stream.settings import Settings
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.workers.click_join import ClickJoin, JoinOptions
 
 D = 4
 

@@ -29,8 +29,8 @@ from rankstream.stream.schema import block_key, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Message
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import OnlineWorker, WorkerOptions
-from rankstream.workers.replay import DirectOptions, train_from_log
+from rankstream.workers.direct_replay import DirectOptions, train_from_log
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 from rankstream.workers.scaleout import partition_model_name
 
 TOY = "toy"

@@ -7,7 +7,7 @@ import urllib.request
 from prometheus_client import generate_latest
 
 from rankstream.stream.settings import Settings
-from rankstream.workers import metrics
+from rankstream.telemetry import prometheus_metrics as metrics
 
 CONTRACT = {
     "rankstream_ndcg_at_50": {"model"},
@@ -80,8 +80,8 @@ def test_contracts_names_only_metrics_that_exist() -> None:
     import re
     from pathlib import Path
 
+    from rankstream.selection import what_serves as serving_model
     from rankstream.serve import app
-    from rankstream.workers import serving_model
 
     assert app and serving_model
     families = {family.name for family in metrics.REGISTRY.collect()}

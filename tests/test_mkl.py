@@ -11,7 +11,7 @@ from sklearn.exceptions import NotFittedError
 
 from rankstream.ranking.metrics import pairwise_accuracy
 from rankstream.ranking.mkl import RankMKL
-from rankstream.ranking.mkl.kernels import chi2_distances
+from rankstream.ranking.mkl.base_kernels import chi2_distances
 from rankstream.ranking.mkl.solver import (
     combine,
     fit_mkl,

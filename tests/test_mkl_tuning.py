@@ -10,7 +10,7 @@ import pytest
 import rankstream.evals.mkl as mkl_eval
 from rankstream.evals.mkl import Choice, Method, MKLEvalConfig, cross_validate
 from rankstream.ranking.mkl import RankMKL
-from rankstream.ranking.mkl.kernels import chi2_distances, default_gamma
+from rankstream.ranking.mkl.base_kernels import chi2_distances, default_gamma
 from rankstream.ranking.mkl.solver import combine, mkl_gradient, solve_rank_svm
 
 

@@ -10,8 +10,8 @@ import pytest
 from rankstream.cli import main
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.what_serves import ServingModel
 from rankstream.stream.embedded_store import embedded_store
-from rankstream.workers.serving_model import ServingModel
 
 SCALER = Standardizer().fit(np.random.default_rng(0).random((100, 36)))
 
@@ -97,8 +97,8 @@ def test_pinning_a_version_the_store_lacks_fails_clearly(store, capsys) -> None:
 
 @pytest.mark.parametrize("argv", [("pin", "arow", "2"), ("unpin", "arow")])
 def test_a_pin_change_that_loses_the_race_says_retry(store, capsys, monkeypatch, argv) -> None:
+    from rankstream.selection import pins
     from rankstream.stream.store import FencingError
-    from rankstream.workers import pins
 
     race = FencingError("arow.pins", expected=0, actual=1)
 
@@ -115,12 +115,12 @@ def test_a_pin_change_that_loses_the_race_says_retry(store, capsys, monkeypatch,
 def test_list_shows_the_interleaving_race_in_json_and_in_the_table(
     store, capsys, monkeypatch
 ) -> None:
-    from rankstream.workers.champion import ChampionPolicy
-    from rankstream.workers.interleaving import (
+    from rankstream.selection.click_race import (
         INTERLEAVING_KIND,
         INTERLEAVING_RECORD,
         InterleavingRace,
     )
+    from rankstream.selection.judged_race import ChampionPolicy
 
     race = InterleavingRace(ChampionPolicy(), incumbent="uni_con")
     race.observe("arow", [1, 1, 0, -1, 0, 0])

@@ -77,7 +77,7 @@ def test_the_wheel_claims_only_rankstream(wheel: Path) -> None:
     for expected in (
         "rankstream/ranking/online.py",
         "rankstream/stream/schema.py",
-        "rankstream/workers/online.py",
+        "rankstream/workers/online_worker.py",
         "rankstream/simulators/collection.py",
         "rankstream/harness/chaos.py",
         "rankstream/deploy/kafka/pom.xml",

@@ -33,8 +33,8 @@ from rankstream.stream.recording_reader import iter_messages
 from rankstream.stream.schema import block_key, decode_triplets, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
-from rankstream.workers.replay import DirectOptions, train_from_log
+from rankstream.workers.direct_replay import DirectOptions, train_from_log
+from rankstream.workers.online_worker import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import EXIT_OK
 
 N_BLOCKS, BLOCK, SCALER_ROWS = 12, 250, 600

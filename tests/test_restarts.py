@@ -19,7 +19,7 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import EXIT_FENCED
 
 pytestmark = pytest.mark.timeout(400)

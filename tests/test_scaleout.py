@@ -21,7 +21,7 @@ from rankstream.stream.embedded import embedded_transport
 from rankstream.stream.schema import encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import EXIT_OK
 from rankstream.workers.scaleout import (
     mix_rankers,

@@ -1,4 +1,4 @@
-"""Stored models as scorers: the kind registry and the cache (`workers/scoring.py`)."""
+"""Stored models as scorers: the kind registry and the cache (`selection/scoring.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.scoring import SCORERS, ScorerCache, scorer_for
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.workers.scoring import SCORERS, ScorerCache, scorer_for
 
 RNG = np.random.default_rng(3)
 PHI = RNG.random((40, 36)).astype(np.float32)

@@ -513,7 +513,7 @@ def _listening_address(port: int) -> str:
 
 
 def test_metrics_bind_to_loopback_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.telemetry.prometheus_metrics import start_metrics_server
 
     monkeypatch.delenv("RANKSTREAM_METRICS_HOST", raising=False)
     monkeypatch.setenv("RANKSTREAM_METRICS_PORT", "0")
@@ -522,7 +522,7 @@ def test_metrics_bind_to_loopback_by_default(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_metrics_bind_elsewhere_only_when_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rankstream.workers.metrics import start_metrics_server
+    from rankstream.telemetry.prometheus_metrics import start_metrics_server
 
     monkeypatch.setenv("RANKSTREAM_METRICS_HOST", "0.0.0.0")
     monkeypatch.setenv("RANKSTREAM_METRICS_PORT", "0")

@@ -1,5 +1,5 @@
 """The champion test (`ranking.sequential`): its error rate and power by simulation, its
-vectorized and incremental forms agreeing, and the race around it (`workers.champion`)."""
+vectorized and incremental forms agreeing, and the race around it (`selection.judged_race`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from rankstream.ranking.sequential import (
     first_switch,
     switch_times,
 )
+from rankstream.selection.judged_race import ChampionPolicy, ChampionRace
 from rankstream.stream.settings import Settings, SettingsError
-from rankstream.workers.champion import ChampionPolicy, ChampionRace
-from rankstream.workers.metrics import sample_value
+from rankstream.telemetry.prometheus_metrics import sample_value
 
 ALPHA, RUNS, HORIZON = 0.01, 2000, 2000
 # The most false switches of RUNS a test at level ALPHA may show: ALPHA plus three binomial

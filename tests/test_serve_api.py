@@ -12,6 +12,9 @@ from starlette.testclient import TestClient
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection import pins
+from rankstream.selection.scoring import EVALUATOR_RECORD
+from rankstream.selection.what_serves import ServingModel
 from rankstream.serve.app import ROUTES, create_app
 from rankstream.serve.bodies import ARROW
 from rankstream.serve.openapi import openapi_document
@@ -20,10 +23,7 @@ from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.schema import decode_query, decode_triplets
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
-from rankstream.workers import pins
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD
-from rankstream.workers.serving_model import ServingModel
+from rankstream.telemetry.prometheus_metrics import sample_value
 
 RNG = np.random.default_rng(5)
 PHI = RNG.random((300, PHI_DIM), dtype=np.float32)
@@ -367,12 +367,12 @@ def test_models_lists_versions_kinds_and_rolling_scores(store) -> None:
 def test_models_show_each_challengers_interleaving_race(store) -> None:
     """The click join's published record `interleaving` (an `InterleavingRace.summary()`)
     is what /v1/models shows per challenger and for the race (docs/reference/store.md)."""
-    from rankstream.workers.champion import ChampionPolicy
-    from rankstream.workers.interleaving import (
+    from rankstream.selection.click_race import (
         INTERLEAVING_KIND,
         INTERLEAVING_RECORD,
         InterleavingRace,
     )
+    from rankstream.selection.judged_race import ChampionPolicy
 
     _save(store, "opar1", np.ones(PHI_DIM))
     race = InterleavingRace(ChampionPolicy())

@@ -19,6 +19,10 @@ import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
+from rankstream.producers import click_producer
+from rankstream.producers import impression_producer as impression_log
+from rankstream.producers.click_producer import ClickProducer
+from rankstream.producers.impression_producer import ImpressionLog, served_impression
 from rankstream.serve.app import create_app
 from rankstream.serve.bodies import ARROW
 from rankstream.stream.click_schema import (
@@ -34,10 +38,7 @@ from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.stream.transport import Message
-from rankstream.workers import click_producer, metrics
-from rankstream.workers import impressions as impression_log
-from rankstream.workers.click_producer import ClickProducer
-from rankstream.workers.impressions import ImpressionLog, served_impression
+from rankstream.telemetry import prometheus_metrics as metrics
 
 K = 6
 IDS = [31, 7, 502, 44, 9, 18]

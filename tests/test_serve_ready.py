@@ -14,15 +14,15 @@ import numpy as np
 from starlette.testclient import TestClient
 
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.selection.scoring import EVALUATOR_RECORD
+from rankstream.selection.unicon_baseline import publish_unicon
 from rankstream.serve.app import create_app
 from rankstream.stream.embedded import reset_embedded
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
-from rankstream.workers.baseline import publish_unicon
 from rankstream.workers.click_join import ClickJoin
 from rankstream.workers.click_join_options import JoinOptions
-from rankstream.workers.scoring import EVALUATOR_RECORD
 
 PHI = np.random.default_rng(11).random((20, PHI_DIM))
 RANK = {"candidate_ids": list(range(20)), "phi": PHI.tolist()}

@@ -1,4 +1,4 @@
-"""The model a simulator serves: the evaluator record's champion (`workers/serving_model.py`)."""
+"""The model a simulator serves: the evaluator record's champion (`selection/what_serves.py`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from rankstream.ranking.baselines import UNI_CON, UniCon
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
+from rankstream.selection.scoring import EVALUATOR_RECORD
+from rankstream.selection.what_serves import CHAMPION, ServingModel
 from rankstream.stream.embedded_store import EmbeddedModelStore
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import EVALUATOR_RECORD
-from rankstream.workers.serving_model import CHAMPION, ServingModel
+from rankstream.telemetry.prometheus_metrics import sample_value
 
 RNG = np.random.default_rng(3)
 PHI = RNG.random((40, 36)).astype(np.float32)

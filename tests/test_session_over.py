@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
+from rankstream.producers.click_producer import ClickProducer, sessions_over
 from rankstream.serve.app import create_app
 from rankstream.serve.bodies import ARROW
 from rankstream.serve.openapi import openapi_document
@@ -27,7 +28,6 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
 from rankstream.workers.click_join import ClickJoin
 from rankstream.workers.click_join_options import NONE, JoinOptions
-from rankstream.workers.click_producer import ClickProducer, sessions_over
 
 IDS = list(range(100, 108))
 PHI = np.random.default_rng(8).random((len(IDS), PHI_DIM))

@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.triplets import TripletBlock
+from rankstream.selection.scoring import scorer_for
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.fashion_mnist import graded_relevance
 from rankstream.simulators.retrieval import CandidateIndex
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_query, decode_triplets
-from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.scoring import scorer_for
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.simulator import SimulateOptions, Simulation, StepResult, TokenBucket
 
 N_IMAGES = 20_000
@@ -324,7 +324,7 @@ def test_clicking_users_send_impressions_and_their_clicks_as_an_engine_would(
     shown and no grade-0 one: each impression shows the served top 50 with its phi, each
     click names a shown candidate at its 1-based position, and no triplet or judged
     query comes from the simulator (the click join makes the triplets)."""
-    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.simulators.judged_feedback import FeedbackSimulator
     from rankstream.stream.click_schema import decode_clicks, decode_impressions, impression_key
 
     simulation = _simulate(embedded_settings, world, CLICK_OPTIONS)
@@ -369,11 +369,11 @@ def test_clicking_users_see_the_champion_interleaved_as_serve_drafts_it(
     embedded_settings, world
 ) -> None:
     """With an interleaving share, the simulated engine serves the champion's team draft
-    with the other scorable model (`workers.interleaver`, serve's): every impression shows
+    with the other scorable model (`selection.click_race`, serve's): every impression shows
     the top 50 of the merged list with its teams, the champion first; the same seed
     drafts the same lists; a named serving model is never interleaved."""
     from rankstream.ranking.interleaving import team_draft
-    from rankstream.simulators.feedback import FeedbackSimulator
+    from rankstream.simulators.judged_feedback import FeedbackSimulator
     from rankstream.stream.click_schema import decode_impressions
     from rankstream.workers.simulator import INTERLEAVING_STREAM
 
@@ -470,12 +470,12 @@ def test_clicking_users_see_the_share_interleaved_against_the_champion_of_the_mo
     embedded_settings, world
 ) -> None:
     """With RANKSTREAM_INTERLEAVING_SHARE 1 every impression is the champion's ranking
-    drafted with a challenger (`workers.interleaver`, serve's drafter): its teams are
+    drafted with a challenger (`selection.click_race`, serve's drafter): its teams are
     recorded, the champion first. When the champion record changes mid-stream, the next
     impressions are drafted against the new champion (read from the store, as serve
     reads it), so the click join's race never gets stale ones from the simulator."""
+    from rankstream.selection.judged_race import publish_champion
     from rankstream.stream.click_schema import decode_impressions
-    from rankstream.workers.champion import publish_champion
 
     settings = dataclasses.replace(embedded_settings, interleaving_share=1.0)
     collection, index = world

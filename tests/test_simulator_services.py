@@ -8,11 +8,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.selection.scoring import EVALUATOR_RECORD
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import Settings
+from rankstream.telemetry.prometheus_metrics import start_metrics_server
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.metrics import start_metrics_server
-from rankstream.workers.scoring import EVALUATOR_RECORD
 from rankstream.workers.simulator import SimulateOptions, Simulation
 
 

@@ -2,7 +2,7 @@
 
 The simulator is 36-wide, so a synthetic engine stands in for it: the stream
 generator's candidates of width w (graded by a hidden linear scorer), ranked by the
-model the store serves, the top judged by `simulators.feedback.judge` (the simulator's
+model the store serves, the top judged by `simulators.judged_feedback.judge` (the simulator's
 own judging). Everything else is the real pipeline on one embedded transport and
 store: online worker, batch worker, evaluator, recorder, direct replay, replay through
 a worker, and serving. Messages and models of another width are refused.
@@ -19,8 +19,12 @@ import pytest
 
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.ranking.batch_models import CMDSDMLParams, RankMKLParams
 from rankstream.ranking.sequential import PairedTest
-from rankstream.simulators.feedback import RetrievedQuery, judge
+from rankstream.selection.judged_race import CHAMPION_RECORD, ChampionPolicy
+from rankstream.selection.unicon_baseline import publish_unicon
+from rankstream.selection.what_serves import ServingModel
+from rankstream.simulators.judged_feedback import RetrievedQuery, judge
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.recording_files import WidthMismatchError
@@ -34,16 +38,12 @@ from rankstream.stream.schema import (
 )
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError, stored_width
-from rankstream.workers.baseline import publish_unicon
-from rankstream.workers.batch_models import CMDSDMLParams, RankMKLParams
 from rankstream.workers.batch_worker import BatchOptions, BatchWorker
-from rankstream.workers.champion import CHAMPION_RECORD, ChampionPolicy
 from rankstream.workers.checkpoint import weights_sha256
+from rankstream.workers.direct_replay import DirectOptions, train_from_log
 from rankstream.workers.evaluator import Evaluator, EvaluatorOptions
-from rankstream.workers.online import OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 from rankstream.workers.recorder import Recorder, RecorderOptions
-from rankstream.workers.replay import DirectOptions, train_from_log
-from rankstream.workers.serving_model import ServingModel
 
 ALGOS = ("opr", "opar1", "opar2", "ogdr", "arow")
 QUERIES, CANDIDATES, JUDGED = 36, 120, 30

@@ -10,20 +10,20 @@ from test_batch_models import Feedback, simulated_feedback
 
 from rankstream.cli import main as cli_main
 from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.batch_models import RankMKLParams
 from rankstream.ranking.reservoir import Reservoir, TripletReservoir
+from rankstream.selection.scoring import ScorerCache
 from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import encode_triplets, triplet_key
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WrongWidthError
-from rankstream.workers.batch_models import RankMKLParams
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.batch_worker import (
     RESERVOIR_NAME,
     BatchOptions,
     BatchWorker,
 )
-from rankstream.workers.metrics import sample_value
 from rankstream.workers.runtime import EXIT_FENCED, EXIT_OK
-from rankstream.workers.scoring import ScorerCache
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ from __future__ import annotations
 from test_batch_models import simulated_feedback
 from test_worker_batch import assert_same_reservoir, produce, reference_reservoir
 
+from rankstream.ranking.batch_models import RankMKLParams
 from rankstream.ranking.reservoir import TripletReservoir
+from rankstream.selection.scoring import ScorerCache
 from rankstream.stream.connect import open_store
-from rankstream.workers.batch_models import RankMKLParams
 from rankstream.workers.batch_worker import RESERVOIR_NAME, BatchOptions, BatchWorker
 from rankstream.workers.runtime import EXIT_OK
-from rankstream.workers.scoring import ScorerCache
 
 
 def test_reservoir_survives_restarts_and_models_rank_from_redis(service_settings):

@@ -17,9 +17,9 @@ from rankstream.stream.connect import open_store
 from rankstream.stream.embedded import embedded_transport
 from rankstream.stream.schema import decode_dead_letter, decode_triplets, encode_triplets, schema_of
 from rankstream.stream.settings import Settings
+from rankstream.telemetry.prometheus_metrics import sample_value
 from rankstream.workers.checkpoint import TrackedModel, weights_sha256
-from rankstream.workers.metrics import sample_value
-from rankstream.workers.online import (
+from rankstream.workers.online_worker import (
     LINEAR_ALGOS,
     OnlineWorker,
     WorkerOptions,

@@ -21,7 +21,7 @@ from rankstream.stream.connect import open_store, open_transport
 from rankstream.stream.schema import decode_dead_letter, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.workers.checkpoint import weights_sha256
-from rankstream.workers.online import LINEAR_ALGOS, OnlineWorker, WorkerOptions
+from rankstream.workers.online_worker import LINEAR_ALGOS, OnlineWorker, WorkerOptions
 from rankstream.workers.runtime import EXIT_OK
 
 BLOCK, HALF_BLOCKS = 2000, 15  # 60,000 triplets in two halves of 30,000

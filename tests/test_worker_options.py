@@ -19,11 +19,11 @@ from rankstream.commands._launch import Launch, long_running, variables_for
 from rankstream.commands.record import RecordOptions
 from rankstream.commands.serve import ServeOptions
 from rankstream.stream.settings import ENV_PREFIX, VARIABLES
-from rankstream.workers.batch_options import BatchOptions
+from rankstream.workers.batch_worker_options import BatchOptions
 from rankstream.workers.evaluator_options import EvaluatorOptions
-from rankstream.workers.online_options import WorkerOptions
+from rankstream.workers.online_worker_options import WorkerOptions
 from rankstream.workers.options import from_arguments, option, specs, to_argv
-from rankstream.workers.simulate_options import SimulateOptions
+from rankstream.workers.simulator_options import SimulateOptions
 
 LONG_RUNNING = {
     ("worker", "online"): WorkerOptions,
@@ -209,5 +209,5 @@ def test_a_new_worker_is_a_dataclass_a_start_and_one_line(monkeypatch, capsys, c
         assert run_echo(parser.parse_args(["--times", "1", "--json"])) == 0
     assert json.loads(capsys.readouterr().out) == {"said": ["hi"]}
     (starting,) = [r for r in caplog.records if r.getMessage() == "starting"]
-    fields = starting._rankstream_fields  # what the JSON line carries (workers.structured_log)
+    fields = starting._rankstream_fields  # what the JSON line carries (telemetry.structured_log)
     assert fields["options"] == {"times": 1, "word": "hi"} and fields["kafka"] == "embedded"

@@ -5,7 +5,7 @@ triplet to a `ranking.reservoir.TripletReservoir` (Algorithm R over triplets, ho
 the normalized form the wire carries: each sampled (query, image) point's phi once).
 Every `refit_records` triplets or `refit_seconds` (whichever comes first, and only
 when new triplets arrived) the reservoir is turned into cMDS-DML and RankMKL models
-(`workers.batch_models`) and each is published as a new version of the model of the
+(`ranking.batch_models`) and each is published as a new version of the model of the
 same name and kind ("cmds_dml", "rankmkl"), with the offsets its training sample covers.
 
 Exact resume: the reservoir (slots, points, generator state and width) is saved as
@@ -17,7 +17,7 @@ layout, before the normalized form, is read and continued). Algorithm R consumes
 draw per triplet past the fill whatever the batch boundaries, so a restarted worker
 ends with a bit-identical sample to an uninterrupted one, as long as the order of
 messages is the same: always within a partition, so single-partition topics resume
-exactly (as in `workers.online`). A stored reservoir of another feature width than
+exactly (as in `workers.online_worker`). A stored reservoir of another feature width than
 the deployment's stops the worker at load (`WrongWidthError`).
 
 Fencing: every save names the version this worker last loaded or saved and that
@@ -49,20 +49,21 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from rankstream.ranking.batch_models import (
+    CMDS_DML,
+    RANKMKL,
+    fit_cmds_dml,
+    fit_rankmkl,
+)
 from rankstream.ranking.reservoir import TripletReservoir
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.stream.schema import SchemaError, decode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import Fence, check_kind, check_width, fenced_save
 from rankstream.stream.transport import Message, TopicPartition
-from rankstream.workers import metrics
-from rankstream.workers.batch_models import (
-    CMDS_DML,
-    RANKMKL,
-    fit_cmds_dml,
-    fit_rankmkl,
-)
-from rankstream.workers.batch_options import BatchOptions
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
+from rankstream.workers.batch_worker_options import BatchOptions
 from rankstream.workers.runtime import (
     FromHandler,
     Handler,
@@ -70,7 +71,6 @@ from rankstream.workers.runtime import (
     StreamRuntime,
 )
 from rankstream.workers.runtime_options import CadenceTimer
-from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["BatchHandler", "BatchOptions", "BatchWorker"]
 

@@ -44,7 +44,7 @@ from rankstream.ranking.online import OnlineRanker, learn_many_together
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock, pair_table
 from rankstream.stream.store import Fence, ModelStore, StoredModel, check_kind, fenced_save
-from rankstream.workers.online_options import DEFAULT_SCALER_ROWS
+from rankstream.workers.online_worker_options import DEFAULT_SCALER_ROWS
 
 MODEL_KIND = "online"
 
@@ -304,7 +304,7 @@ def save_checkpoint(store: ModelStore, model: TrackedModel, writer: str) -> int:
     )
     model.dirty = False
     # here (+0.12 s of prometheus_client): direct replay imports this module, never saves
-    from rankstream.workers import metrics
+    from rankstream.telemetry import prometheus_metrics as metrics
 
     metrics.mark_checkpoint(model.name)
     return version

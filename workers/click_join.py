@@ -3,7 +3,7 @@
 `ClickJoinHandler` runs on the stream runtime (`workers.runtime`) like the online worker:
 `rankstream worker click-join` runs it as a process, the embedded `rankstream serve` on a
 thread. It reads the impressions and clicks topics, joins them by impression id in event
-time (`workers.click_window`: the window, default 30 minutes, `RANKSTREAM_CLICK_WINDOW_SECONDS`;
+time (`stream.click_window`: the window, default 30 minutes, `RANKSTREAM_CLICK_WINDOW_SECONDS`;
 clicks that overtook their impression wait `RANKSTREAM_CLICK_GRACE_SECONDS`), and for each
 closed session emits the preference pairs of its clicks (`ranking.click_pairs`: by default
 a click over every other shown result, the pairs whose IPS-weighted expectation is
@@ -22,7 +22,7 @@ impressions and clicks directly (`ranking.learners.impression_learners`: PDGD; o
 starts from the stored Uni-Con (its scaler and weights; fitted on the first impression
 when the store has none), is saved in the join's checkpoint (so it learns every session
 exactly once, like the pairs), and is published at each checkpoint that changed it as
-store model `<name>` of kind "plackett_luce" (`workers.scoring`), which serve shows as
+store model `<name>` of kind "plackett_luce" (`selection.scoring`), which serve shows as
 Plackett-Luce samples. PDGD's rho is computed with the model's current scores, also for
 sessions another model served: the paper's update on its own samples, and the same
 pairs weighed by how its model would have swapped them on anyone else's.
@@ -71,6 +71,21 @@ from rankstream.ranking.click_pairs import click_pairs
 from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
+from rankstream.selection.click_race import (
+    INTERLEAVING_KIND,
+    INTERLEAVING_RECORD,
+    REOPEN_FACTOR,
+    InterleavingRace,
+    learned_count,
+    session_outcomes,
+)
+from rankstream.selection.judged_race import (
+    CLICKS,
+    ChampionPolicy,
+    publish_champion,
+    stored_champion,
+)
+from rankstream.selection.scoring import PLACKETT_LUCE_KIND
 from rankstream.stream.click_schema import (
     Click,
     Decoded,
@@ -79,32 +94,17 @@ from rankstream.stream.click_schema import (
     decode_impressions,
     encode_clicks,
 )
+from rankstream.stream.click_window import ClickWindow, Closed, PendingClick, Rejected
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.message_groups import within_budget
 from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
-from rankstream.workers import metrics
-from rankstream.workers.champion import (
-    CLICKS,
-    ChampionPolicy,
-    publish_champion,
-    stored_champion,
-)
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 from rankstream.workers.click_join_options import JoinOptions
-from rankstream.workers.click_window import ClickWindow, Closed, PendingClick, Rejected
-from rankstream.workers.interleaving import (
-    INTERLEAVING_KIND,
-    INTERLEAVING_RECORD,
-    REOPEN_FACTOR,
-    InterleavingRace,
-    learned_count,
-    session_outcomes,
-)
 from rankstream.workers.runtime import Handler, OptionsRuntime, StreamRuntime
-from rankstream.workers.scoring import PLACKETT_LUCE_KIND
-from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.click_join")
 
@@ -506,7 +506,7 @@ class ClickJoinHandler(Handler):
 
     # --- interleaving -------------------------------------------------------------------
     def _credit(self, closed: Closed) -> None:
-        """An interleaved session's outcomes into the race (`workers.interleaving`); a
+        """An interleaved session's outcomes into the race (`selection.click_race`); a
         decided switch waits for the checkpoint that saves it (`_publish_switch`)."""
         impression = closed.impression
         if impression.teams is None or len(impression.team_models) < 2:
@@ -550,7 +550,7 @@ class ClickJoinHandler(Handler):
             self.dirty = True
 
     def _reopen_refused(self, store: ModelStore) -> None:
-        """Each refused challenger (`workers.interleaving`, "Refused challengers"): what its
+        """Each refused challenger (`selection.click_race`, "Refused challengers"): what its
         refused version had learned, read once from the store (its newest version's if
         that one is gone: later, so it re-opens later, never sooner); its race re-opened
         once a newer stored version learned `REOPEN_FACTOR` times as much."""

@@ -16,8 +16,8 @@ import logging
 
 from rankstream.stream.schema import dead_letter
 from rankstream.stream.transport import Message, Producer
-from rankstream.workers import metrics
-from rankstream.workers.structured_log import log_event
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import log_event
 
 
 def dead_letter_key(message: Message) -> bytes:

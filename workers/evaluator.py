@@ -25,7 +25,7 @@ history stays in memory for reports. Candidates arrive in served order, so a mod
 ties keep the served order (the metrics' stable sort).
 
 The champion is chosen by a paired sequential test per challenger, not by the rolling
-means (`workers.champion.ChampionRace`: each query's NDCG@50 differences against the
+means (`selection.judged_race.ChampionRace`: each query's NDCG@50 differences against the
 incumbent, on the queries both were scored on); the rolling means are a trend to watch.
 The rolling scores, the race and the champion are published
 to the store as the model `evaluator` (kind "scores"): meta {"rolling_ndcg",
@@ -57,13 +57,7 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k
-from rankstream.stream.errors import TRANSIENT
-from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
-from rankstream.stream.settings import Settings
-from rankstream.stream.store import Fence, ModelStore, check_kind, fenced_save
-from rankstream.stream.transport import Message, TopicPartition
-from rankstream.workers import metrics
-from rankstream.workers.champion import (
+from rankstream.selection.judged_race import (
     FALLBACK,
     JUDGED,
     ChampionPolicy,
@@ -71,6 +65,14 @@ from rankstream.workers.champion import (
     publish_champion,
     stored_champion,
 )
+from rankstream.selection.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
+from rankstream.stream.errors import TRANSIENT
+from rankstream.stream.schema import EVALUATION_FAILED, JudgedQuery, SchemaError, decode_query
+from rankstream.stream.settings import Settings
+from rankstream.stream.store import Fence, ModelStore, check_kind, fenced_save
+from rankstream.stream.transport import Message, TopicPartition
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 from rankstream.workers.evaluator_options import EvaluatorOptions
 from rankstream.workers.runtime import (
     FromHandler,
@@ -78,8 +80,6 @@ from rankstream.workers.runtime import (
     OptionsRuntime,
     StreamRuntime,
 )
-from rankstream.workers.scoring import EVALUATOR_RECORD, SCORES_KIND, ScorerCache
-from rankstream.workers.structured_log import get_logger, log_event
 
 __all__ = ["Evaluator", "EvaluatorHandler", "EvaluatorOptions"]
 
@@ -278,7 +278,7 @@ class EvaluatorHandler(Handler):
         self._pending_switch = (previous, decided_by, evidence)
 
     def publish_switch(self) -> None:
-        """The store's champion record (`workers.champion.publish_champion`); when the
+        """The store's champion record (`selection.judged_race.publish_champion`); when the
         click race switched first, this race follows that champion instead."""
         if self._pending_switch is None:
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankstream.workers.champion import ChampionPolicy
+from rankstream.selection.judged_race import ChampionPolicy
 from rankstream.workers.options import option
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
 

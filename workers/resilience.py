@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rankstream.stream.errors import TRANSIENT
-from rankstream.workers.structured_log import log_event
+from rankstream.telemetry.structured_log import log_event
 
 if TYPE_CHECKING:
     from rankstream.stream.transport import Consumer, Message

@@ -3,7 +3,7 @@
 Modelled on Quix Streams' `Application` and `Checkpoint`: the runtime owns the
 transport and store, topic creation, assignment and seeking, poll with back-off, idle
 exit, signals, the checkpoint cadence and what a failed save means; a *handler*
-(`workers.online`, `workers.batch_worker`, `workers.evaluator`, `workers.recorder`,
+(`workers.online_worker`, `workers.batch_worker`, `workers.evaluator`, `workers.recorder`,
 `workers.simulator`) holds only its own state and answers a few calls:
 
     topics()              {topic: partitions to create} it consumes; {} for a source
@@ -56,7 +56,8 @@ from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError, ModelStore
 from rankstream.stream.transport import Consumer, Message, Producer, TopicPartition, Transport
-from rankstream.workers import metrics
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 from rankstream.workers.deadletters import send_dead_letter
 from rankstream.workers.resilience import (
     Backoff,
@@ -65,7 +66,6 @@ from rankstream.workers.resilience import (
     retry_until_stopped,
 )
 from rankstream.workers.runtime_options import CadenceTimer, RuntimeOptions
-from rankstream.workers.structured_log import get_logger, log_event
 
 EXIT_OK = 0
 EXIT_FENCED = 3

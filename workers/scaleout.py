@@ -43,7 +43,7 @@ every shard: feeding it back would make each partition model depend on when mixe
 happened, losing exact per-partition replay. The mix covers the offsets of its
 inputs (reported as its offsets) and names them in meta `mixed_from`.
 
-Who mixes: the worker that owns partition 0 (its `workers.online.OnlineHandler` for
+Who mixes: the worker that owns partition 0 (its `workers.online_worker.OnlineHandler` for
 that partition, run by the runtime's `PerPartition`). The mix is a pure function of stored
 inputs, and its save is fenced on the `{algo}` version that worker read just before,
 so during a rebalance two would-be mixers cannot interleave: the loser of a race skips
@@ -62,8 +62,8 @@ import numpy as np
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
 from rankstream.stream.store import FencingError, ModelStore, StoredModel
+from rankstream.telemetry.structured_log import get_logger, log_event
 from rankstream.workers.checkpoint import MODEL_KIND
-from rankstream.workers.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.worker.scaleout")
 MIXER_PARTITION = 0

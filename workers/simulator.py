@@ -1,12 +1,12 @@
 """The simulated search engine on the transport: serve, judge, publish triplets and judged queries.
 
-`Simulation` wraps `simulators.feedback.FeedbackSimulator` (the §5.5 loop, pure numpy)
+`Simulation` wraps `simulators.judged_feedback.FeedbackSimulator` (the §5.5 loop, pure numpy)
 with the stream: each `step()` is one query, ranked by the serving model read from the
-store (`workers.serving_model.ServingModel`: a named model or the evaluator's champion,
+store (`selection.what_serves.ServingModel`: a named model or the evaluator's champion,
 re-read every query with one cheap `latest_versions()` call), whose judged top 50
 becomes one triplet block and one judged query stamped with the serving model and the
 version of every scorable model current at serving time. They are sent by
-`workers.feedback_producer.FeedbackProducer` (the library the ingestion API shares), which packs
+`producers.feedback_producer.FeedbackProducer` (the library the ingestion API shares), which packs
 `SimulateOptions.queries_per_message` queries' blocks into one message on
 `settings.triplets_topic` (key = the first query's id) before their judged queries on
 `settings.queries_topic`; a query waits at most `SimulateOptions.linger_s` (0.1 s) for
@@ -33,14 +33,14 @@ Which queries share a message also depends on time (the linger), unless `linger_
 infinite.
 
 Clicks (`SimulateOptions.feedback` "clicks:<model>"): nobody grades. Each query's top
-`judged` (50) is shown to a user of that click model (`workers.clicking_users`), and the
+`judged` (50) is shown to a user of that click model (`workers.simulator_clicking_users`), and the
 simulator sends what an engine's logging and its `POST /v1/clicks` would: the
 `Impression` on `settings.impressions_topic` and its `Click` rows, then the "session
 over" row, on `settings.clicks_topic`, both keyed by the impression id
 (`stream.click_schema`). No triplet and no judged query comes from it: the click join
 turns impressions and clicks into the learners' triplets. It stops after
 `SimulateOptions.queries` impressions; its rate limit counts clicks. Serving the
-champion, it interleaves as `rankstream serve` does (`workers.interleaver`): a share
+champion, it interleaves as `rankstream serve` does (`selection.click_race`): a share
 `Settings.interleaving_share` of its rankings is the champion's team draft with a
 challenger (or all of them, `Settings.interleaving_method`), the impression records the
 teams, and the click join's race can move the champion on these clicks alone (the click
@@ -62,27 +62,28 @@ from pathlib import Path
 
 import numpy as np
 
+from rankstream.producers.feedback_producer import FeedbackProducer
 from rankstream.ranking import DEFAULT_PHI_DIM
+from rankstream.selection import unicon_baseline as baseline
+from rankstream.selection.click_race import Interleaver
+from rankstream.selection.scoring import logged_order, served_order
+from rankstream.selection.what_serves import CHAMPION, Served, ServingModel
 from rankstream.simulators import catalog
 from rankstream.simulators.click_feedback import order_scores
-from rankstream.simulators.feedback import FeedbackSimulator, RetrievedQuery, served_ndcg
 from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
+from rankstream.simulators.judged_feedback import FeedbackSimulator, RetrievedQuery, served_ndcg
 from rankstream.stream.click_schema import encode_clicks, encode_impressions, impression_key
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.schema import JudgedQuery
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import ModelStore
 from rankstream.stream.transport import Transport
-from rankstream.workers import baseline, metrics
-from rankstream.workers.clicking_users import feedback_users, impression_and_clicks
-from rankstream.workers.feedback_producer import FeedbackProducer
-from rankstream.workers.interleaver import Interleaver
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
 from rankstream.workers.runtime import FromHandler, Handler, StreamRuntime
 from rankstream.workers.runtime_options import Cadence, RuntimeOptions
-from rankstream.workers.scoring import logged_order, served_order
-from rankstream.workers.serving_model import CHAMPION, Served, ServingModel
-from rankstream.workers.simulate_options import SimulateOptions
-from rankstream.workers.structured_log import get_logger, log_event
+from rankstream.workers.simulator_clicking_users import feedback_users, impression_and_clicks
+from rankstream.workers.simulator_options import SimulateOptions
 
 log = get_logger("rankstream.workers.simulator")
 CLICKS_STREAM = 26
@@ -147,7 +148,7 @@ def load_collection(
 def publish_unicon(
     store: ModelStore, simulator: FeedbackSimulator, calibration_queries: int
 ) -> int:
-    """Publish Uni-Con (`workers.baseline`) unless the store has a final one; its version.
+    """Publish Uni-Con (`selection.unicon_baseline`) unless the store has a final one; its version.
 
     Scaled on the candidates of `calibration_queries` simulated queries: the simulator's
     own sample, so its count is the calibration target.
@@ -272,7 +273,7 @@ class SimulatorHandler(Handler):
             )
             order = merged.order
             drafted = {"teams": merged.teams, "team_models": merged.team_models}
-        else:  # serve's randomized logging policy (`workers.scoring.logged_order`)
+        else:  # serve's randomized logging policy (`selection.scoring.logged_order`)
             settings = self.settings
             order, intervention, probability = logged_order(
                 served.scorer, scores, order, self.click_rng,

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankstream.harness.services.endpoints import Endpoints
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.manager import ServiceManager, default_root
 from rankstream.harness.services.prometheus import write_scrape_target
+from rankstream.harness.services.service_error import ServiceError
 
 
 def add_scrape_target(job: str, address: str, root: Path | None = None) -> Path:

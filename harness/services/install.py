@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.process import log_tail
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service_error import ServiceError
 
 # the Kafka recipe and the Prometheus template, shipped as package data (pyproject.toml)
 DEPLOY_DIR = Path(str(importlib.resources.files("rankstream.deploy")))

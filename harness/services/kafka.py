@@ -18,11 +18,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from string import Template
 
-from rankstream.harness.services.base import Service
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.install import DEPLOY_DIR, ensure_kafka_jars
 from rankstream.harness.services.process import accepts_tcp, log_tail
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service import Service
+from rankstream.harness.services.service_error import ServiceError
 
 JVM_OPTIONS = ("-XX:+UseG1GC", "-Djava.awt.headless=true")
 HEAP_ONE_NODE = ("-Xmx512m", "-Xms256m")

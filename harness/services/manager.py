@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rankstream.harness.services import state as state_file
-from rankstream.harness.services.base import Service
 from rankstream.harness.services.endpoints import Endpoints
-from rankstream.harness.services.errors import ServiceError
 from rankstream.harness.services.install import install_debian_packages, missing_packages
 from rankstream.harness.services.kafka import KafkaService, node_name
 from rankstream.harness.services.process import (
@@ -42,6 +40,8 @@ from rankstream.harness.services.redis import (
     sentinel_name,
     sentinel_url,
 )
+from rankstream.harness.services.service import Service
+from rankstream.harness.services.service_error import ServiceError
 from rankstream.stream.settings import Settings
 
 SENTINELS = 3  # a majority survives the loss of one, and a quorum of 2 can agree

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rankstream.harness.services.errors import ServiceError
+from rankstream.harness.services.service_error import ServiceError
 
 
 def spawn(argv: Sequence[str], log_path: Path, cwd: Path) -> int:

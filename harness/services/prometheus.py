@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from string import Template
 
-from rankstream.harness.services.base import Service
 from rankstream.harness.services.install import DEPLOY_DIR
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service import Service
 
 
 class PrometheusService(Service):

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rankstream.harness.services.base import Service
 from rankstream.harness.services.progress import Progress
+from rankstream.harness.services.service import Service
 
 SENTINEL_MASTER = "rankstream"
 SENTINEL_QUORUM = 2  # sentinels that must agree the primary is down (of 3)

@@ -21,7 +21,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from rankstream.ranking.metrics import pairwise_accuracy
-from rankstream.ranking.mkl.kernels import KERNEL_KINDS, check_group, raw_kernel, train_kernel
+from rankstream.ranking.mkl.base_kernels import KERNEL_KINDS, check_group, raw_kernel, train_kernel
 from rankstream.ranking.mkl.solver import fit_mkl
 from rankstream.ranking.pairs import check_pairs, preference_pairs, sample_pairs
 
@@ -69,7 +69,7 @@ class RankMKL(BaseEstimator):
     cross-validation turns, since the data sets the default's units). `lam` is the L2
     regulariser lam/2 ||d||^2 on the kernel weights. With two or more groups only
     lam / C^3 matters for the ranking (see `ranking.mkl.solver.fit_mkl`). Base kernels are
-    scaled to unit spread (see `ranking.mkl.kernels`). With a single group the weight
+    scaled to unit spread (see `ranking.mkl.base_kernels`). With a single group the weight
     stays 1: rescaling one kernel is what C does, so one group is exactly a kernel
     RankSVM. `random_state`: an int seeds the dual solver's coordinate order (and the pair
     subsample) directly; None or a RandomState draws a seed.

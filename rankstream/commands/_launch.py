@@ -12,7 +12,7 @@ makes its process from a `Launch`, and one line in its module that registers bot
    (`RANKSTREAM_BATCH_RESERVOIR`), else their defaults; a bad value is refused (exit 2)
    before anything starts, naming the flag and the variable;
 2. reads the deployment settings (`RANKSTREAM_*`, `stream.settings`);
-3. logs JSON lines (`workers.structured_log`) and serves Prometheus /metrics on
+3. logs JSON lines (`telemetry.structured_log`) and serves Prometheus /metrics on
    RANKSTREAM_METRICS_PORT, where `rankstream_worker_last_poll_timestamp_seconds` is what the
    healthcheck reads;
 4. logs one "starting" line: its options, the transport, the store and the metrics port;
@@ -73,8 +73,8 @@ def long_running(
 def launch(command: str, options: Any, start: Start, json: bool = False) -> int:
     """Start `command`'s process (steps 2-6 of the module docstring); its exit code."""
     # here, not at the top: `--help` builds every command's parser without prometheus_client
-    from rankstream.workers.metrics import start_metrics_server
-    from rankstream.workers.structured_log import configure_logging, get_logger, log_event
+    from rankstream.telemetry.prometheus_metrics import start_metrics_server
+    from rankstream.telemetry.structured_log import configure_logging, get_logger, log_event
 
     configure_logging()
     settings = Settings.from_env()

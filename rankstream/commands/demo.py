@@ -1,4 +1,4 @@
-"""`rankstream demo`: the whole pipeline in one process, no services (`rankstream.demo`).
+"""`rankstream demo`: the whole pipeline in one process, no services (`rankstream.demo_pipeline`).
 
 Writes DIR/report.json, DIR/ndcg_at_50.png (the paper's Fig. 3) and
 DIR/learning_time.png (Fig. 4), and prints a table of the results (with `--json`, the
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.simulators.clicks import CLICK_MODELS, FEEDBACK_JUDGED
+from rankstream.simulators.click_models import CLICK_MODELS, FEEDBACK_JUDGED
 from rankstream.workers.options import add_hyperparameter_arguments, hyperparameter_values
 
 if TYPE_CHECKING:
     from rankstream.click_demo import ClickDemoResult
-    from rankstream.demo import DemoResult
+    from rankstream.demo_pipeline import DemoResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="clicks: the share of rankings served interleaved (default 0.5: "
-        "rankstream.demo.CLICK_DEMO_INTERLEAVING_SHARE)",
+        "rankstream.demo_pipeline.CLICK_DEMO_INTERLEAVING_SHARE)",
     )
     add_hyperparameter_arguments(parser)
     add_json_argument(parser, "instead of the table: the report (as DIR/report.json)")
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import options_checked
-    from rankstream.demo import DemoOptions, run_click_demo, run_demo
+    from rankstream.demo_pipeline import DemoOptions, run_click_demo, run_demo
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
 
     given = {"refit_every": args.refit_every, "interleaving_share": args.interleaving_share}

@@ -38,8 +38,8 @@ class Recording:
     """The recorder, logging each committed file and what it resumed from and recorded."""
 
     def __init__(self, launch: Launch) -> None:
+        from rankstream.telemetry.structured_log import log_event
         from rankstream.workers.recorder import Recorder
-        from rankstream.workers.structured_log import log_event
 
         self.log, self.log_event, options = launch.log, log_event, launch.options
         self.out = options.out

@@ -110,8 +110,8 @@ def _run_direct(args: argparse.Namespace) -> int:
         # blocks that import and numba records "no BLAS" (same weights, bit for bit).
         sys.modules.setdefault("scipy.linalg", None)  # type: ignore[arg-type]
     from rankstream.stream.settings import Settings
+    from rankstream.workers.direct_replay import DirectOptions, train_from_log
     from rankstream.workers.options import hyperparameter_values
-    from rankstream.workers.replay import DirectOptions, train_from_log
 
     algos = tuple(a.strip() for a in args.algo.split(",") if a.strip())
     use_kernels(args.kernels)

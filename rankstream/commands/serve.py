@@ -49,7 +49,7 @@ class Serving:
         self.workers = options.workers == "on" or (options.workers == "auto" and embedded)
         if self.workers:  # their options' variables are refused now, not once listening
             from rankstream.commands._usage import options_checked
-            from rankstream.serve.workers import embedded_options
+            from rankstream.serve.embedded_workers import embedded_options
 
             with options_checked():
                 embedded_options()

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from rankstream.commands._launch import Launch, long_running
-from rankstream.simulators.clicks import FEEDBACK_JUDGED
-from rankstream.workers.simulate_options import SimulateOptions
+from rankstream.simulators.click_models import FEEDBACK_JUDGED
+from rankstream.workers.simulator_options import SimulateOptions
 
 
 class Simulating:

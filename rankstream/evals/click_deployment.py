@@ -1,13 +1,13 @@
 """One learner deployed as the product runs it, fed by simulated users: `eval clicks`' arms.
 
-A `ClickDeployment` is the click demo's pipeline (`rankstream.demo`) cut down to one
+A `ClickDeployment` is the click demo's pipeline (`rankstream.demo_pipeline`) cut down to one
 learner, on its own embedded transport and store (`stream.embedded`,
 `stream.embedded_store`): the simulated engine (`workers.simulator.Simulation`, serving
 the champion as serve does: its `served_order`, serve's randomized logging policy
-`workers.scoring.logged_order`, the impression an engine would log, its users' clicks
+`selection.scoring.logged_order`, the impression an engine would log, its users' clicks
 and "session over" row), the click join (`workers.click_join`: pairs, IPS weights from
 its own propensity estimate, PDGD taught in the join from the stored Uni-Con) and, for
-OPR..AROW, the online worker (`workers.online`: its scaler fitted on its first
+OPR..AROW, the online worker (`workers.online_worker`: its scaler fitted on its first
 `scaler_rows` triplets, its start, its hyper-parameters). Nothing here learns: every
 weight comes from the product's code with the product's options.
 
@@ -17,7 +17,7 @@ scaler is fitted) the engine serves Uni-Con, as `rankstream serve` serves a cham
 cannot load yet. Each impression is joined, checkpointed and learned before the next
 one is served (the demo's order, no timers), so a run is a function of its seed.
 
-The engine serves the query the eval's own loop drew (`simulators.feedback.run_arms`),
+The engine serves the query the eval's own loop drew (`simulators.judged_feedback.run_arms`),
 so every arm ranks the same candidates (and the collection is searched once a query,
 not once an arm: `_GivenQueries`); `serve` returns what was shown as scores
 (`click_feedback.order_scores`).
@@ -32,22 +32,22 @@ import numpy as np
 
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import UNI_CON
+from rankstream.selection.judged_race import publish_champion
 from rankstream.simulators.click_feedback import order_scores
-from rankstream.simulators.feedback import (
+from rankstream.simulators.images import CandidateRetriever, ImageCollection
+from rankstream.simulators.judged_feedback import (
     CALIBRATION_QUERIES,
     FeedbackSimulator,
     RetrievedQuery,
 )
-from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.stream.embedded import EmbeddedTransport
 from rankstream.stream.embedded_store import EmbeddedModelStore
 from rankstream.stream.settings import Settings
-from rankstream.workers.champion import publish_champion
 from rankstream.workers.click_join import ClickJoin
 from rankstream.workers.click_join_options import NONE, JoinOptions
-from rankstream.workers.online import OnlineWorker, WorkerOptions
-from rankstream.workers.simulate_options import SimulateOptions
+from rankstream.workers.online_worker import OnlineWorker, WorkerOptions
 from rankstream.workers.simulator import Simulation
+from rankstream.workers.simulator_options import SimulateOptions
 
 ASSIGNED = "assigned"
 """The champion record's `decided_by` here: the eval names the learner it measures."""
@@ -70,7 +70,7 @@ def eval_settings(intervention_share: float, settings: Settings | None = None) -
 
 
 class _GivenQueries:
-    """The engine's simulator (`simulators.feedback.FeedbackSimulator`: its calibration
+    """The engine's simulator (`simulators.judged_feedback.FeedbackSimulator`: its calibration
     queries, its display) serving the queries it is given instead of drawing its own."""
 
     def __init__(self, simulator: FeedbackSimulator) -> None:

@@ -1,7 +1,7 @@
 """Learning from clicks vs learning from judgments, on simulated users (`eval clicks`).
 
-For a collection (`simulators.catalog`), a click model (`simulators.clicks`) and each
-seed, `impressions` queries go through the §5.5 loop (`simulators.feedback.run_arms`):
+For a collection (`simulators.catalog`), a click model (`simulators.click_models`) and each
+seed, `impressions` queries go through the §5.5 loop (`simulators.judged_feedback.run_arms`):
 every arm ranks the same query's 300 candidates, shows its top 50, is scored on what it
 showed by the true NDCG@50 and NDCG@10 (the collection's grades), and learns:
 
@@ -70,8 +70,8 @@ from rankstream.simulators.click_feedback import (
     DEFAULT_INTERVENTION_SHARE,
     RELEVANCE_GRADES,
 )
-from rankstream.simulators.clicks import click_model
-from rankstream.simulators.feedback import (
+from rankstream.simulators.click_models import click_model
+from rankstream.simulators.judged_feedback import (
     BASELINE,
     CALIBRATION_QUERIES,
     Arm,
@@ -79,8 +79,8 @@ from rankstream.simulators.feedback import (
     experiment_setup,
     run_arms,
 )
+from rankstream.telemetry.structured_log import configure_logging
 from rankstream.workers.click_join_options import JoinOptions
-from rankstream.workers.structured_log import configure_logging
 
 CLICK_LEARNERS = learners.click_eval_learners()  # OPAR-I, AROW: judged, naive, IPS arms
 IMPRESSION_LEARNER = learners.impression_learners()[0]  # PDGD, taught by the join

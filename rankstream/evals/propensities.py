@@ -1,6 +1,6 @@
 """How many impressions the online propensity estimators need (`eval propensities`).
 
-Position-based users ("pbm:ETA", `simulators.clicks`: rank k examined with (1/k)^eta)
+Position-based users ("pbm:ETA", `simulators.click_models`: rank k examined with (1/k)^eta)
 see impressions of a collection's Uni-Con top `ranks` (a pool of `pool_queries` queries
 of the seed, one drawn per impression). Each impression goes through what `rankstream
 serve` does and the click join reads: `randomize` (serve's own call, with the join's
@@ -40,8 +40,8 @@ from rankstream.ranking.propensity import (
 )
 from rankstream.simulators.catalog import check_name, load_collection
 from rankstream.simulators.click_feedback import DEFAULT_INTERVENTION_SHARE, RELEVANCE_GRADES
-from rankstream.simulators.clicks import PositionBasedClickModel, click_model
-from rankstream.simulators.feedback import BASELINE, experiment_setup
+from rankstream.simulators.click_models import PositionBasedClickModel, click_model
+from rankstream.simulators.judged_feedback import BASELINE, experiment_setup
 
 
 def position_based(model: str) -> PositionBasedClickModel:

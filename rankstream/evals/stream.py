@@ -1,7 +1,7 @@
 """The §5.5 stream on the catalog's collections: each online learner serving its own loop.
 
 For every collection (`simulators.catalog.COLLECTIONS`) and seed, 2,000 queries go
-through `simulators.feedback.online_experiment_scores`: Uni-Con and every learner rank
+through `simulators.judged_feedback.online_experiment_scores`: Uni-Con and every learner rank
 the same queries' 300 candidates, each learner learns from the judged top 50 of its own
 ranking and serves the next query with what it learned (the paper's §5.5, one loop per
 algorithm as in its Fig. 3). Measured per query: NDCG@50 and AP over the candidates;
@@ -35,7 +35,7 @@ import numpy as np
 from rankstream.evals.cbir import paper_table2_imageclef, spread
 from rankstream.ranking import learners
 from rankstream.simulators.catalog import check_name, load_collection
-from rankstream.simulators.feedback import BASELINE, Variant, online_experiment_scores
+from rankstream.simulators.judged_feedback import BASELINE, Variant, online_experiment_scores
 
 VALIDATION_SEEDS = (100, 101)
 PAPER_STREAM = {

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from rankstream.commands._usage import UsageError
-    from rankstream.commands.bench import _c_reference
+    from rankstream.harness import learner_c_reference as _c_reference
     from rankstream.ranking.learners import names
 
     if args.triplets < 1 or args.repeats < 1:

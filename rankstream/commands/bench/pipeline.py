@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rankstream.commands._json_output import print_json
 from rankstream.commands._options import options_arguments
 from rankstream.commands._real_services import on_real_services
-from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.options import option
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ import sys
 import time
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.ranking import learners
-from rankstream.workers.feedback_batching import QUERIES_PER_MESSAGE
 
 TOPIC = "bench.triplets"
 

@@ -1,7 +1,7 @@
 """`rankstream eval champion`: false switches and queries-to-switch, the race's test by
 betting beside the mSPRT and the rolling-mean rule it replaced.
 
-Runs `rankstream.evals.champion` over simulated score streams and the demo's real ones
+Runs `rankstream.evals.champion_eval` over simulated score streams and the demo's real ones
 (a demo run of `--demo-queries` queries first; `--no-real` skips it) and saves
 DIR/champion.png (share switched within 500 queries per effect, every policy).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rankstream.commands._json_output import print_json
 from rankstream.commands._options import add_options, chosen
-from rankstream.evals.champion_options import ChampionEvalOptions
+from rankstream.evals.champion_eval_options import ChampionEvalOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.evals.champion import evaluate_champion
+    from rankstream.evals.champion_eval import evaluate_champion
     from rankstream.plots import plot_champion_race
     from rankstream.stream.settings import Settings
 

@@ -4,7 +4,7 @@ Replays the recording's impressions and clicks (`rankstream record`), joined by 
 join's rules, against stored models (the configured model store: RANKSTREAM_REDIS_URL) or
 the logged ranking itself, and prints each one's IPS and SNIPS estimate with its interval,
 its paired difference from `--baseline`, the propensities used, the impressions and
-clicks used, and what was skipped and why (`rankstream.evals.counterfactual`; the
+clicks used, and what was skipped and why (`rankstream.evals.counterfactual_eval`; the
 estimator and what it assumes: `rankstream.ranking.counterfactual`).
 """
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankstream.commands._usage import CommandError, UsageError
     from rankstream.commands.model._store import configured_store
-    from rankstream.evals.counterfactual import CounterfactualOptions, evaluate_recording
+    from rankstream.evals.counterfactual_eval import CounterfactualOptions, evaluate_recording
     from rankstream.ranking.click_pairs import DEFAULT_MIN_PROPENSITY
     from rankstream.stream.recording_files import RecordingError, WidthMismatchError
     from rankstream.stream.settings import Settings

@@ -99,9 +99,9 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankstream.evals.interleaving import evaluate_interleaving
+    from rankstream.evals.interleaving_eval import evaluate_interleaving
+    from rankstream.selection.judged_race import ChampionPolicy
     from rankstream.stream.settings import Settings
-    from rankstream.workers.champion import ChampionPolicy
 
     return run_collection_eval(
         args,

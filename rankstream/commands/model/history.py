@@ -14,7 +14,7 @@ add_arguments = add_name_arguments
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands._usage import UsageError
     from rankstream.commands.model._store import configured_store
-    from rankstream.workers.pins import model_history
+    from rankstream.selection.pins import model_history
 
     with configured_store() as store:
         try:

@@ -1,8 +1,8 @@
 """`rankstream model list`: every stored model, its version, kind, NDCG@50, pin and race.
 
 The race columns are each challenger's paired test against the champion on judged
-queries (`workers.champion`), the click columns its interleaving race (wins/losses/ties
-and the decision, `workers.interleaving`); `--json` prints GET /v1/models' document.
+queries (`selection.judged_race`), the click columns its interleaving race (wins/losses/ties
+and the decision, `selection.click_race`); `--json` prints GET /v1/models' document.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands.model._store import configured_store
-    from rankstream.serve.models import models_listing
+    from rankstream.serve.models_listing import models_listing
     from rankstream.serve.registry import ModelRegistry
     from rankstream.stream.settings import Settings
 

@@ -15,8 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands.model._store import configured_store, pin_refused
+    from rankstream.selection.pins import pin
     from rankstream.stream.store import FencingError
-    from rankstream.workers.pins import pin
 
     with configured_store() as store:
         try:

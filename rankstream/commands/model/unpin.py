@@ -12,8 +12,8 @@ add_arguments = add_name_arguments
 
 def run(args: argparse.Namespace) -> int:
     from rankstream.commands.model._store import configured_store, pin_refused
+    from rankstream.selection.pins import unpin
     from rankstream.stream.store import FencingError
-    from rankstream.workers.pins import unpin
 
     with configured_store() as store:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rankstream.commands._launch import Launch, long_running
-from rankstream.workers.batch_options import BatchOptions
+from rankstream.workers.batch_worker_options import BatchOptions
 
 
 def start(launch: Launch):  # type: ignore[no-untyped-def]

@@ -1,0 +1,176 @@
+"""The model the simulator ranks with: a named model, or the evaluator's champion.
+
+The champion is chosen by the evaluator (`selection.judged_race`: a paired sequential test
+of each challenger against the incumbent), which publishes it as the model `evaluator`
+(kind "scores", meta {"champion": name, "race": ..., "rolling_ndcg": ...}), and
+`ServingModel` reads that record to know what to serve. Uni-Con serves until a learned
+model beats it on evidence. How a stored model scores is `selection.scoring`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rankstream.ranking.baselines import UNI_CON
+from rankstream.selection.click_race import INTERLEAVING_RECORD, refused_challengers
+from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
+from rankstream.selection.pins import pin_record_name, pinned_model
+from rankstream.selection.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
+from rankstream.stream.settings import DEFAULT_PHI_DIM
+from rankstream.stream.store import ModelStore, StoredModel
+from rankstream.telemetry import prometheus_metrics as metrics
+from rankstream.telemetry.structured_log import get_logger, log_event
+
+CHAMPION = "champion"
+
+log = get_logger("rankstream.serving")
+
+
+@dataclass(frozen=True)
+class Served:
+    """What ranked one query: the model, its version and scorer, every model's version."""
+
+    name: str
+    version: int
+    scorer: Scorer
+    model_versions: dict[str, int]
+
+
+class ServingModel:
+    """The simulator's view of the store: the model to rank with, refreshed each query.
+
+    `serving` is a model name or `champion`. `refresh()` costs one `latest_versions()`
+    call when nothing changed; a new champion or a new version of the served model is
+    loaded once (through the LRU). A champion that is not (yet) in the store, or whose
+    kind has no scorer, falls back to Uni-Con. A pinned model (`selection.pins`) is served
+    at its pinned version; the stamps still carry every model's newest version, so the
+    evaluator keeps scoring them.
+    """
+
+    def __init__(
+        self,
+        store: ModelStore,
+        serving: str = CHAMPION,
+        cache_size: int = 16,
+        width: int = DEFAULT_PHI_DIM,
+    ) -> None:
+        self.store = store
+        self.serving = serving
+        self.cache = ScorerCache(store, cache_size, width)
+        self.current: Served | None = None
+        self.switches = 0
+        self._champion: str = UNI_CON
+        self._record_version: tuple[int, int] = (0, 0)
+        self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
+        self._latest: Mapping[str, int] = {}  # the store's versions at the last refresh
+        self._race: tuple[int, Mapping[str, Any]] = (0, {})  # the published click race
+
+    def others(self, served: Served) -> Mapping[str, Served]:
+        """Every other scorable model at the version it would serve (its pinned one, else
+        its newest, as of the last `refresh`), loaded only when looked up: the challengers
+        an interleaved ranking drafts against (`selection.click_race`) read one or two."""
+        return _Others(self, served)
+
+    def refused(self, champion: str) -> frozenset[str]:
+        """The challengers the click race refused against `champion` (not to be drafted,
+        `selection.click_race.refused_challengers`), re-read when its record changed."""
+        version = self._latest.get(INTERLEAVING_RECORD, 0)
+        if version != self._race[0]:
+            record = self.store.load(INTERLEAVING_RECORD) if version else None
+            summary = {} if record is None else record.meta.get("interleaving", {})
+            self._race = (version, summary)
+        return refused_challengers(self._race[1], champion)
+
+    def _load(self, name: str, version: int) -> Served:
+        held = self._pinned(name, self._latest)
+        if held is not None:
+            return Served(name, held.version, self.cache.adopt(held), {})
+        scorer = self.cache.get(name, version)
+        if scorer is None:
+            raise LookupError(f"model {name!r} v{version} vanished from the store")
+        return Served(name, version, scorer, {})
+
+    def refresh(self) -> Served:
+        latest = self._latest = self.store.latest_versions()
+        self.cache.learn_kinds(sorted(latest))
+        versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
+        name = self.serving if self.serving != CHAMPION else self._read_champion(latest)
+        if name not in versions:
+            if self.serving != CHAMPION:
+                raise LookupError(f"serving model {name!r} is not in the store (or not scorable)")
+            name = UNI_CON
+        if UNI_CON not in versions and name == UNI_CON:
+            raise LookupError("Uni-Con is not in the store; publish it before serving")
+        version = versions[name]
+        held = self._pinned(name, latest)
+        if held is not None:
+            version = held.version
+        if self.current is None or (self.current.name, self.current.version) != (name, version):
+            scorer = self.cache.adopt(held) if held is not None else self.cache.get(name, version)
+            if scorer is None:  # trimmed between the two reads: serve what we have
+                if self.current is not None:
+                    return Served(
+                        self.current.name, self.current.version, self.current.scorer, versions
+                    )
+                raise LookupError(f"model {name!r} v{version} vanished from the store")
+            self._switch(name, version, scorer)
+        assert self.current is not None
+        return Served(self.current.name, self.current.version, self.current.scorer, versions)
+
+    def _pinned(self, name: str, latest: Mapping[str, int]) -> StoredModel | None:
+        """NAME's pinned version, re-read only when its pin record changed."""
+        record_version = latest.get(pin_record_name(name), 0)
+        cached = self._pins.get(name)
+        if cached is None or cached[0] != record_version:
+            record = self.store.load(pin_record_name(name)) if record_version else None
+            cached = self._pins[name] = (record_version, pinned_model(record))
+        return cached[1]
+
+    def _read_champion(self, latest: Mapping[str, int]) -> str:
+        versions = (latest.get(EVALUATOR_RECORD, 0), latest.get(CHAMPION_RECORD, 0))
+        if versions != self._record_version:
+            champion = stored_champion(self.store, latest)
+            self._record_version = versions
+            if champion is not None:
+                self._champion = champion
+        return self._champion
+
+    def _switch(self, name: str, version: int, scorer: Scorer) -> None:
+        previous = self.current
+        self.current = Served(name, version, scorer, {})
+        if previous is not None and previous.name == name:
+            return  # a newer version of the same model: not a switch
+        if previous is not None:
+            metrics.SERVING_MODEL_INFO.labels(model=previous.name).set(0)
+        metrics.SERVING_MODEL_INFO.labels(model=name).set(1)
+        metrics.SERVING_SWITCHES.inc()
+        self.switches += 1
+        log_event(
+            log,
+            "serving model switched",
+            level=logging.INFO,
+            previous=None if previous is None else previous.name,
+            model=name,
+            version=version,
+            mode=self.serving,
+        )
+
+
+class _Others(Mapping[str, Served]):
+    """`ServingModel.others`: name -> Served, loaded (through the LRU) on lookup."""
+
+    def __init__(self, serving: ServingModel, served: Served) -> None:
+        self._serving = serving
+        self._versions = {n: v for n, v in served.model_versions.items() if n != served.name}
+
+    def __getitem__(self, name: str) -> Served:
+        return self._serving._load(name, self._versions[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._versions)
+
+    def __len__(self) -> int:
+        return len(self._versions)
