@@ -13,6 +13,9 @@ PDGD's default learning rate too: `ranking.learners` declares it (numpy-free) an
 # collection's `feature_names` (tests/test_feedback.py checks); a constant, because
 # counting the measures would import numba.
 DEFAULT_PHI_DIM = 36
+# The meta key a stored model's width is written under: the batch fits
+# (`ranking.batch_models`) stamp it, `stream.store` reads it back.
+WIDTH_KEY = "phi_dim"
 
 # The randomized logging policies `ranking.propensity.randomize` makes: the top shown
 # shuffled (RandTop-n, serve's default: the first) or ranks 1 and k swapped.

@@ -18,24 +18,22 @@ cMDS-DML learns a metric for.
 
 Both models see phi through a `Standardizer` fitted on the deduplicated reservoir
 points, stored with the model (DESIGN: the feature scaling travels in the meta/arrays).
-Every fit stores the width it was trained on (meta `phi_dim`, `stream.store.WIDTH_KEY`).
+Every fit stores the width it was trained on (meta `phi_dim`, `ranking.WIDTH_KEY`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rankstream.ranking import DEFAULT_PHI_DIM, WIDTH_KEY
 from rankstream.ranking.baselines import UniCon
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock
 from rankstream.ranking.validation import as_float_matrix
-from rankstream.stream.settings import DEFAULT_PHI_DIM
-from rankstream.stream.store import WIDTH_KEY
-from rankstream.workers.options import option
 
 MEASURES_PER_DESCRIPTOR = 4
 CMDS_DML, RANKMKL = "cmds_dml", "rankmkl"
@@ -369,14 +367,25 @@ def fit_cmds_dml(
 class RankMKLParams:
     """`max_pairs` bounds the training pairs (RankMKL's kernels are n x n over their points)."""
 
-    kernel: str = option(
-        "linear", "RankMKL base kernel per descriptor group", choices=("linear", "chi2")
+    # declared as options (`workers.options` reads this metadata: `--mkl-kernel`,
+    # `--mkl-pairs`), without importing the CLI's machinery into ranking
+    kernel: str = field(
+        default="linear",
+        metadata={
+            "help": "RankMKL base kernel per descriptor group",
+            "choices": ("linear", "chi2"),
+        },
     )
-    C: float = option(1.0, cli=False)
-    max_pairs: int = option(
-        1500, "RankMKL trains on at most P reservoir pairs", name="pairs", metavar="P"
+    C: float = field(default=1.0, metadata={"cli": False})
+    max_pairs: int = field(
+        default=1500,
+        metadata={
+            "help": "RankMKL trains on at most P reservoir pairs",
+            "name": "pairs",
+            "metavar": "P",
+        },
     )
-    seed: int = option(0, cli=False)  # `worker batch` sets the reservoir's
+    seed: int = field(default=0, metadata={"cli": False})  # `worker batch` sets the reservoir's
 
 
 class RankMKLScorer:

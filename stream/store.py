@@ -31,11 +31,11 @@ from typing import Protocol
 
 import numpy as np
 
-from rankstream.ranking import DEFAULT_PHI_DIM
+from rankstream.ranking import DEFAULT_PHI_DIM, WIDTH_KEY
 from rankstream.stream.codec import decode_arrays, encode_arrays
 
 DEFAULT_KEEP_VERSIONS = 50
-WIDTH_KEY = "phi_dim"  # meta key: the feature width a model was trained on
+# WIDTH_KEY (`rankstream.ranking`): the meta key of the feature width a model was trained on
 LEGACY_WIDTH = DEFAULT_PHI_DIM  # models stored before widths were configurable are the paper's
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 _WRITE_ID = re.compile(r"^[A-Za-z0-9_\-]{8,64}$")
