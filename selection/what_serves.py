@@ -1,16 +1,23 @@
-"""The model the simulator ranks with: a named model, or the evaluator's champion.
+"""What serves now: the one rule, and the simulator's view of the store that applies it.
 
-The champion is chosen by the evaluator (`selection.judged_race`: a paired sequential test
-of each challenger against the incumbent), which publishes it as the model `evaluator`
-(kind "scores", meta {"champion": name, "race": ..., "rolling_ndcg": ...}), and
-`ServingModel` reads that record to know what to serve. Uni-Con serves until a learned
-model beats it on evidence. How a stored model scores is `selection.scoring`.
+`serves_now(requested, champion, servable)` is the only place that decides which model
+answers a ranking: a named model if it is servable; none or `champion`: the champion,
+else Uni-Con while the champion is not servable (not stored yet, or not loadable). Serve
+(`serve.registry.Snapshot.resolve`, over its loaded snapshot), the simulator and both
+demos (`ServingModel`, over the store's scorable models) call it; `served_version` is
+the other half: a pinned model (`selection.pins`) serves its pinned version, every other
+its newest.
+
+The champion is the champion record's (`selection.judged_race.stored_champion`: the
+record `champion` either race writes, else the evaluator's), read again only when one
+of those records changed. Uni-Con serves until a learned model beats it on evidence.
+How a stored model scores is `selection.scoring`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +31,37 @@ from rankstream.stream.store import ModelStore, StoredModel
 from rankstream.telemetry import prometheus_metrics as metrics
 from rankstream.telemetry.structured_log import get_logger, log_event
 
-CHAMPION = "champion"
+CHAMPION = "champion"  # what a request or `--serving` names to be served the champion
+
+
+class UnknownModelError(LookupError):
+    """The requested model or version is not servable; `field` is "model" or "version"."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def serves_now(requested: str | None, champion: str, servable: Collection[str]) -> str:
+    """The model that answers a ranking (module docstring): `requested` if servable; None
+    or `champion`: the champion, else Uni-Con. UnknownModelError if none of them is."""
+    if requested is not None and requested != CHAMPION:
+        if requested in servable:
+            return requested
+        raise UnknownModelError(
+            "model", f"unknown model {requested!r}; servable: {sorted(servable)}"
+        )
+    if champion in servable:
+        return champion
+    if UNI_CON in servable:
+        return UNI_CON
+    raise UnknownModelError("model", "no model is loaded yet (the store has none)")
+
+
+def served_version(newest: int, pinned: StoredModel | None) -> int:
+    """The version a model serves: its pinned one (`selection.pins`), else its newest."""
+    return pinned.version if pinned is not None else newest
+
 
 log = get_logger("rankstream.serving")
 
@@ -97,17 +134,10 @@ class ServingModel:
         latest = self._latest = self.store.latest_versions()
         self.cache.learn_kinds(sorted(latest))
         versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
-        name = self.serving if self.serving != CHAMPION else self._read_champion(latest)
-        if name not in versions:
-            if self.serving != CHAMPION:
-                raise LookupError(f"serving model {name!r} is not in the store (or not scorable)")
-            name = UNI_CON
-        if UNI_CON not in versions and name == UNI_CON:
-            raise LookupError("Uni-Con is not in the store; publish it before serving")
-        version = versions[name]
+        champion = self._read_champion(latest) if self.serving == CHAMPION else UNI_CON
+        name = serves_now(self.serving, champion, versions)
         held = self._pinned(name, latest)
-        if held is not None:
-            version = held.version
+        version = served_version(versions[name], held)
         if self.current is None or (self.current.name, self.current.version) != (name, version):
             scorer = self.cache.adopt(held) if held is not None else self.cache.get(name, version)
             if scorer is None:  # trimmed between the two reads: serve what we have

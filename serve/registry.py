@@ -39,7 +39,7 @@ from rankstream.selection.scoring import (
     scorer_for,
 )
 from rankstream.selection.unicon_baseline import calibrating
-from rankstream.selection.what_serves import CHAMPION
+from rankstream.selection.what_serves import UnknownModelError, served_version, serves_now
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import DEFAULT_PHI_DIM
 from rankstream.stream.store import ModelStore, StoredModel
@@ -47,14 +47,6 @@ from rankstream.telemetry import prometheus_metrics as metrics
 from rankstream.telemetry.structured_log import get_logger, log_event
 
 log = get_logger("rankstream.serve.registry")
-
-
-class UnknownModelError(LookupError):
-    """The requested model or version is not servable; `field` is "model" or "version"."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -101,18 +93,9 @@ class Snapshot:
     built_at: float = 0.0
 
     def resolve(self, model: str | None) -> LoadedModel:
-        """The default-served version of `model` (None or "champion": the champion, or
-        Uni-Con while the champion is not loadable, as the simulator does)."""
-        name = self.champion if model in (None, CHAMPION) else model
-        loaded = self.models.get(name)  # type: ignore[arg-type]
-        if loaded is None and model in (None, CHAMPION):
-            loaded = self.models.get(UNI_CON)
-        if loaded is None:
-            if model in (None, CHAMPION):
-                raise UnknownModelError("model", "no model is loaded yet (the store has none)")
-            raise UnknownModelError(
-                "model", f"unknown model {model!r}; servable: {sorted(self.models)}"
-            )
+        """The default-served version of `model`, by the one rule of what serves now
+        (`selection.what_serves.serves_now`, the simulator's too) over the loaded models."""
+        loaded = self.models[serves_now(model, self.champion, self.models)]
         return loaded
 
     @property
@@ -201,7 +184,7 @@ class ModelRegistry:
         self, name: str, version: int, held: StoredModel | None, current: LoadedModel | None
     ) -> LoadedModel | None:
         """The version to serve (pinned or newest), reusing `current` when it is that one."""
-        want = held.version if held is not None else version
+        want = served_version(version, held)
         if current is not None and current.version == want and current.pinned == bool(held):
             return current
         stored = held if held is not None else self.store.load_version(name, version)
