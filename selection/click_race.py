@@ -1,6 +1,7 @@
-"""Who serves, on click traffic: interleaving races, one per (champion, challenger) pair.
+"""Who serves, on click traffic: the interleaving race (one per champion, challenger
+pair) and the serve-time drafting that makes its impressions (`Interleaver`).
 
-Beside the judged race (`selection.judged_race`): where no grades arrive, each interleaved
+The race. Beside the judged race (`selection.judged_race`): where no grades arrive, each interleaved
 impression of the champion with a challenger (`ranking.interleaving`), once its clicks
 are joined, gives one outcome for the challenger: +1 (its team got more clicks), -1
 (fewer) or 0 (as many, no clicks included). Those outcomes are the race's paired
