@@ -150,7 +150,7 @@ def test_required_build_that_is_missing_is_refused(tmp_path, monkeypatch) -> Non
 
 
 def test_a_replay_on_the_build_never_imports_numba(build_dir: Path, tmp_path: Path) -> None:
-    from rankstream.commands.bench.replay import write_log
+    from rankstream.harness.replay_bench import write_log
     from rankstream.ranking.learners import worker_defaults
 
     write_log(tmp_path / "log", 20_000, 2, seed=1)
@@ -184,7 +184,7 @@ def test_the_exported_arguments_are_the_kernels_own() -> None:
 
 
 def test_replay_refuses_a_required_build_that_is_missing(tmp_path: Path) -> None:
-    from rankstream.commands.bench.replay import write_log
+    from rankstream.harness.replay_bench import write_log
 
     write_log(tmp_path / "log", 2_000, 1, seed=2)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty")}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.commands.bench.learners import make_stream
 from rankstream.harness import learner_c_reference as _c_reference
+from rankstream.harness.learners_bench import make_stream
 from rankstream.ranking.learners import hyperparameters, learner
 from rankstream.ranking.learners import names as learner_names
 
