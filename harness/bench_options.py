@@ -1,4 +1,5 @@
-"""What `bench serve`, `bench ingest` and `bench clicks` can be told: their options, declared once.
+"""What `bench pipeline`, `bench serve`, `bench ingest` and `bench clicks` can be told:
+their options, declared once.
 
 Kept apart from the benches (which import pyarrow and the clients) so the command line is
 built from these fields without them (`workers.options`).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.workers.options import option
 
 
@@ -67,3 +69,33 @@ class ClicksBenchOptions:
             raise ValueError("impressions, batch, connections and repeats must be >= 1")
         if self.candidates < 13:
             raise ValueError("candidates must be >= 13 (clicks go to ranks 1-12)")
+
+
+@dataclass(frozen=True)
+class PipelineBenchOptions:
+    """What `rankstream bench pipeline` can be told."""
+
+    triplets: int = option(3_000_000, "triplets per run", metavar="N")
+    queries_per_message: int = option(
+        QUERIES_PER_MESSAGE,
+        "judged queries per Kafka message (as the simulator sends them: ~2,260 triplets; at "
+        "1 both wire versions are bound by the Python Kafka client's cost per message, not "
+        "by bytes)",
+        metavar="Q",
+    )
+    repeats: int = option(
+        3, "timed runs of each wire version; the medians are reported", metavar="R"
+    )
+    checkpoint_records: int = option(100_000, "worker checkpoint interval in triplets", metavar="N")
+    producers: int = option(2, "producer processes sharing the messages", metavar="P")
+    compare_kafka: str | None = option(
+        None,
+        "instead of wire v1 vs v2: v2 on the configured Kafka vs on this one (host:port "
+        "list; e.g. `services up --kafka-brokers 3` under another --root), alternating, "
+        "same seeds and Redis",
+        metavar="BOOTSTRAP",
+    )
+
+    def __post_init__(self) -> None:
+        if min(self.triplets, self.queries_per_message, self.repeats, self.producers) < 1:
+            raise ValueError("triplets, queries_per_message, repeats and producers must be >= 1")

@@ -4,50 +4,18 @@ wire versions 1 and 2 alternating in the same invocation."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import print_json
 from rankstream.commands._options import options_arguments
 from rankstream.commands._real_services import on_real_services
-from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
-from rankstream.workers.options import option
+from rankstream.harness.bench_options import PipelineBenchOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from rankstream.harness.pipeline_bench import PipelineRun
     from rankstream.stream.settings import Settings
-
-
-@dataclass(frozen=True)
-class PipelineBenchOptions:
-    """What `rankstream bench pipeline` can be told."""
-
-    triplets: int = option(3_000_000, "triplets per run", metavar="N")
-    queries_per_message: int = option(
-        QUERIES_PER_MESSAGE,
-        "judged queries per Kafka message (as the simulator sends them: ~2,260 triplets; at "
-        "1 both wire versions are bound by the Python Kafka client's cost per message, not "
-        "by bytes)",
-        metavar="Q",
-    )
-    repeats: int = option(
-        3, "timed runs of each wire version; the medians are reported", metavar="R"
-    )
-    checkpoint_records: int = option(100_000, "worker checkpoint interval in triplets", metavar="N")
-    producers: int = option(2, "producer processes sharing the messages", metavar="P")
-    compare_kafka: str | None = option(
-        None,
-        "instead of wire v1 vs v2: v2 on the configured Kafka vs on this one (host:port "
-        "list; e.g. `services up --kafka-brokers 3` under another --root), alternating, "
-        "same seeds and Redis",
-        metavar="BOOTSTRAP",
-    )
-
-    def __post_init__(self) -> None:
-        if min(self.triplets, self.queries_per_message, self.repeats, self.producers) < 1:
-            raise ValueError("triplets, queries_per_message, repeats and producers must be >= 1")
 
 
 add_arguments = options_arguments(PipelineBenchOptions)
