@@ -1,8 +1,11 @@
-"""Ranking algorithms and metrics. Knows nothing of Kafka, Redis or Prometheus.
+"""The learners and models, and how they are measured: online rankers, cMDS-DML, RankMKL
+and their batch fits (`batch_models`), NDCG (`metrics`), the interleaving algorithm, the
+sequential tests. Knows nothing of Kafka, Redis or Prometheus.
 
 `DEFAULT_PHI_DIM` lives here, with no import at all, because three layers share it:
 the simulator's width, the deployment's default (`stream.settings`, which must stay
-numpy-free) and the width a model stored before widths were configurable has. The
+numpy-free) and the width a model stored before widths were configurable has; the meta
+key a width is stored under (`WIDTH_KEY`) beside it. The
 propensity interventions' names live here for the same reason: `ranking.propensity`
 makes them, `stream.settings` lets a deployment choose one (`RANKSTREAM_INTERVENTION`).
 PDGD's default learning rate too: `ranking.learners` declares it (numpy-free) and

@@ -1,1 +1,3 @@
-"""Wire schema, transports (Kafka, embedded) and model stores (Redis, embedded)."""
+"""The wire and the stores: record schemas and their encoding, transports (Kafka,
+embedded), model stores (Redis, embedded), recordings, the deployment's settings, and the
+click join's event-time window (`click_window`)."""
