@@ -1,35 +1,25 @@
-"""The click demo's record and report: who was champion when, and on what evidence.
+"""The click demo: `run_click_demo` and its report (`ClickDemoResult.report()` is the
+click demo's DIR/report.json).
 
-`rankstream demo --feedback clicks:MODEL` (`rankstream.demo_pipeline`, `DemoOptions.feedback`)
-sends no judgment: the click join's interleaving race (`selection.click_race`) is the
-only thing that can move the champion. `ClickHistory` follows the run one impression at
-a time, after the join has joined that impression's clicks and checkpointed:
-
-* the champion (the race's incumbent, which follows the store's champion record), and
-  for each switch the impression that decided it, the record's evidence (`decided_by`,
-  `previous`, the winner's wins/losses/ties, statistic and threshold) and every
-  challenger's race as it stood then (the race restarts against the new champion);
-* per impression: the model that served it, whether it was interleaved, its clicks, and
-  the true NDCG@50 of what was shown (`StepResult.shown_ndcg`: the simulator's
-  measurement from the collection's ground truth, never sent to the system);
-* each challenger's log statistic after every interleaved impression (the plot).
-
-`ClickDemoResult.report()` is the click demo's DIR/report.json.
+`rankstream demo --feedback clicks:MODEL` runs the embedded pipeline
+(`rankstream.demo_pipeline`, `DemoOptions.feedback`) with users who click and send no
+judgment: the click join's interleaving race (`selection.click_race`) is the only thing
+that can move the champion. What it records, impression by impression, is
+`rankstream.click_history.ClickHistory`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rankstream.ranking.baselines import UNI_CON
-from rankstream.selection.click_race import InterleavingRace
-from rankstream.selection.judged_race import CHAMPION_RECORD
-from rankstream.stream.store import ModelStore
-from rankstream.workers.simulator import StepResult
+from rankstream.click_history import ClickHistory, rounded_mean
+from rankstream.demo_pipeline import DemoOptions, run_pipeline
+from rankstream.simulators.images import CandidateRetriever, ImageCollection
+from rankstream.stream.settings import Settings
 
 TRUE_NDCG_NOTE = (
     "the simulator's measurement from the collection's ground truth, never sent to the "
@@ -38,107 +28,10 @@ TRUE_NDCG_NOTE = (
 
 
 @dataclass
-class ChampionSpell:
-    """One champion's time in office: from the impression after the one that decided it."""
-
-    champion: str
-    first_impression: int  # 1-based: the first impression it served
-    decided_at: int | None = None  # the impression whose clicks decided the switch
-    decision: dict[str, Any] = field(default_factory=dict)  # the champion record's meta
-    race: dict[str, Any] = field(default_factory=dict)  # every challenger's race then
-
-
-class ClickHistory:
-    """The click demo's running record (module docstring)."""
-
-    def __init__(self, store: ModelStore) -> None:
-        self.store = store
-        self.spells = [ChampionSpell(UNI_CON, 1)]
-        self.served_by: list[str] = []
-        self.interleaved: list[bool] = []
-        self.clicks: list[int] = []
-        self.shown_ndcg: list[float] = []
-        self.statistics: dict[str, list[tuple[int, float]]] = {}  # challenger -> (imp., log)
-        self.threshold: float | None = None
-        self._race: dict[str, Any] = {}  # the race's summary after the last impression
-
-    @property
-    def champion(self) -> str:
-        return self.spells[-1].champion
-
-    @property
-    def impressions(self) -> int:
-        return len(self.served_by)
-
-    def step(self, result: StepResult, race: InterleavingRace) -> None:
-        """Record one impression, once its clicks are joined and the join checkpointed."""
-        if result.shown_ndcg is None:
-            raise ValueError("the click demo's simulator measures every list it shows")
-        self.served_by.append(result.served.name)
-        self.interleaved.append(bool(result.team_models))
-        self.clicks.append(result.clicks)
-        self.shown_ndcg.append(result.shown_ndcg)
-        n = self.impressions
-        if race.incumbent != self.champion:
-            record = self.store.load(CHAMPION_RECORD)
-            decision = {} if record is None else dict(record.meta)
-            evidence = decision.get("evidence", {})
-            before = dict(self._race.get("challengers", {}))
-            winner = evidence.get("challenger", race.incumbent)
-            before[winner] = {k: v for k, v in evidence.items() if k != "challenger"}
-            self.spells.append(ChampionSpell(race.incumbent, n + 1, n, decision, before))
-            self._statistics(n, before)
-        if result.team_models or race.incumbent != self._race.get("incumbent"):
-            self._race = race.summary()
-            self._statistics(n, self._race.get("challengers", {}))
-
-    def _statistics(self, impression: int, challengers: dict[str, Any]) -> None:
-        for model, seen in challengers.items():
-            self.statistics.setdefault(model, []).append((impression, seen["log_statistic"]))
-            self.threshold = seen["threshold"]
-
-    def race(self) -> dict[str, Any]:
-        """The current race (against the champion now), as the join publishes it."""
-        return self._race
-
-    def spell_report(self) -> list[dict[str, Any]]:
-        """Each champion's spell: when and why it began, and the true NDCG@50 shown in it."""
-        shown = np.asarray(self.shown_ndcg)
-        mixed = np.asarray(self.interleaved, dtype=bool)
-        ends = [s.first_impression - 1 for s in self.spells[1:]] + [self.impressions]
-        spells = []
-        for spell, end in zip(self.spells, ends, strict=True):
-            part = slice(spell.first_impression - 1, end)
-            own = shown[part][~mixed[part]]
-            entry: dict[str, Any] = {
-                "champion": spell.champion,
-                "first_impression": spell.first_impression,
-                "last_impression": end,
-                "impressions": end - spell.first_impression + 1,
-                "true_ndcg_at_50_shown": _mean(shown[part]),
-                "true_ndcg_at_50_champion_lists": _mean(own),
-            }
-            if spell.decided_at is not None:
-                entry |= {
-                    "decided_at_impression": spell.decided_at,
-                    "decided_by": spell.decision.get("decided_by"),
-                    "previous": spell.decision.get("previous"),
-                    "evidence": spell.decision.get("evidence", {}),
-                    "race": spell.race,
-                }
-            spells.append(entry)
-        return spells
-
-
-def _mean(values: np.ndarray) -> float | None:
-    return round(float(np.mean(values)), 4) if len(values) else None
-
-
-@dataclass
 class ClickDemoResult:
     """One click demo run: its history and counts; `report()` is DIR/report.json."""
 
-    options: Any  # rankstream.demo_pipeline.DemoOptions (not imported: demo imports this module)
+    options: DemoOptions
     collection: str
     images: int
     seconds: float
@@ -189,7 +82,7 @@ class ClickDemoResult:
             "interleaving": history.race(),
             "true_ndcg_at_50": {
                 "note": TRUE_NDCG_NOTE,
-                "shown": _mean(np.asarray(history.shown_ndcg)),
+                "shown": rounded_mean(np.asarray(history.shown_ndcg)),
                 "before_first_switch": spells[0]["true_ndcg_at_50_shown"],
                 "after_last_switch": spells[-1]["true_ndcg_at_50_shown"] if switches else None,
             },
@@ -202,3 +95,49 @@ class ClickDemoResult:
             "refits": self.refits,
             "options": dataclasses.asdict(self.options),
         }
+
+
+def run_click_demo(
+    options: DemoOptions,
+    settings: Settings | None = None,
+    *,
+    collection: ImageCollection | None = None,
+    index: CandidateRetriever | None = None,
+    progress: bool = True,
+) -> ClickDemoResult:
+    """The click demo (`options.feedback` "clicks:<model>"; module docstring): no
+    judgment sent, the interleaving race moves the champion; collect its history."""
+    if not options.clicks:
+        raise ValueError("the click demo needs feedback clicks:<model>; judged is run_demo")
+    run = run_pipeline(options, settings, collection, index, progress)
+    pipeline = run.pipeline
+    assert pipeline.join is not None and pipeline.clicks is not None
+    simulation, join = pipeline.simulation.handler, pipeline.join.handler
+    counters = join.counters.to_json()
+    return ClickDemoResult(
+        options=options,
+        collection=run.collection.name,
+        images=run.collection.n_images,
+        seconds=run.seconds,
+        cpu_seconds=run.cpu_seconds,
+        collection_seconds=run.collection_seconds,
+        history=pipeline.clicks,
+        settings={
+            "interleaving_share": pipeline.settings.interleaving_share,
+            "interleaving_method": pipeline.settings.interleaving_method,
+            "test": join.policy.describe(),
+        },
+        judged={  # nothing judged reached the system: no judged query, no judged triplet
+            "queries_sent": sum(
+                pipeline.transport.end_offsets(pipeline.settings.queries_topic).values()
+            ),
+            "triplets_sent": simulation.triplets_produced,
+        },
+        join={
+            k: counters[k] for k in ("sessions", "triplets", "dead_letters", "stale_interleavings")
+        },
+        learned_triplets=pipeline.online.counters.records,
+        learning_seconds=pipeline.clock.arrays(),
+        refits=pipeline.batch.counters.refits,
+        first_call=pipeline.first_call,
+    )

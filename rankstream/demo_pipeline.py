@@ -34,8 +34,8 @@ race) is not run. Its loop instead:
 
 The simulator also measures the true NDCG@50 of every list it showed from the
 collection's ground truth (`StepResult.shown_ndcg`): the report's measurement, never
-sent to the system. `rankstream.click_demo` keeps the champion's history and the
-interleaving evidence and builds the click demo's report.
+sent to the system. `rankstream.click_history` keeps the champion's history and the
+interleaving evidence; `rankstream.click_demo` runs the click demo and builds its report.
 
 The demo is the loop: each worker reads its own topic through its own consumer, polled
 without waiting, and nothing runs on a thread, so one query is evaluated before any
@@ -69,7 +69,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rankstream.click_demo import ClickDemoResult, ClickHistory
+from rankstream.click_history import ClickHistory, rounded_mean
 from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import UNI_CON as BASELINE
@@ -267,7 +267,7 @@ class DemoResult:
         def improvement(curves: dict[str, np.ndarray], model: str) -> float | None:
             both = scored[model] & scored[BASELINE]
             gain = curves[model][both] - curves[BASELINE][both]
-            return _mean(gain) if both.any() else None
+            return rounded_mean(gain) if both.any() else None
 
         served: dict[str, int] = {}
         for name in self.served_by:
@@ -281,11 +281,11 @@ class DemoResult:
             "collection": self.collection,
             "images": self.images,
             "seed": self.options.seed,
-            "ndcg_at_50": {m: _mean(v[scored[m]]) for m, v in self.ndcg.items()},
+            "ndcg_at_50": {m: rounded_mean(v[scored[m]]) for m, v in self.ndcg.items()},
             "improvement_over_uni_con": {
                 m: improvement(self.ndcg, m) for m in self.ndcg if m != BASELINE
             },
-            "map": {m: _mean(v[scored[m]]) for m, v in self.ap.items()},
+            "map": {m: rounded_mean(v[scored[m]]) for m, v in self.ap.items()},
             "map_improvement_over_uni_con": {
                 m: improvement(self.ap, m) for m in self.ap if m != BASELINE
             },
@@ -303,10 +303,6 @@ class DemoResult:
             "options": dataclasses.asdict(self.options),
             **self.extra,
         }
-
-
-def _mean(values: np.ndarray) -> float | None:
-    return round(float(np.mean(values)), 4) if len(values) else None
 
 
 class LearningClock:
@@ -501,7 +497,7 @@ class DemoPipeline:
 
 
 @dataclass
-class _Run:
+class FinishedRun:
     """A finished pipeline and what its run took."""
 
     pipeline: DemoPipeline
@@ -511,13 +507,13 @@ class _Run:
     collection_seconds: float
 
 
-def _run(
+def run_pipeline(
     options: DemoOptions,
     settings: Settings | None,
     collection: ImageCollection | None,
     index: CandidateRetriever | None,
     progress: bool,
-) -> _Run:
+) -> FinishedRun:
     """Build or load the collection, run the pipeline for the options' queries."""
     configure_logging("WARNING")  # workers log every checkpoint at INFO; keep stderr readable
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -535,7 +531,7 @@ def _run(
                 advance(pipeline)
     finally:
         pipeline.close()
-    return _Run(
+    return FinishedRun(
         pipeline,
         collection,
         time.perf_counter() - started,
@@ -559,7 +555,7 @@ def run_demo(
     """
     if options.clicks:
         raise ValueError(f"feedback {options.feedback!r}: that is the click demo, run_click_demo")
-    run = _run(options, settings, collection, index, progress)
+    run = run_pipeline(options, settings, collection, index, progress)
     pipeline = run.pipeline
     assert pipeline.evaluator is not None
     summary = pipeline.evaluator.summary()
@@ -579,52 +575,6 @@ def run_demo(
         champion_switches=pipeline.champion_switches,
         refits=pipeline.batch.counters.refits,
         rolling_ndcg=summary["rolling_ndcg"],
-        first_call=pipeline.first_call,
-    )
-
-
-def run_click_demo(
-    options: DemoOptions,
-    settings: Settings | None = None,
-    *,
-    collection: ImageCollection | None = None,
-    index: CandidateRetriever | None = None,
-    progress: bool = True,
-) -> ClickDemoResult:
-    """The click demo (`options.feedback` "clicks:<model>"; module docstring): no
-    judgment sent, the interleaving race moves the champion; collect its history."""
-    if not options.clicks:
-        raise ValueError("the click demo needs feedback clicks:<model>; judged is run_demo")
-    run = _run(options, settings, collection, index, progress)
-    pipeline = run.pipeline
-    assert pipeline.join is not None and pipeline.clicks is not None
-    simulation, join = pipeline.simulation.handler, pipeline.join.handler
-    counters = join.counters.to_json()
-    return ClickDemoResult(
-        options=options,
-        collection=run.collection.name,
-        images=run.collection.n_images,
-        seconds=run.seconds,
-        cpu_seconds=run.cpu_seconds,
-        collection_seconds=run.collection_seconds,
-        history=pipeline.clicks,
-        settings={
-            "interleaving_share": pipeline.settings.interleaving_share,
-            "interleaving_method": pipeline.settings.interleaving_method,
-            "test": join.policy.describe(),
-        },
-        judged={  # nothing judged reached the system: no judged query, no judged triplet
-            "queries_sent": sum(
-                pipeline.transport.end_offsets(pipeline.settings.queries_topic).values()
-            ),
-            "triplets_sent": simulation.triplets_produced,
-        },
-        join={
-            k: counters[k] for k in ("sessions", "triplets", "dead_letters", "stale_interleavings")
-        },
-        learned_triplets=pipeline.online.counters.records,
-        learning_seconds=pipeline.clock.arrays(),
-        refits=pipeline.batch.counters.refits,
         first_call=pipeline.first_call,
     )
 

@@ -82,6 +82,7 @@ from rankstream.ranking.pdgd import plackett_luce_intervention
 from rankstream.selection.click_race import Interleaver, refused_challengers
 from rankstream.selection.scoring import logged_order, served_order
 from rankstream.selection.unicon_baseline import publish_unicon
+from rankstream.selection.what_serves import UnknownModelError
 from rankstream.serve.bodies import (
     ARROW,
     JSON,
@@ -102,12 +103,7 @@ from rankstream.serve.delivery import FeedbackDesk, InProgress, publish_clicks
 from rankstream.serve.embedded_workers import EmbeddedWorkers
 from rankstream.serve.models_listing import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
-from rankstream.serve.registry import (
-    LoadedModel,
-    ModelRegistry,
-    Snapshot,
-    UnknownModelError,
-)
+from rankstream.serve.registry import LoadedModel, ModelRegistry, Snapshot
 from rankstream.stream.click_schema import Click
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT

@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 
 from rankstream.cli import main
-from rankstream.demo_pipeline import (
-    DemoOptions,
-    DemoPipeline,
-    report_models,
-    run_click_demo,
-    run_demo,
-)
+from rankstream.click_demo import run_click_demo
+from rankstream.demo_pipeline import DemoOptions, DemoPipeline, report_models, run_demo
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.simulators.collection import build_collection
 from rankstream.simulators.retrieval import CandidateIndex

@@ -83,8 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankstream.click_demo import run_click_demo
     from rankstream.commands._usage import options_checked
-    from rankstream.demo_pipeline import DemoOptions, run_click_demo, run_demo
+    from rankstream.demo_pipeline import DemoOptions, run_demo
     from rankstream.simulators.fashion_mnist import FashionMNISTMissingError
 
     given = {"refit_every": args.refit_every, "interleaving_share": args.interleaving_share}
