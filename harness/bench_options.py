@@ -1,5 +1,5 @@
-"""What `bench pipeline`, `bench serve`, `bench ingest` and `bench clicks` can be told:
-their options, declared once.
+"""What `bench pipeline`, `bench scaleout`, `bench serve`, `bench ingest` and `bench clicks`
+can be told: their options, declared once.
 
 Kept apart from the benches (which import pyarrow and the clients) so the command line is
 built from these fields without them (`workers.options`).
@@ -99,3 +99,17 @@ class PipelineBenchOptions:
     def __post_init__(self) -> None:
         if min(self.triplets, self.queries_per_message, self.repeats, self.producers) < 1:
             raise ValueError("triplets, queries_per_message, repeats and producers must be >= 1")
+
+
+@dataclass(frozen=True)
+class ScaleoutBenchOptions:
+    """What `rankstream bench scaleout` can be told."""
+
+    triplets: int = option(2_000_000, "triplets pre-produced per run", metavar="N")
+    workers: tuple[int, ...] = option((1, 2, 4), "worker process counts to time", metavar="K")
+    partitions: int = option(4, "partitions of the run's triplets topic", metavar="P")
+    repeats: int = option(3, "timed runs per worker count; the median is reported", metavar="R")
+
+    def __post_init__(self) -> None:
+        if min(self.triplets, self.partitions, self.repeats, *self.workers) < 1:
+            raise ValueError("triplets, partitions, repeats and the workers must be >= 1")

@@ -1,15 +1,25 @@
-"""The layers import one way, and no module imports itself back through others.
+"""The layers import one way, no module imports itself back through others, and each
+folder holds what its name says (issue 39).
 
 Read from the source with `ast` (every import statement, at module level, inside
 functions and under `if TYPE_CHECKING:` alike: a type-only arrow is still an arrow):
 
-    ranking        <- simulators
-    ranking, simulators?, stream  <- workers  <- serve  <- harness  <- rankstream (CLI, demo, evals)
+    ranking <- simulators
+    ranking <- stream <- telemetry <- producers <- selection <- workers <- serve <- harness
+        <- rankstream (CLI, demos, evals)
 
-`stream` and `simulators` are siblings: neither imports the other. The client libraries
-stay where docs/architecture.md puts them: `ranking` never imports Kafka, Redis, Prometheus or
-pyarrow; `simulators` none of the services; `workers` never Kafka or Redis (their
+`stream` and `simulators` are siblings: neither imports the other; `telemetry`,
+`producers` and `selection` import no simulator. The client libraries stay where
+docs/architecture.md puts them: `ranking` never imports Kafka, Redis, Prometheus or pyarrow;
+`simulators` none of the services; nothing above `stream` imports Kafka or Redis (their
 exceptions are translated inside `stream`).
+
+And the rooms (issue 39): outside `rankstream/commands/` (which mirrors the CLI's words)
+no two modules share a file name; `workers/` holds the long-running processes, their
+options beside each, and the runtime they share, nothing else; interleaving lives in
+three modules (the algorithm, the race, the evaluation); serve and the simulator ask the
+one resolver what serves; a benchmark lives in `harness/`, its command only parses
+arguments; every package's docstring names only modules it holds.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_deprecated_names import MOVED
 
 ROOT = Path(__file__).resolve().parents[1]
 # folder -> the installed package it becomes (pyproject.toml's package-dir)
@@ -26,19 +37,26 @@ FOLDERS = {
     "ranking": "rankstream.ranking",
     "simulators": "rankstream.simulators",
     "stream": "rankstream.stream",
+    "telemetry": "rankstream.telemetry",
+    "producers": "rankstream.producers",
+    "selection": "rankstream.selection",
     "workers": "rankstream.workers",
     "serve": "rankstream.serve",
     "harness": "rankstream.harness",
     "rankstream": "rankstream",
 }
 # layer -> the layers it may import (itself included)
+_BELOW_WORKERS = {"ranking", "simulators", "stream", "telemetry", "producers", "selection"}
 ALLOWED = {
     "ranking": {"ranking"},
     "simulators": {"ranking", "simulators"},
     "stream": {"stream"},
-    "workers": {"ranking", "simulators", "stream", "workers"},
-    "serve": {"ranking", "simulators", "stream", "workers", "serve"},
-    "harness": {"ranking", "simulators", "stream", "workers", "serve", "harness"},
+    "telemetry": {"stream", "telemetry"},
+    "producers": {"ranking", "stream", "telemetry", "producers"},
+    "selection": {"ranking", "stream", "telemetry", "producers", "selection"},
+    "workers": _BELOW_WORKERS | {"workers"},
+    "serve": _BELOW_WORKERS | {"workers", "serve"},
+    "harness": _BELOW_WORKERS | {"workers", "serve", "harness"},
     "rankstream": set(FOLDERS),
 }
 # The sanctioned crossings: the record type of the stream, defined with the learners
@@ -50,6 +68,9 @@ CROSSINGS = {("stream", "rankstream.ranking.triplets"), ("stream", "rankstream.r
 FORBIDDEN = {
     "ranking": {"kafka", "redis", "prometheus_client", "pyarrow"},
     "simulators": {"kafka", "redis", "prometheus_client"},
+    "telemetry": {"kafka", "redis"},
+    "producers": {"kafka", "redis"},
+    "selection": {"kafka", "redis"},
     "workers": {"kafka", "redis"},
 }
 
@@ -188,7 +209,11 @@ LONG_FUNCTION_LINES = 60
 
 @pytest.mark.parametrize(
     "module",
-    sorted(m for m, (layer, _) in MODULES.items() if layer == "workers" or ".commands." in m),
+    sorted(
+        m
+        for m, (layer, _) in MODULES.items()
+        if layer in ("workers", "producers", "selection") or ".commands." in m
+    ),
 )
 def test_worker_handler_and_command_functions_stay_short(module: str) -> None:
     """A function of a worker, handler or command module fits on a screen (<= 60 lines)."""
@@ -200,3 +225,112 @@ def test_worker_handler_and_command_functions_stay_short(module: str) -> None:
         and node.end_lineno - node.lineno + 1 > LONG_FUNCTION_LINES  # type: ignore[operator]
     ]
     assert not long, f"{module}: {long}"
+
+
+# --- the rooms (issue 39) -------------------------------------------------------------
+# Deprecated re-exports kept at their old paths for one release (test_deprecated_names.py)
+DEPRECATED = set(MOVED)
+# workers/: the long-running processes (each may have `<process>_options` and
+# `<process>_<part>` modules beside it) and the runtime they share
+PROCESSES = {
+    "online_worker", "scaleout", "batch_worker", "evaluator", "click_join", "recorder",
+    "simulator", "direct_replay",
+}  # fmt: skip
+RUNTIME = {"runtime", "runtime_options", "options", "checkpoint", "resilience", "deadletters"}
+
+
+def product_modules() -> dict[str, Path]:
+    """Every product module but a package's `__init__`, the CLI's command modules and the
+    deprecated re-exports."""
+    return {
+        name: path
+        for name, (_, path) in MODULES.items()
+        if path.name != "__init__.py" and ".commands." not in name and name not in DEPRECATED
+    }
+
+
+def test_no_two_product_modules_share_a_file_name() -> None:
+    by_name: dict[str, list[str]] = {}
+    for name, path in product_modules().items():
+        by_name.setdefault(path.name, []).append(name)
+    shared = {file: names for file, names in by_name.items() if len(names) > 1}
+    assert not shared, f"one file name, several modules: {shared}"
+
+
+def test_workers_holds_processes_their_options_and_the_runtime_only() -> None:
+    stems = {
+        name.rpartition(".")[2]
+        for name in product_modules()
+        if name.startswith("rankstream.workers.")
+    }
+    assert stems >= PROCESSES, f"a process is missing: {sorted(PROCESSES - stems)}"
+    stray = sorted(
+        stem
+        for stem in stems - PROCESSES - RUNTIME
+        if not any(stem.startswith(p + "_") for p in PROCESSES)
+    )
+    assert not stray, f"not a process, its part or the runtime, so not in workers/: {stray}"
+    lonely = sorted(
+        s for s in stems if s.endswith("_options") and s.removesuffix("_options") not in stems
+    )
+    assert not lonely, f"options beside no process of that name: {lonely}"
+
+
+INTERLEAVING_HOMES = {
+    "rankstream.ranking.interleaving",  # the algorithm (team draft, multileave)
+    "rankstream.selection.click_race",  # the race and the drafting at serve time
+    "rankstream.evals.interleaving_eval",  # the evaluation (`rankstream eval interleaving`)
+}
+
+
+def test_interleaving_lives_in_three_modules_with_distinct_names() -> None:
+    named = {n for n in product_modules() if "interleav" in n.rpartition(".")[2]}
+    assert named <= INTERLEAVING_HOMES, f"interleaving outside its homes: {named}"
+    users = {
+        n for n in product_modules() if "rankstream.ranking.interleaving" in internal_imports(n)
+    }
+    assert users <= INTERLEAVING_HOMES, f"the algorithm drafted outside its homes: {users}"
+    assert len({h.rpartition(".")[2] for h in INTERLEAVING_HOMES}) == len(INTERLEAVING_HOMES)
+
+
+def test_serve_and_the_simulator_ask_the_one_resolver() -> None:
+    resolver = "rankstream.selection.what_serves"
+    for user in ("rankstream.serve.registry", "rankstream.workers.simulator"):
+        assert resolver in internal_imports(user), f"{user} decides what serves on its own"
+    defining = [
+        n
+        for n, path in product_modules().items()
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "serves_now"
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    ]
+    assert defining == [resolver]
+
+
+def test_a_benchmark_lives_in_the_harness_and_its_command_only_parses() -> None:
+    for name, (_, path) in MODULES.items():
+        if ".commands.bench." not in name or path.name == "__init__.py":
+            continue
+        public = [
+            node.name
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_")
+        ]
+        assert set(public) <= {"add_arguments", "run"}, f"{name} holds a benchmark: {public}"
+
+
+def test_every_package_docstring_names_only_modules_it_holds() -> None:
+    """A package's first docstring is what a newcomer reads: every bare module name it
+    cites in backticks (`scoring`) is a module of that package."""
+    import re
+
+    for name, (_, path) in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+        assert doc, f"{name} has no docstring"
+        for cited in re.findall(r"`([a-z][a-z_]*)`", doc):
+            if f"{name}.{cited}" in MODULES or (ROOT / cited / "__init__.py").is_file():
+                continue
+            assert f"rankstream.{cited}" in MODULES, f"{name}'s docstring cites `{cited}`"

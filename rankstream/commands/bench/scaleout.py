@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 from rankstream.commands._json_output import print_json
 from rankstream.commands._options import options_arguments
 from rankstream.commands._real_services import on_real_services
-from rankstream.workers.options import option
-
-
-@dataclass(frozen=True)
-class ScaleoutBenchOptions:
-    """What `rankstream bench scaleout` can be told."""
-
-    triplets: int = option(2_000_000, "triplets pre-produced per run", metavar="N")
-    workers: tuple[int, ...] = option((1, 2, 4), "worker process counts to time", metavar="K")
-    partitions: int = option(4, "partitions of the run's triplets topic", metavar="P")
-    repeats: int = option(3, "timed runs per worker count; the median is reported", metavar="R")
-
-    def __post_init__(self) -> None:
-        if min(self.triplets, self.partitions, self.repeats, *self.workers) < 1:
-            raise ValueError("triplets, partitions, repeats and the workers must be >= 1")
-
+from rankstream.harness.bench_options import ScaleoutBenchOptions
 
 add_arguments = options_arguments(ScaleoutBenchOptions)
 
