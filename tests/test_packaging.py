@@ -126,7 +126,8 @@ def test_the_installed_wheel_imports_as_rankstream(installed: Path, tmp_path: Pa
         "for name in mods: name.endswith('__main__') or __import__(name)\n"
         "print(rankstream.__file__)\n"
         "print(len(mods))\n"
-        "print([n for n in ('ranking', 'stream', 'workers', 'simulators', 'harness')"
+        "print([n for n in ('ranking', 'stream', 'workers', 'simulators', 'harness', 'telemetry',"
+        " 'producers', 'selection')"
         " if importlib.util.find_spec(n) is not None])\n",
         tmp_path,
     )
