@@ -161,12 +161,7 @@ def run(args: argparse.Namespace) -> int:
     except ChaosError as exc:
         err.print(f"chaos failed: {exc}")
         return 1
-    summary = result.to_json()
-    if args.json:
-        print_json(summary)
-    else:
-        for key, value in summary.items():
-            print(f"{key}: {value}")
+    _print_summary(result.to_json(), args.json)
     return 0 if result.ok and result.events_missed == 0 else 1
 
 
@@ -191,13 +186,17 @@ def _run_join(args: argparse.Namespace, settings: Settings, err: Console) -> int
     except RuntimeError as exc:
         err.print(f"chaos --join failed: {exc}")
         return 1
-    summary = result.to_json()
-    if args.json:
-        print_json(summary)
-    else:
-        for key, value in summary.items():
-            print(f"{key}: {value}")
+    _print_summary(result.to_json(), args.json)
     return 0 if result.ok else 1
+
+
+def _print_summary(summary: dict, as_json: bool) -> None:
+    """A chaos run's summary: one JSON object, or one `key: value` line each."""
+    if as_json:
+        print_json(summary)
+        return
+    for key, value in summary.items():
+        print(f"{key}: {value}")
 
 
 def _manager_for(root: Path | None, settings: object) -> tuple[object, str | None]:
