@@ -3,8 +3,8 @@
 Rank (JSON or Arrow), send feedback and clicks, read the models and readiness; each call
 within one deadline, with request ids, idempotency keys and retries on 503 that honour
 Retry-After (`api_client`, `retry`); refusals raise `ApiError`s that carry the server's
-status, code, message and the field at fault (`errors`). It imports nothing else of
-rankstream: numpy and the standard library (`transport` says why not httpx); pyarrow
+status, code, message and the field at fault (`call_errors`). It imports nothing else of
+rankstream: numpy and the standard library (`http_transport` says why not httpx); pyarrow
 only when Arrow bodies are asked for. Other languages: the same routes over plain HTTP
 (`GET /openapi.json`).
 
