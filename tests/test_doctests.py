@@ -12,6 +12,7 @@ from test_architecture import module_files
 # Modules whose examples need what a unit test may not have, and where they run instead.
 ELSEWHERE = {
     "rankstream.simulators.fashion_mnist": "reads the real files: tests/test_fashion_mnist.py",
+    "rankstream.client": "talks to a running serve: tests/test_client.py",
 }
 MODULES = sorted(
     name for _, name, path in module_files() if ">>> " in path.read_text() and name not in ELSEWHERE
