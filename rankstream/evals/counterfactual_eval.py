@@ -50,10 +50,10 @@ from rankstream.stream.click_schema import decode_clicks, decode_impressions
 from rankstream.stream.click_window import ClickWindow, Closed, PendingClick
 from rankstream.stream.recording_reader import ReadCounts, iter_messages
 from rankstream.stream.store import ModelStore
+from rankstream.workers.click_join import PROPENSITIES_MODEL  # the join's published estimate
 from rankstream.workers.click_join_options import JoinOptions
 
 LOGGED = "logged"
-PROPENSITIES_MODEL = "propensities"  # the click join's published estimate
 PROPENSITY_SOURCES = ("auto", "store", "recording")
 _CHUNK = 4096  # sessions reranked per policy_terms call
 
