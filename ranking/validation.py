@@ -22,6 +22,18 @@ def first_nonfinite_row(X: np.ndarray) -> int:
     return int(hits[0]) if hits.size else -1
 
 
+def _real_array(x: object, name: str, ndim: int, layout: str) -> np.ndarray:
+    """`x` as an array of real numbers with `ndim` dimensions (`layout` names them)."""
+    arr = np.asarray(x)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-d {layout}, got {arr.ndim}-d shape {arr.shape}")
+    return arr
+
+
 def as_float_matrix(
     X: object, name: str = "X", dim: int | None = None, check_finite: bool = True
 ) -> np.ndarray:
@@ -30,13 +42,7 @@ def as_float_matrix(
     `check_finite=False` skips the NaN/Inf scan for callers (the compiled learners)
     that detect non-finite rows in the same pass that uses them.
     """
-    arr = np.asarray(X)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
-    ):
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-d (n, d), got {arr.ndim}-d shape {arr.shape}")
+    arr = _real_array(X, name, 2, "(n, d)")
     if dim is not None and arr.shape[1] != dim:
         raise ValueError(f"{name} has {arr.shape[1]} columns, expected {dim}")
     arr = np.ascontiguousarray(arr, dtype=np.float64)
@@ -49,13 +55,7 @@ def as_float_matrix(
 
 def as_float_vector(x: object, name: str = "x", dim: int | None = None) -> np.ndarray:
     """`x` as a finite, contiguous float64 (d,) array; `dim` fixes d when given."""
-    arr = np.asarray(x)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
-    ):
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-d (d,), got {arr.ndim}-d shape {arr.shape}")
+    arr = _real_array(x, name, 1, "(d,)")
     if dim is not None and arr.shape[0] != dim:
         raise ValueError(f"{name} has length {arr.shape[0]}, expected {dim}")
     arr = np.ascontiguousarray(arr, dtype=np.float64)

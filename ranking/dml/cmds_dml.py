@@ -33,6 +33,7 @@ from rankstream.ranking.dml.base import OrdinalMetricLearner, Preprocessing
 from rankstream.ranking.dml.cmds_descent import cmds_staged_descent
 from rankstream.ranking.dml.edm import embed_labels, resolve_beta
 from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.estimator_params import keep_init_params
 
 STATE_KIND = "cmds-dml"
 
@@ -195,19 +196,7 @@ class CMDSDML(OrdinalMetricLearner):
         adaptive_gamma: bool = True,
         random_state: int | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.mu = mu
-        self.beta = beta
-        self.pca_components = pca_components
-        self.gamma = gamma
-        self.rho = rho
-        self.sigma = sigma
-        self.max_backtracks = max_backtracks
-        self.max_iter = max_iter
-        self.tol = tol
-        self.adaptive_gamma = adaptive_gamma
-        self.random_state = random_state
+        keep_init_params(locals())
 
     def _check_params(self) -> None:
         if int(self.n_components) < 1:

@@ -42,6 +42,7 @@ from rankstream.ranking.dml.model_selection import (
     embedding_dimension,
     validation_maes,
 )
+from rankstream.ranking.estimator_params import keep_init_params
 
 # The grids `rankstream eval dml` validates over. cMDS-DML is nearly flat in mu; beta 0
 # wins where the target is one direction (digits' ink), 5-10 on identity-like levels
@@ -93,15 +94,7 @@ class CMDSDMLCV(OrdinalMetricLearner):
         cv: object = None,
         random_state: int = 0,
     ) -> None:
-        self.n_neighbors = n_neighbors
-        self.n_components = n_components
-        self.mus = mus
-        self.tols = tols
-        self.betas = betas
-        self.max_iter = max_iter
-        self.pca_components = pca_components
-        self.cv = cv
-        self.random_state = random_state
+        keep_init_params(locals())
 
     def _grid(self, n_levels: int) -> dict[str, tuple[Any, ...]]:
         """The search grid; key order fixes the tie-break (`best_setting`)."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from rankstream.ranking.dml.base import OrdinalMetricLearner
 from rankstream.ranking.dml.neighbors import pair_differences, target_neighbor_pairs
+from rankstream.ranking.estimator_params import keep_init_params
 
 
 def ordinal_weight_matrix(levels: np.ndarray, power: float) -> np.ndarray:
@@ -123,13 +124,7 @@ class LDMLR(OrdinalMetricLearner):
         max_iter: int = 50,
         pca_components: int | None = None,
     ) -> None:
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.mu = mu
-        self.power = power
-        self.learning_rate = learning_rate
-        self.max_iter = max_iter
-        self.pca_components = pca_components
+        keep_init_params(locals())
 
     def _check_params(self) -> None:
         if self.n_components is not None and int(self.n_components) < 1:

@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from rankstream.ranking.estimator_params import keep_init_params
 from rankstream.ranking.metrics import pairwise_accuracy
 from rankstream.ranking.mkl.base_kernels import KERNEL_KINDS, check_group, raw_kernel, train_kernel
 from rankstream.ranking.mkl.solver import fit_mkl
@@ -105,18 +106,7 @@ class RankMKL(BaseEstimator):
         max_epochs: int = 2000,
         random_state: int | np.random.RandomState | None = 0,
     ) -> None:
-        self.group_sizes = group_sizes
-        self.kernels = kernels
-        self.C = C
-        self.gamma = gamma
-        self.gamma_scale = gamma_scale
-        self.lam = lam
-        self.max_pairs = max_pairs
-        self.max_iter = max_iter
-        self.tol = tol
-        self.inner_tol = inner_tol
-        self.max_epochs = max_epochs
-        self.random_state = random_state
+        keep_init_params(locals())
 
     # --- parameters -----------------------------------------------------------------
     def _sizes(self, n_features: int) -> tuple[int, ...]:
