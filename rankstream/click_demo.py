@@ -45,6 +45,7 @@ class ClickDemoResult:
     learning_seconds: dict[str, np.ndarray]
     refits: int
     first_call: dict[str, float]
+    engine: dict[str, Any] = dataclasses.field(default_factory=dict)  # its ranker, true NDCG
 
     @property
     def queries(self) -> int:
@@ -87,6 +88,7 @@ class ClickDemoResult:
                 "after_last_switch": spells[-1]["true_ndcg_at_50_shown"] if switches else None,
             },
             "served_by": dict(sorted(served.items())),
+            **self.engine,
             "learning_seconds": {
                 m: round(float(v[-1]), 4) if len(v) else 0.0
                 for m, v in self.learning_seconds.items()
@@ -140,4 +142,5 @@ def run_click_demo(
         learning_seconds=pipeline.clock.arrays(),
         refits=pipeline.batch.counters.refits,
         first_call=pipeline.first_call,
+        engine=simulation.engine_summary(),
     )

@@ -75,6 +75,7 @@ from rankstream.ranking import learners
 from rankstream.ranking.baselines import UNI_CON as BASELINE
 from rankstream.ranking.batch_models import BATCH_KINDS, CMDSDMLParams, RankMKLParams
 from rankstream.simulators.click_models import FEEDBACK_JUDGED, feedback_click_model
+from rankstream.simulators.engine_rankers import NO_ENGINE
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
 from rankstream.simulators.judged_feedback import CALIBRATION_QUERIES
 from rankstream.stream.embedded import EmbeddedTransport
@@ -132,6 +133,9 @@ class DemoOptions:
     feedback: str = FEEDBACK_JUDGED
     interleaving_share: float = CLICK_DEMO_INTERLEAVING_SHARE  # the click demo's
     interleaving_method: str = TEAM_DRAFT  # the click demo's (`Settings.interleaving_method`)
+    # the simulated engine's own ranker (`simulators.engine_rankers`): none, or the
+    # incumbent sent as engine_scores with every query
+    engine_ranker: str = NO_ENGINE
 
     def __post_init__(self) -> None:
         positive = (
@@ -182,6 +186,7 @@ class DemoOptions:
             "queries_per_message": 1,
             "feedback": self.feedback,
             "queries": self.queries,
+            "engine_ranker": self.engine_ranker,
         }
         return SimulateOptions(**{**fields, **overrides})
 
@@ -576,6 +581,7 @@ def run_demo(
         refits=pipeline.batch.counters.refits,
         rolling_ndcg=summary["rolling_ndcg"],
         first_call=pipeline.first_call,
+        extra=pipeline.simulation.handler.engine_summary(),
     )
 
 

@@ -48,6 +48,12 @@ demo). Each step also measures the true NDCG@50 of what it showed from the colle
 ground truth (`StepResult.shown_ndcg`, `summary()`'s `shown_ndcg_at_50`): the
 simulator's own measurement for reports, never sent.
 
+An engine ranker of its own (`SimulateOptions.engine_ranker`, `simulators.engine_rankers`:
+one phi column alone, weaker than Uni-Con, or the true grades plus noise, stronger than
+every learner) scores every query's candidates on its own child stream of the seed; each
+step measures the true NDCG@50 of that ranking too (`StepResult.engine_ndcg`, `summary()`'s
+`engine_ndcg_at_50`: the incumbent a learned model must beat).
+
 Width: the simulated collection's phi is the paper's 36 features; a deployment of
 another width (`Settings.phi_dim`) cannot run it (`Simulation` refuses to start).
 """
@@ -70,6 +76,7 @@ from rankstream.selection.scoring import logged_order, served_order
 from rankstream.selection.what_serves import CHAMPION, Served, ServingModel
 from rankstream.simulators import catalog
 from rankstream.simulators.click_feedback import order_scores
+from rankstream.simulators.engine_rankers import engine_ranker
 from rankstream.simulators.images import CandidateRetriever, ImageCollection, ServedCollection
 from rankstream.simulators.judged_feedback import FeedbackSimulator, RetrievedQuery, served_ndcg
 from rankstream.stream.click_schema import encode_clicks, encode_impressions, impression_key
@@ -90,6 +97,8 @@ CLICKS_STREAM = 26
 """The simulated users' clicks and impression ids: the seed's own child stream."""
 INTERLEAVING_STREAM = 27
 """Which rankings are interleaved and the team drafts' coins: another child stream."""
+ENGINE_STREAM = 28
+"""The simulated engine's own ranker's noise (`simulators.engine_rankers`): a third one."""
 
 
 class TokenBucket:
@@ -173,6 +182,7 @@ class StepResult:
     team_models: tuple[str, ...] = ()
     shown_ndcg: float | None = None
     shown: np.ndarray | None = None
+    engine_ndcg: float | None = None
 
 
 class SimulatorHandler(Handler):
@@ -197,6 +207,11 @@ class SimulatorHandler(Handler):
         self.interleaver = Interleaver(
             settings, np.random.default_rng([options.seed, INTERLEAVING_STREAM])
         )
+        self.engine = engine_ranker(options.engine_ranker)
+        self.engine.check_width(settings.phi_dim)
+        self.engine_rng = np.random.default_rng([options.seed, ENGINE_STREAM])
+        self.engine_ndcg_total = 0.0
+        self._engine_scores: np.ndarray | None = None  # the engine's, for the query now served
         self.triplets_produced = 0
         self.queries_produced = 0
         self.clicks_produced = 0
@@ -229,6 +244,7 @@ class SimulatorHandler(Handler):
         judged query; with clicks, its impression and its clicks."""
         served = self.serving.refresh()
         query = self.simulator.next_query()
+        self._engine_scores = self.engine.scores(query.phi, query.relevance, self.engine_rng)
         if self.users is not None:
             return self._produce_clicks(runtime, served, query)
         record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
@@ -251,7 +267,7 @@ class SimulatorHandler(Handler):
         )
         feedback.send_records(judged, triplets)
         self.triplets_produced += n
-        self._served(record.query_id, n, served)
+        self._served(query, n, served)
         return n
 
     def _produce_clicks(self, runtime: StreamRuntime, served: Served, query: RetrievedQuery) -> int:
@@ -306,12 +322,12 @@ class SimulatorHandler(Handler):
         self.interleaved_produced += bool(challengers)
         shown = served_ndcg(query, order_scores(order[:display], len(order)))
         self.shown_ndcg_total += shown
-        self._served(query.query_id, 0, served, n, impression.team_models, shown, order[:display])
+        self._served(query, 0, served, n, impression.team_models, shown, order[:display])
         return 1 + len(clicks)  # records sent: the impression and its click rows
 
     def _served(
         self,
-        query_id: int,
+        query: RetrievedQuery,
         triplets: int,
         served: Served,
         clicks: int = 0,
@@ -321,7 +337,13 @@ class SimulatorHandler(Handler):
     ) -> None:
         self.queries_produced += 1
         self.served_by[served.name] = self.served_by.get(served.name, 0) + 1
-        self.last = StepResult(query_id, triplets, served, clicks, team_models, shown_ndcg, shown)
+        engine_ndcg = None
+        if self._engine_scores is not None:
+            engine_ndcg = served_ndcg(query, self._engine_scores)
+            self.engine_ndcg_total += engine_ndcg
+        self.last = StepResult(
+            query.query_id, triplets, served, clicks, team_models, shown_ndcg, shown, engine_ndcg
+        )
         if self.on_step is not None:
             self.on_step(self.last)
 
@@ -365,10 +387,22 @@ class SimulatorHandler(Handler):
             "clicks": self.clicks_produced,
             **self._click_summary(),
             "served_by": dict(sorted(self.served_by.items())),
+            **self.engine_summary(),
             "serving_switches": self.serving.switches,
             "seed": self.options.seed,
             "collection": self.simulator.collection.name,
             "images": self.simulator.collection.n_images,
+        }
+
+    def engine_summary(self) -> dict:
+        """With an engine ranker: its spec and the mean true NDCG@50 of its own ranking
+        of every query served (the simulator's measurement, never sent)."""
+        if not self.engine.enabled:
+            return {}
+        n = self.queries_produced
+        return {
+            "engine_ranker": self.engine.spec,
+            "engine_ndcg_at_50": round(self.engine_ndcg_total / n, 4) if n else None,
         }
 
     def _click_summary(self) -> dict:

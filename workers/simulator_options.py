@@ -16,6 +16,7 @@ from rankstream.producers.feedback_batching import (
 from rankstream.selection.what_serves import CHAMPION
 from rankstream.simulators import catalog
 from rankstream.simulators.click_models import FEEDBACK_JUDGED, feedback_click_model
+from rankstream.simulators.engine_rankers import ENGINE_RANKER_METAVAR, NO_ENGINE, engine_ranker
 from rankstream.simulators.images import SERVED_CANDIDATES
 from rankstream.workers.options import option
 
@@ -60,6 +61,14 @@ class SimulateOptions:
         "rank with the evaluator's champion or a named model",
         metavar="champion|NAME",
     )
+    engine_ranker: str = option(
+        NO_ENGINE,
+        "the simulated engine's own production ranker, sent as its engine_scores: none, "
+        "single-descriptor[:J] (phi column J alone, weaker than Uni-Con) or "
+        "grades-noise[:SIGMA] (the true grades plus noise, stronger than every learner); "
+        "rankstream.simulators.engine_rankers",
+        metavar=ENGINE_RANKER_METAVAR,
+    )
     candidates: int = option(SERVED_CANDIDATES, "candidates retrieved per query", metavar="K")
     judged: int = option(50, cli=False)
     calibration_queries: int = option(50, cli=False)
@@ -90,6 +99,7 @@ class SimulateOptions:
         if self.images is not None and self.images < 1:
             raise ValueError(f"images must be >= 1, got {self.images}")
         catalog.check_options(self.collection, self.collection_options())
+        engine_ranker(self.engine_ranker)
 
     def collection_options(self) -> dict[str, int]:
         """The options given for the collection's loader (`simulators.catalog`)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.simulators.click_models import CLICK_MODELS, FEEDBACK_JUDGED
+from rankstream.simulators.engine_rankers import ENGINE_RANKER_METAVAR, NO_ENGINE
 from rankstream.workers.options import add_hyperparameter_arguments, hyperparameter_values
 
 if TYPE_CHECKING:
@@ -78,6 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="clicks: the share of rankings served interleaved (default 0.5: "
         "rankstream.demo_pipeline.CLICK_DEMO_INTERLEAVING_SHARE)",
     )
+    parser.add_argument(
+        "--engine-ranker",
+        default=NO_ENGINE,
+        metavar=ENGINE_RANKER_METAVAR,
+        help="the simulated engine's own production ranker, sent as its engine_scores "
+        "(default none; rankstream.simulators.engine_rankers): single-descriptor[:J] ranks "
+        "by phi column J alone (weaker than Uni-Con), grades-noise[:SIGMA] by the true "
+        "grades plus noise (stronger than every learner); the report adds its true NDCG@50",
+    )
     add_hyperparameter_arguments(parser)
     add_json_argument(parser, "instead of the table: the report (as DIR/report.json)")
 
@@ -96,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             hyper=hyperparameter_values(args),
             feedback=args.feedback,
+            engine_ranker=args.engine_ranker,
             **collection_fields(args),
             **{name: value for name, value in given.items() if value is not None},
         )

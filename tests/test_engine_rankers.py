@@ -1,0 +1,128 @@
+"""The simulated engine's own rankers: their specs, their strength against Uni-Con and
+the learners on the same queries, and the simulator's measurement of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from rankstream.demo_pipeline import DemoOptions
+from rankstream.ranking.baselines import UniCon
+from rankstream.ranking.scaling import Standardizer
+from rankstream.simulators.collection import build_collection
+from rankstream.simulators.engine_rankers import EngineRanker, engine_ranker
+from rankstream.simulators.judged_feedback import FeedbackSimulator, served_ndcg
+from rankstream.simulators.retrieval import CandidateIndex
+from rankstream.workers.simulator import SimulateOptions, Simulation
+
+N_IMAGES = 20_000
+QUERIES = 200
+
+
+@pytest.fixture(scope="module")
+def world():
+    collection = build_collection(n_images=N_IMAGES, seed=0, progress=False)
+    return collection, CandidateIndex.build(collection, seed=0, progress=False)
+
+
+def test_specs_name_the_rankers_and_bad_ones_are_refused() -> None:
+    assert engine_ranker("none") == EngineRanker() and not EngineRanker().enabled
+    assert engine_ranker("single-descriptor") == EngineRanker("single-descriptor", column=0)
+    assert engine_ranker("single-descriptor:7").column == 7
+    assert engine_ranker("grades-noise:1.5").noise == 1.5
+    for ranker in (EngineRanker("single-descriptor", 3), EngineRanker("grades-noise", noise=2)):
+        assert engine_ranker(ranker.spec) == ranker
+    for bad in ("bm25", "none:1", "single-descriptor:x", "single-descriptor:-1",
+                "grades-noise:nan", "grades-noise:-0.5", ""):  # fmt: skip
+        with pytest.raises(ValueError, match=r"engine ranker|column|noise"):
+            engine_ranker(bad)
+    with pytest.raises(ValueError, match="phi has 36 columns"):
+        engine_ranker("single-descriptor:36").check_width(36)
+    with pytest.raises(ValueError, match="engine ranker"):
+        SimulateOptions(engine_ranker="best")
+    with pytest.raises(ValueError, match="engine ranker"):
+        DemoOptions(engine_ranker="grades-noise:x")
+
+
+def test_grades_noise_draws_its_noise_from_the_generator_given() -> None:
+    ranker = engine_ranker("grades-noise:0.5")
+    grades = np.array([0, 2, 1, 0])
+    a = ranker.scores(np.zeros((4, 2)), grades, np.random.default_rng(3))
+    b = ranker.scores(np.zeros((4, 2)), grades, np.random.default_rng(3))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, grades)  # noisy
+    np.testing.assert_array_equal(
+        engine_ranker("grades-noise:0").scores(np.zeros((4, 2)), grades, np.random.default_rng(0)),
+        grades,
+    )
+    with pytest.raises(ValueError, match="generator"):
+        ranker.scores(np.zeros((4, 2)), grades, None)
+
+
+def test_single_descriptor_is_below_uni_con_and_grades_noise_above_any_linear_learner(
+    world,
+) -> None:
+    """On the same 200 queries (true NDCG@50 from the collection's grades): every single
+    phi column ranks below Uni-Con, and grades plus noise 0.5 ranks above the linear model
+    fitted by least squares to those very queries' grades: no learner that learns a
+    linear score of phi from feedback can do better than that in-sample fit."""
+    collection, index = world
+    simulator = FeedbackSimulator(collection, seed=1, index=index)
+    unicon = UniCon(scaler=Standardizer().fit(simulator.calibration_phi(20).astype(np.float64)))
+    queries = [simulator.next_query() for _ in range(QUERIES)]
+    rng = np.random.default_rng(0)
+
+    def mean_ndcg(ranker: EngineRanker) -> float:
+        return float(
+            np.mean([served_ndcg(q, ranker.scores(q.phi, q.relevance, rng)) for q in queries])
+        )
+
+    uni_con = float(np.mean([served_ndcg(q, unicon.score(q.phi)) for q in queries]))
+    columns = [mean_ndcg(EngineRanker("single-descriptor", j)) for j in range(36)]
+    phi = np.vstack([q.phi for q in queries]).astype(np.float64)
+    grades = np.concatenate([q.relevance for q in queries]).astype(np.float64)
+    scaler = Standardizer().fit(phi)
+    weights = np.linalg.lstsq(
+        np.column_stack([scaler.transform(phi), np.ones(len(phi))]), grades, rcond=None
+    )[0][:-1]
+    fitted_scores = [scaler.transform(q.phi.astype(np.float64)) @ weights for q in queries]
+    fitted = float(
+        np.mean([served_ndcg(q, s) for q, s in zip(queries, fitted_scores, strict=True)])
+    )
+    noisy = mean_ndcg(engine_ranker("grades-noise"))
+    assert max(columns) < uni_con < fitted < noisy
+    assert columns[0] == mean_ndcg(engine_ranker("single-descriptor"))  # the default column
+
+
+def test_the_simulator_measures_its_engine_and_stays_deterministic(tmp_path, world) -> None:
+    from rankstream.stream.settings import Settings
+
+    collection, index = world
+    options = SimulateOptions(
+        triplets=None, queries=30, seed=2, images=N_IMAGES, calibration_queries=10,
+        linger_s=math.inf, engine_ranker="grades-noise:0.5",
+    )  # fmt: skip
+    summaries, measured = [], []
+    for run in range(2):
+        settings = Settings(topic_prefix=f"eng{run}{tmp_path.name[-12:]}", data_dir=str(tmp_path))
+        simulation = Simulation(settings, options, collection=collection, index=index)
+        steps: list = []
+        summaries.append(simulation.run(steps.append))
+        measured.append([step.engine_ndcg for step in steps])
+        simulation.close()
+    assert measured[0] == measured[1] and len(measured[0]) == 30
+    summary = summaries[0]
+    assert summary["engine_ranker"] == "grades-noise:0.5"
+    assert summary["engine_ndcg_at_50"] == round(float(np.mean(measured[0])), 4)
+    settings = Settings(topic_prefix=f"eng2{tmp_path.name[-12:]}", data_dir=str(tmp_path))
+    plain = Simulation(
+        settings, dataclasses.replace(options, engine_ranker="none"),
+        collection=collection, index=index,
+    )  # fmt: skip
+    steps = []
+    assert "engine_ranker" not in plain.run(steps.append)
+    assert all(step.engine_ndcg is None for step in steps)
+    plain.close()
