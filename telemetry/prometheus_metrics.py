@@ -282,6 +282,34 @@ CLICK_PROPENSITY = Gauge(
     "Estimated P(examined at rank) / P(examined at rank 1), the click join's IPS weights.",
     ["rank"],
 )
+# counterfactual click-DCG@k of every policy, live (`selection.live_estimates`, in the join)
+COUNTERFACTUAL_CLICK_DCG = Gauge(
+    "rankstream_counterfactual_click_dcg",
+    "Counterfactual click-DCG@10 of a policy (a stored model, logged, engine) from the "
+    "closed sessions, by estimator (ips, snips).",
+    ["model", "estimator"],
+)
+COUNTERFACTUAL_CLICK_DCG_CI = Gauge(
+    "rankstream_counterfactual_click_dcg_ci",
+    "95% interval bounds of rankstream_counterfactual_click_dcg (bound: low, high).",
+    ["model", "estimator", "bound"],
+)
+COUNTERFACTUAL_IMPRESSIONS = Gauge(
+    "rankstream_counterfactual_impressions",
+    "Closed sessions a policy's counterfactual estimate covers.",
+    ["model"],
+)
+COUNTERFACTUAL_DIFFERENCE = Gauge(
+    "rankstream_counterfactual_difference",
+    "A policy's counterfactual click-DCG@10 minus a baseline's (logged, engine), paired per "
+    "impression, by estimator.",
+    ["model", "baseline", "estimator"],
+)
+COUNTERFACTUAL_DIFFERENCE_CI = Gauge(
+    "rankstream_counterfactual_difference_ci",
+    "95% interval bounds of rankstream_counterfactual_difference (bound: low, high).",
+    ["model", "baseline", "estimator", "bound"],
+)
 
 # --- impressions and clicks (`producers.impression_producer`, `producers.click_producer`) ---
 IMPRESSIONS_LOGGED = Counter(
