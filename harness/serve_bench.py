@@ -38,6 +38,12 @@ drained (no run pays for a backlog the one before it left, e.g. wrk's flood):
   /metrics: interleaved / all /v1/rank answers over the runs (the reference's count of
   interleaved answers is reported too: 0).
 
+The floor, in the same rounds: the same bodies answered by `harness.floor_app`'s two
+endpoints on the same server stack (uvicorn as serve runs it), which only parse the body
+into arrays and answer a fixed ranking: `floor` a Starlette route, `floor asgi` a bare
+ASGI callable. `to_floor` gives every serve's figures as ratios to each (`_cost`): what
+serve adds to what the stack itself costs.
+
 Per body format the report gives each one's p50/p99, sustained rate and CPU per answer
 (medians over the rounds) and, against the reference (`impression_logging_cost`: on /
 off; per share, `cost`: interleaved / on), the ratios of those medians, each round's
@@ -75,7 +81,8 @@ import numpy as np
 import pyarrow as pa
 
 from rankstream.harness.bench_options import ServeBenchOptions
-from rankstream.harness.serve_process import ServeProcess
+from rankstream.harness.floor_app import FloorProcess
+from rankstream.harness.serve_process import ServeProcess, free_port
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
 from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
@@ -88,7 +95,10 @@ SERVED = learners.worker_defaults()[0]  # any linear learner: the bench times se
 MODES = {  # the servers compared in the same rounds, besides one per interleaving share
     "on": "impression logging on, interleaving off",
     "off": "impression logging off",
+    "floor": "the floor: Starlette on uvicorn, body parsed into arrays, a fixed answer",
+    "floor asgi": "the floor: a bare ASGI callable on uvicorn, the same",
 }
+FLOORS = {"floor": "starlette", "floor asgi": "asgi"}  # mode -> harness.floor_app kind
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:
@@ -254,7 +264,7 @@ def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
         time.sleep(0.25)
 
 
-def _cpu_seconds(server: ServeProcess) -> float | None:
+def _cpu_seconds(server: ServeProcess | FloorProcess) -> float | None:
     """The serve process's CPU time so far (user + system, every thread), from Linux's
     /proc; None elsewhere."""
     try:
@@ -266,7 +276,7 @@ def _cpu_seconds(server: ServeProcess) -> float | None:
 
 
 def _cpu_per_request(
-    server: ServeProcess, cpu_before: float | None, counts_before: dict[str, float]
+    server: ServeProcess | FloorProcess, cpu_before: float | None, counts_before: dict[str, float]
 ) -> float | None:
     """Its CPU microseconds per /v1/rank answer since `cpu_before`/`counts_before`."""
     cpu = _cpu_seconds(server)
@@ -337,6 +347,16 @@ def _cost(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _to_floor(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each serve's figures as ratios to each floor measured in the same rounds
+    (`_cost`: CPU per answer, sustained requests/s, p50/p99, paired round by round)."""
+    return {
+        mode: {FLOORS[floor]: _cost(summary, summaries[floor]) for floor in FLOORS}
+        for mode, summary in summaries.items()
+        if mode not in FLOORS
+    }
+
+
 def _share_label(share: float) -> str:
     return f"interleaved {share:g}"
 
@@ -351,7 +371,7 @@ def run_serve_bench(
     rng = np.random.default_rng(0)
     directory = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     _publish(store, rng)
-    servers = {  # "on" and "off" interleave nothing (the default share is 0.2)
+    servers: dict[str, ServeProcess | FloorProcess] = {  # "on", "off": no interleaving
         "on": ServeProcess(
             bench, directory / "serve-on.log", RANKSTREAM_IMPRESSION_LOGGING="on",
             RANKSTREAM_INTERLEAVING_SHARE="0",
@@ -368,7 +388,9 @@ def run_serve_bench(
             RANKSTREAM_IMPRESSION_LOGGING="on",
             RANKSTREAM_INTERLEAVING_SHARE=repr(share),
         )
-    logging = [server for name, server in servers.items() if name != "off"]
+    for mode, kind in FLOORS.items():
+        servers[mode] = FloorProcess(kind, free_port(), directory / f"{kind}-floor.log")
+    logging = [s for name, s in servers.items() if isinstance(s, ServeProcess) and name != "off"]
     load_before = os.getloadavg()
     wrk_note = ensure_wrk(directory)
     if wrk_note is not None:
@@ -377,7 +399,9 @@ def run_serve_bench(
         for server in servers.values():
             server.wait_ready()
         bodies = _bodies(directory, rng)
-        reloader = Reloader(store, servers["on"].url, options.reload_seconds)
+        reference = servers["on"]
+        assert isinstance(reference, ServeProcess)
+        reloader = Reloader(store, reference.url, options.reload_seconds)
         reloader.start()
         results: dict[str, Any] = {}
         for kind, rate in (("arrow", options.arrow_rate), ("json", options.json_rate)):
@@ -424,19 +448,21 @@ def run_serve_bench(
                         "cost": _cost(summaries[mode], on),  # both log impressions
                     }
                 )
-            reference = servers["on"].ranking_counts()
+            answered = reference.ranking_counts()
             results[kind] = {
                 "rate": rate,
                 **on,
+                "floor": {FLOORS[m]: summaries[m] for m in FLOORS},
+                "to_floor": _to_floor(summaries),
                 "sustained_note": wrk_note,
-                "interleaved_answers": reference["interleaved"] - counted["on"]["interleaved"],
+                "interleaved_answers": answered["interleaved"] - counted["on"]["interleaved"],
                 "impressions_off": summaries["off"],
                 "impression_logging_cost": _cost(on, summaries["off"]),
                 "interleaving": interleaving,
             }
         reloader.stop.set()
         reloader.join()
-        results["impressions"] = servers["on"].impression_counts()
+        results["impressions"] = reference.impression_counts()
         lags = np.asarray(reloader.lags)
         results["reload"] = {
             "every_s": options.reload_seconds,

@@ -3,10 +3,16 @@ itself runs on real services (docs/results/pipeline.md)."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from rankstream.harness.bench_options import ServeBenchOptions
-from rankstream.harness.serve_bench import _cost, _quartiles, _share_label, _summary
+from rankstream.harness.floor_app import Floor
+from rankstream.harness.serve_bench import _cost, _quartiles, _share_label, _summary, _to_floor
+from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 
 
 def _run(p50: float, p99: float, cpu: float | None = None) -> dict:
@@ -51,3 +57,38 @@ def test_the_interleaving_shares_are_checked_and_named() -> None:
         with pytest.raises(ValueError, match="interleaving_share"):
             ServeBenchOptions(interleaving_share=bad)
     assert _share_label(0.2) == "interleaved 0.2" and _share_label(1.0) == "interleaved 1"
+
+
+def test_each_serve_is_reported_against_each_floor_of_the_same_rounds() -> None:
+    serve = _summary([_run(1, 4, 600.0), _run(1, 6, 900.0)], [100.0, 50.0])
+    starlette = _summary([_run(1, 2, 300.0), _run(1, 2, 300.0)], [400.0, 400.0])
+    asgi = _summary([_run(1, 1, 200.0), _run(1, 3, 300.0)], [500.0, 500.0])
+    ratios = _to_floor({"on": serve, "floor": starlette, "floor asgi": asgi})
+    assert set(ratios) == {"on"} and set(ratios["on"]) == {"starlette", "asgi"}
+    assert ratios["on"]["starlette"]["cpu_ratio_paired"] == [2.0, 3.0]
+    assert ratios["on"]["asgi"]["cpu_ratio_paired"] == [3.0, 3.0]
+    assert ratios["on"]["asgi"]["sustained_ratio_paired"] == [0.2, 0.1]
+
+
+def test_the_floor_parses_both_formats_and_answers_a_fixed_ranking_of_their_size() -> None:
+    ids = np.array([7, 3, 5], dtype=np.int64)
+    phi = np.arange(3 * PHI_DIM, dtype=np.float32).reshape(3, PHI_DIM)
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), PHI_DIM)
+    table = pa.table({"candidate_ids": ids, "phi": rows})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    arrow = sink.getvalue().to_pybytes()
+    body = json.dumps({"candidate_ids": ids.tolist(), "phi": phi.tolist()}).encode()
+    floor = Floor()
+    assert Floor._arrow_arrays(arrow)[1].tolist() == Floor._json_arrays(body)[1].tolist()
+    first, kind = floor.answer(body, arrow_in=False, arrow_out=False)
+    assert kind == "application/json" and json.loads(first)["candidate_ids"] == [7, 3, 5]
+    other = json.dumps({"candidate_ids": [1, 2, 9], "phi": phi.tolist()}).encode()
+    assert floor.answer(other, arrow_in=False, arrow_out=False)[0] == first  # fixed
+    answer, kind = floor.answer(arrow, arrow_in=True, arrow_out=True)
+    assert pa.ipc.open_stream(answer).read_all().column("scores").to_pylist() == [0.0] * 3
+    assert floor.answered == 3
+    with pytest.raises(ValueError, match="one row of phi per candidate"):
+        floor.answer(json.dumps({"candidate_ids": [1], "phi": phi.tolist()}).encode(),
+                     arrow_in=False, arrow_out=False)  # fmt: skip
