@@ -81,3 +81,22 @@ def _int_vector(values: object, field: str) -> np.ndarray:
     if arr.dtype.kind == "u" and arr.size and arr.max() >= 2**63:
         raise FieldError(field, "ids must fit in a signed 64-bit integer")
     return arr.astype(np.int64)
+
+
+ENGINE_SCORES = "engine_scores"  # the request field carrying the engine's own ranking
+
+
+def check_engine_scores(scores: object, k: int) -> np.ndarray:
+    """The engine's own scores of a query's `k` candidates (`selection.engine_ranking`):
+    float64 (k,), finite, higher ranks first; FieldError naming `engine_scores` otherwise."""
+    values = np.asarray(scores)
+    if values.dtype == object or values.dtype.kind not in "iuf" or values.ndim != 1:
+        raise FieldError(ENGINE_SCORES, f"must be a list of numbers, one per candidate ({k})")
+    if values.shape != (k,):
+        got = values.shape[0]
+        raise FieldError(ENGINE_SCORES, f"needs one number per candidate ({k}), got {got}")
+    values = values.astype(np.float64)
+    if not np.isfinite(values).all():
+        bad = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise FieldError(ENGINE_SCORES, f"entry {bad} is NaN or Inf")
+    return values

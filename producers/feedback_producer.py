@@ -20,7 +20,8 @@ What it writes, for each judged query (the same schema and keys as the simulator
   always yields the same triplets; none when the judged candidates hold fewer than two
   distinct grades (counted: `rankstream_queries_without_triplets_total`);
 * its judged query, one `rankstream.queries` message (version 2: unjudged candidates
-  carry a null grade) on `settings.queries_topic`, keyed by its query id
+  carry a null grade; version 3 when it carries the engine's own `engine_scores`, which
+  the evaluator scores as the model `engine`) on `settings.queries_topic`, keyed by its query id
   (`stream.schema.triplet_key`), stamped with `model_versions`, the version of every
   model current before any of them could learn from this feedback (the evaluator
   scores each at that version).
@@ -61,6 +62,7 @@ import numpy as np
 from rankstream.producers.candidate_checks import (
     FieldError,
     check_candidates,
+    check_engine_scores,
     check_query_id,
     check_relevance,
 )
@@ -103,6 +105,7 @@ class Feedback:
     served_by: str = "unknown"
     served_version: int = 0
     model_versions: Mapping[str, int] = field(default_factory=dict)
+    engine_scores: np.ndarray | None = None  # the engine's own scores, one per candidate
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ def check_feedback(feedback: Feedback, width: int) -> JudgedQuery:
         served_version=int(version),
         model_versions=versions,
         judged=judged,
+        engine_scores=None
+        if feedback.engine_scores is None
+        else check_engine_scores(feedback.engine_scores, ids.shape[0]),
     )
 
 

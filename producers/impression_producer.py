@@ -83,11 +83,13 @@ def served_impression(
     intervention: str | None = None,
     teams: np.ndarray | None = None,
     team_models: tuple[str, ...] = (),
+    engine_scores: np.ndarray | None = None,
 ) -> Impression:
-    """The impression of one served ranking: `candidate_ids` and `phi` in the request's
-    order, `order` the displayed order as indices into them (top first). A randomized
-    logging policy or an interleaved list sets `shown_probability`, `intervention`,
-    `teams` (per displayed position) and `team_models` (`stream.click_schema`)."""
+    """The impression of one served ranking: `candidate_ids`, `phi` and the engine's own
+    scores (if sent) in the request's order, `order` the displayed order as indices into
+    them (top first). A randomized logging policy or an interleaved list sets
+    `shown_probability`, `intervention`, `teams` (per displayed position) and
+    `team_models` (`stream.click_schema`)."""
     return Impression(
         impression_id=impression_id,
         time=time,
@@ -102,6 +104,7 @@ def served_impression(
         intervention=intervention,
         teams=teams,
         team_models=team_models,
+        engine_scores=None if engine_scores is None else engine_scores[order],
     )
 
 

@@ -2,7 +2,14 @@
 
 `serves_now(requested, champion, servable)` is the only place that decides which model
 answers a ranking: a named model if it is servable; none or `champion`: the champion,
-else Uni-Con while the champion is not servable (not stored yet, or not loadable). Serve
+else Uni-Con while the champion is not servable (not stored yet, or not loadable). The
+engine's own ranking (`selection.engine_ranking`, the model `engine`) is servable only
+for a request that carries its scores; it answers every champion request that carries
+them when `engine_first`: serve's shadow mode (`RANKSTREAM_SHADOW`), or the kill switch,
+the engine pinned (`rankstream model pin engine 1`: back to the engine's order at once,
+whatever the champion; `model unpin engine` lifts it). A champion request without
+engine_scores while the champion is the engine gets Uni-Con (the champion is not
+servable for it), as any unservable champion does. Serve
 (`serve.registry.Snapshot.resolve`, over its loaded snapshot), the simulator and both
 demos (`ServingModel`, over the store's scorable models) call it; `served_version` is
 the other half: a pinned model (`selection.pins`) serves its pinned version, every other
@@ -23,6 +30,7 @@ from typing import Any
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.selection.click_race import INTERLEAVING_RECORD, refused_challengers
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
 from rankstream.selection.pins import pin_record_name, pinned_model
 from rankstream.selection.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
@@ -42,15 +50,20 @@ class UnknownModelError(LookupError):
         self.field = field
 
 
-def serves_now(requested: str | None, champion: str, servable: Collection[str]) -> str:
+def serves_now(
+    requested: str | None, champion: str, servable: Collection[str], engine_first: bool = False
+) -> str:
     """The model that answers a ranking (module docstring): `requested` if servable; None
-    or `champion`: the champion, else Uni-Con. UnknownModelError if none of them is."""
+    or `champion`: the engine when `engine_first` and it is servable (its scores came
+    with the request), else the champion, else Uni-Con. UnknownModelError if none is."""
     if requested is not None and requested != CHAMPION:
         if requested in servable:
             return requested
         raise UnknownModelError(
             "model", f"unknown model {requested!r}; servable: {sorted(servable)}"
         )
+    if engine_first and ENGINE in servable:
+        return ENGINE
     if champion in servable:
         return champion
     if UNI_CON in servable:

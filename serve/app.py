@@ -73,13 +73,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rankstream.producers.candidate_checks import FieldError
+from rankstream.producers.candidate_checks import ENGINE_SCORES, FieldError
 from rankstream.producers.click_producer import ClickProducer
 from rankstream.producers.feedback_producer import check_feedback
 from rankstream.producers.impression_producer import ImpressionLog, served_impression
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.pdgd import plackett_luce_intervention
 from rankstream.selection.click_race import Interleaver, refused_challengers
+from rankstream.selection.engine_ranking import ENGINE, adopt_engine
 from rankstream.selection.scoring import logged_order, served_order
 from rankstream.selection.unicon_baseline import publish_unicon
 from rankstream.selection.what_serves import UnknownModelError
@@ -130,6 +131,7 @@ class ServeState:
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
         self.interventions = np.random.default_rng()  # the propensity interventions' coin
         self.interleaver = Interleaver(settings, wait_for_clicks=True)
+        self.engine_adopted = False  # the engine's record is known stored (`adopt_engine`)
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
         self._probe_lock = asyncio.Lock()
@@ -185,6 +187,14 @@ class ServeState:
             "the API's ranking requests' candidates",
         )  # fmt: skip
         self.registry.refresh()
+
+    def adopt_engine(self) -> None:
+        """The engine's first ranking request with engine_scores (`selection.engine_ranking`):
+        its record and, on its arrival, the champion; then reload. Once per process."""
+        if self.registry.snapshot.stored.get(ENGINE) is None:
+            adopt_engine(self.store, "the API's ranking requests")
+            self.registry.refresh()
+        self.engine_adopted = True
 
     def calibrating(self, snapshot: Snapshot) -> bool:
         """True while the Uni-Con this serve published wants more candidates."""
@@ -311,7 +321,23 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
         query = rank_from_arrow(body, request.query_params, state.settings.phi_dim)
     else:
         raise BadRequest(415, f"content type {kind!r}: send {JSON} or {ARROW}")
-    loaded = await _serving_model(state, query)
+    champion_request = query.model in (None, "champion") and query.version is None
+    if query.engine_scores is None and (
+        query.model == ENGINE or (state.settings.shadow and champion_request)
+    ):
+        why = (
+            "shadow mode answers with the engine's order"
+            if champion_request
+            else ("model 'engine' ranks by the request's engine_scores")
+        )
+        raise BadRequest(422, f"{ENGINE_SCORES}: required ({why}): one number per "
+                         "candidate, higher first", ENGINE_SCORES)  # fmt: skip
+    if query.engine_scores is not None and not state.engine_adopted:
+        await state.bounded(state.adopt_engine)
+    snapshot = state.registry.snapshot
+    engine = None if query.engine_scores is None else snapshot.engine_model(query.engine_scores)
+    engine_first = state.settings.shadow or snapshot.engine_pinned
+    loaded = await _serving_model(state, query, engine, engine_first)
     scores = loaded.scorer.score(query.phi)
     order = served_order(loaded.scorer, scores, state.interventions)
     intervention = shown_probability = None  # a share of the logged rankings: randomized
@@ -322,12 +348,11 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     teams: dict[str, Any] = {}  # an interleaved list's teams (selection.click_race)
     challengers = (
         state.interleaver.challengers(
-            state.registry.snapshot.models, loaded.name,
-            refused_challengers(state.registry.snapshot.scores.get("interleaving", {}),
-                                loaded.name),
+            snapshot.models if engine is None else snapshot.with_engine(engine), loaded.name,
+            refused_challengers(snapshot.scores.get("interleaving", {}), loaded.name),
         )
-        if state.impressions is not None and state.interleaver.enabled
-        and query.model in (None, "champion") and query.version is None
+        if state.impressions is not None and state.interleaver.enabled and champion_request
+        and not (engine_first and loaded.name == ENGINE) and loaded.name == snapshot.champion
         else []
     )  # fmt: skip
     if challengers:
@@ -356,7 +381,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
                 served_impression, impression_id, query.candidate_ids, query.phi, order,
                 loaded.name, loaded.version, latest, time=time.time(),
                 intervention=intervention, shown_probability=shown_probability, **teams,
-                **caller,
+                engine_scores=query.engine_scores, **caller,
             )
         )  # fmt: skip
     echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}
@@ -373,7 +398,9 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     return _deprecated(Response(content, media_type=JSON), query.deprecated), loaded.name
 
 
-async def _serving_model(state: ServeState, query: RankRequest) -> LoadedModel:
+async def _serving_model(
+    state: ServeState, query: RankRequest, engine: LoadedModel | None, engine_first: bool
+) -> LoadedModel:
     snapshot = state.registry.snapshot
     if query.version is not None:
         name = str(query.model)
@@ -384,7 +411,7 @@ async def _serving_model(state: ServeState, query: RankRequest) -> LoadedModel:
     if query.model in (None, "champion") and state.calibrating(snapshot):
         await state.bounded(state.publish_baseline, query.phi)
         snapshot = state.registry.snapshot
-    return snapshot.resolve(query.model)
+    return snapshot.resolve(query.model, engine, engine_first)
 
 
 async def feedback(request: Request, state: ServeState) -> tuple[Response, str]:

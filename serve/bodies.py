@@ -10,6 +10,10 @@ One vocabulary in both encodings (docs/reference/http-api.md):
   an Arrow stream with those two columns and that metadata when `Accept` asks for one;
 * feedback (JSON): `query_id`, `candidate_ids`, `phi`, `relevance`, and `model` /
   `version` echoing the ranking that was judged;
+* a ranking request and feedback may carry the engine's own ranking
+  (`selection.engine_ranking`): JSON `engine_scores`, one number per candidate, higher
+  first; Arrow a number column `engine_score`. Checked like phi (numbers only, finite,
+  one per candidate: a 422 naming the field);
 * a ranking request may name its `query_id` and `request_id` (JSON fields, or Arrow
   schema metadata); the ranking echoes them and always carries its `impression_id` (the
   id the clicks on it name);
@@ -43,10 +47,17 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from rankstream.producers.candidate_checks import MAX_GRADE, FieldError, check_candidates
+from rankstream.producers.candidate_checks import (
+    ENGINE_SCORES,
+    MAX_GRADE,
+    FieldError,
+    check_candidates,
+    check_engine_scores,
+)
 from rankstream.producers.click_producer import sessions_over
 from rankstream.producers.feedback_producer import Feedback
 from rankstream.ranking.judgments import UNJUDGED
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.stream.click_schema import Click, InvalidRecordError
 
 JSON = "application/json"
@@ -102,14 +113,19 @@ class RankRequest:
     deprecated: tuple[str, ...] = ()  # old names this request used
     query_id: int | None = None  # the caller's, echoed and logged with the impression
     request_id: str | None = None
+    engine_scores: np.ndarray | None = None  # float64 (k,), finite: the engine's own ranking
 
 
-RANK_FIELDS = ("candidate_ids", "phi", "model", "version", "query_id", "request_id")
+RANK_FIELDS = (
+    "candidate_ids", "phi", "model", "version", "query_id", "request_id", ENGINE_SCORES,
+)  # fmt: skip
+ENGINE_COLUMN = "engine_score"  # the Arrow request's column of the engine's scores
 CLICKS_FIELDS = ("impression_id", "clicks", "session_over")
 CLICK_FIELDS = ("candidate_id", "position", "time", "dwell")
 CLICK_COLUMNS = ("impression_id", *CLICK_FIELDS)
 FEEDBACK_FIELDS = (
     "query_id", "candidate_ids", "phi", "relevance", "model", "version", "model_versions",
+    ENGINE_SCORES,
 )  # fmt: skip
 # old name -> its name now (accepted on input for this release, with a Deprecation header)
 FEEDBACK_RENAMED = {"served_by": "model", "served_version": "version"}
@@ -204,6 +220,23 @@ def _matrix(values: object, field: str, body: bytes, document: dict[str, Any]) -
         raise BadRequest(422, message, field) from None
 
 
+def _engine_scores(values: object, k: int) -> np.ndarray | None:
+    """The engine's own scores (`selection.engine_ranking`): JSON numbers only, one per
+    candidate, finite (`producers.candidate_checks.check_engine_scores`); None if absent."""
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(type(v) is float or type(v) is int for v in values):
+        raise BadRequest(422, f"{ENGINE_SCORES}: must be a list of JSON numbers, one per "
+                         f"candidate ({k})", ENGINE_SCORES)  # fmt: skip
+    try:
+        return check_engine_scores(np.asarray(values, dtype=np.float64), k)
+    except OverflowError:
+        raise BadRequest(422, f"{ENGINE_SCORES}: a number overflows float64",
+                         ENGINE_SCORES) from None  # fmt: skip
+    except FieldError as exc:
+        raise BadRequest.of(exc) from None
+
+
 def _ids(values: object) -> np.ndarray:
     if not isinstance(values, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in values
@@ -226,7 +259,8 @@ def rank_from_json(body: bytes, width: int) -> RankRequest:
         ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
-    return RankRequest(ids, phi, model, version, **caller)
+    engine = _engine_scores(document.get(ENGINE_SCORES), ids.shape[0])
+    return RankRequest(ids, phi, model, version, **caller, engine_scores=engine)
 
 
 def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRequest:
@@ -239,9 +273,9 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         names[names.index("candidate_id")] = "candidate_ids"
         deprecated.append("candidate_id")
     for name in names:
-        if name not in ("candidate_ids", "phi"):
-            raise BadRequest(422, f"unknown column {name!r}; known: candidate_ids, phi", name,
-                             code=UNKNOWN_FIELD)  # fmt: skip
+        if name not in ("candidate_ids", "phi", ENGINE_COLUMN):
+            raise BadRequest(422, f"unknown column {name!r}; known: candidate_ids, phi, "
+                             f"{ENGINE_COLUMN}", name, code=UNKNOWN_FIELD)  # fmt: skip
     for field in ("candidate_ids", "phi"):
         if field not in names:
             raise BadRequest(422, f"{field}: required column", field)
@@ -272,7 +306,25 @@ def rank_from_arrow(body: bytes, query: Mapping[str, str], width: int) -> RankRe
         ids, phi = check_candidates(ids, phi, width)
     except FieldError as exc:
         raise BadRequest.of(exc) from None
-    return RankRequest(ids, phi, *choice, deprecated=tuple(deprecated), **caller)
+    engine = None
+    if ENGINE_COLUMN in names:
+        engine = _arrow_engine_scores(table.column(ENGINE_COLUMN), ids.shape[0])
+    return RankRequest(ids, phi, *choice, deprecated=tuple(deprecated), **caller,
+                       engine_scores=engine)  # fmt: skip
+
+
+def _arrow_engine_scores(column: pa.ChunkedArray, k: int) -> np.ndarray:
+    """The `engine_score` column: numbers, no nulls; refused (422) as the JSON field is,
+    naming the column."""
+    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+        raise BadRequest(422, f"{ENGINE_COLUMN}: must be a number column, got {column.type}",
+                         ENGINE_COLUMN)  # fmt: skip
+    if column.null_count:
+        raise BadRequest(422, f"{ENGINE_COLUMN}: holds nulls", ENGINE_COLUMN)
+    try:
+        return check_engine_scores(column.to_numpy().astype(np.float64), k)
+    except FieldError as exc:
+        raise BadRequest(422, f"{ENGINE_COLUMN}: {exc.message}", ENGINE_COLUMN) from None
 
 
 def _arrow_table(body: bytes) -> tuple[pa.Table, dict[str, str]]:
@@ -359,21 +411,23 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
         raise BadRequest(422, "query_id: must be an integer", "query_id")
     relevance = _grades(_required(document, "relevance"))
     model = document.get("model", "unknown")  # absent: an engine ranking on its own
-    if "model" in document and (not isinstance(model, str) or model not in stored):
+    if "model" in document and (not isinstance(model, str) or model not in (*stored, ENGINE)):
         raise BadRequest(422, f"model: {model!r} is not a stored model; stored: "
                          f"{', '.join(sorted(stored))}", "model")  # fmt: skip
     version = document.get("version", 0)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise BadRequest(422, f"version: must be an integer >= 0, got {version!r}", "version")
     versions = _model_versions(document.get("model_versions", {}), stored)
+    ids = _ids(_required(document, "candidate_ids"))
     feedback = Feedback(
         query_id=query_id,
-        candidate_ids=_ids(_required(document, "candidate_ids")),
+        candidate_ids=ids,
         phi=_matrix(_required(document, "phi"), "phi", body, document),
         relevance=relevance,
         served_by=model,
         served_version=version,
         model_versions=versions,
+        engine_scores=_engine_scores(document.get(ENGINE_SCORES), ids.shape[0]),
     )
     return feedback, deprecated
 

@@ -12,12 +12,17 @@ model whose click race put it far below the champion (`selection.click_race`: re
 and its mean preference margin at or below -0.2): it is not drafted, and it
 stays in the store for the operator to look at, not silently kept serving. Pin records
 (`selection.pins`) are not models and are left out; the model they pin says `pinned: true`.
+The engine's own ranking (`selection.engine_ranking`: kind "engine", one version, it
+learns nothing) is listed once it has arrived, servable (for requests carrying its
+scores), `pinned` while the kill switch holds it, with its races and rolling scores like
+any model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.selection.pins import is_pin_record
 from rankstream.serve.registry import Snapshot
 
@@ -26,13 +31,16 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
     scores = snapshot.scores
     loaded = snapshot.models.get(name)
     race = scores.get("interleaving", {}).get("challengers", {}).get(name)
+    engine = name == ENGINE  # served from the request's engine_scores, never loaded
     return {
         "name": name,
         "kind": snapshot.kinds.get(name),
         "version": snapshot.stored.get(name),
-        "servable": loaded is not None,
-        "served_version": None if loaded is None else loaded.version,
-        "pinned": loaded is not None and loaded.pinned,
+        "servable": loaded is not None or engine,
+        "served_version": snapshot.stored.get(name)
+        if engine
+        else (None if loaded is None else loaded.version),
+        "pinned": snapshot.engine_pinned if engine else loaded is not None and loaded.pinned,
         "champion": name == snapshot.champion,
         "triplets_seen": None if loaded is None else loaded.triplets_seen,
         "rolling_ndcg_at_50": scores.get("rolling_ndcg", {}).get(name),

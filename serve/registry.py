@@ -27,8 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.selection.click_race import INTERLEAVING_RECORD
+from rankstream.selection.engine_ranking import ENGINE, ENGINE_KIND, ENGINE_VERSION, EngineScorer
 from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
 from rankstream.selection.pins import is_pin_record, pins
 from rankstream.selection.scoring import (
@@ -92,11 +95,31 @@ class Snapshot:
     pinned: Mapping[str, StoredModel] = field(default_factory=dict)  # name -> pinned copy
     built_at: float = 0.0
 
-    def resolve(self, model: str | None) -> LoadedModel:
+    def resolve(
+        self, model: str | None, engine: LoadedModel | None = None, engine_first: bool = False
+    ) -> LoadedModel:
         """The default-served version of `model`, by the one rule of what serves now
-        (`selection.what_serves.serves_now`, the simulator's too) over the loaded models."""
-        loaded = self.models[serves_now(model, self.champion, self.models)]
-        return loaded
+        (`selection.what_serves.serves_now`, the simulator's too) over the loaded models
+        and, when the request carried its scores, the engine's ranking (`engine`)."""
+        models = self.models if engine is None else self.with_engine(engine)
+        return models[serves_now(model, self.champion, models, engine_first)]
+
+    def with_engine(self, engine: LoadedModel) -> Mapping[str, LoadedModel]:
+        """The loaded models and this request's engine ranking (`engine_model`)."""
+        return {**self.models, ENGINE: engine}
+
+    def engine_model(self, scores: np.ndarray) -> LoadedModel:
+        """The engine's ranking of one request (`selection.engine_ranking`) as a model:
+        its scores, its one version, pinned while the kill switch holds it."""
+        return LoadedModel(
+            ENGINE, self.stored.get(ENGINE, ENGINE_VERSION), ENGINE_KIND, EngineScorer(scores),
+            0, None, pinned=ENGINE in self.pinned,
+        )  # fmt: skip
+
+    @property
+    def engine_pinned(self) -> bool:
+        """The kill switch (`selection.what_serves`): the engine answers champion requests."""
+        return ENGINE in self.pinned
 
     @property
     def ready(self) -> bool:

@@ -11,7 +11,8 @@ id into weighted triplets.
 
 Both travel as Arrow IPC stream messages with the conventions of `stream.schema` (its
 stamping, version rule, whole-message refusals and reasons are reused, not copied):
-`rankstream.impressions` version 1, one row per impression, keyed by the impression id;
+`rankstream.impressions` version 1 (version 2 when an impression carries the engine's own
+scores, `engine_scores`), one row per impression, keyed by the impression id;
 `rankstream.clicks` version 1, one row per click, keyed by its first row's impression
 id, so an impression and its clicks land on the same partition number when both topics
 have equally many partitions. docs/reference/wire.md writes the layouts down for other producers.
@@ -60,6 +61,7 @@ from rankstream.stream.settings import DEFAULT_PHI_DIM
 
 __all__ = [
     "CLICKS_VERSION",
+    "ENGINE_IMPRESSIONS_VERSION",
     "IMPRESSIONS_VERSION",
     "LATE",
     "UNKNOWN_CANDIDATE",
@@ -77,7 +79,8 @@ __all__ = [
     "impressions_fields",
 ]
 
-IMPRESSIONS_VERSION = 1
+IMPRESSIONS_VERSION = 1  # written unless an impression carries engine_scores
+ENGINE_IMPRESSIONS_VERSION = 2  # version 1 + engine_scores
 CLICKS_VERSION = 1
 MAX_ID_CHARS = 200  # an impression or request id: 1-200 visible ASCII characters
 _VISIBLE = re.compile(r"[\x21-\x7e]{1,200}")
@@ -85,9 +88,12 @@ _INT32_MAX = 2**31 - 1
 
 
 def impressions_fields(width: int, version: int = IMPRESSIONS_VERSION) -> pa.Schema:
-    """The fields of an impressions message of `version` at feature width `width`."""
-    if version != 1:
-        raise ValueError(f"impressions version {version} does not exist; the version is 1")
+    """The fields of an impressions message of `version` at feature width `width`:
+    version 2 is version 1's and `engine_scores` (written only when an impression of the
+    message carries the engine's own scores; every other message stays version 1)."""
+    if version not in (1, 2):
+        raise ValueError(f"impressions version {version} does not exist; versions are 1 and 2")
+    engine = [("engine_scores", pa.list_(pa.float64()))] if version == 2 else []
     return pa.schema(
         [
             ("impression_id", pa.string()),
@@ -103,6 +109,7 @@ def impressions_fields(width: int, version: int = IMPRESSIONS_VERSION) -> pa.Sch
             ("intervention", pa.string()),
             ("teams", pa.list_(pa.int8())),
             ("team_models", pa.list_(pa.string())),
+            *engine,
         ]
     )
 
@@ -122,10 +129,13 @@ def clicks_fields(width: int = 0, version: int = CLICKS_VERSION) -> pa.Schema:
     )
 
 
-declare_kind("impressions", (1,), impressions_fields, width=True)
+declare_kind(
+    "impressions", (1, ENGINE_IMPRESSIONS_VERSION), impressions_fields, width=True,
+    writes=IMPRESSIONS_VERSION,
+)  # fmt: skip
 declare_kind("clicks", (1,), clicks_fields, width=False)
 _IMPRESSION_NULLABLE = frozenset(
-    {"query_id", "request_id", "shown_probability", "intervention", "teams"}
+    {"query_id", "request_id", "shown_probability", "intervention", "teams", "engine_scores"}
 )
 _CLICK_NULLABLE = frozenset({"candidate_id", "position", "time", "dwell"})
 
@@ -186,6 +196,7 @@ class Impression:
     intervention: str | None = None  # e.g. "swap:1-4" (1-based ranks), None if none
     teams: np.ndarray | None = None  # int8 per position: index into team_models, -1 none
     team_models: tuple[str, ...] = ()  # interleaving teams (issue 27), () if not interleaved
+    engine_scores: np.ndarray | None = None  # float64, the engine's own scores, displayed order
 
     def __post_init__(self) -> None:
         _check_id(self.impression_id, "impression_id")
@@ -235,6 +246,14 @@ class Impression:
                     "teams", f"entries index team_models (-1..{len(teams) - 1})"
                 )
             object.__setattr__(self, "teams", team)
+        if self.engine_scores is not None:
+            engine = np.asarray(self.engine_scores)
+            if engine.dtype == object or engine.dtype.kind not in "iuf" or engine.shape != (n,):
+                raise InvalidRecordError("engine_scores", f"needs one number per candidate ({n})")
+            engine = engine.astype(np.float64)
+            if not np.isfinite(engine).all():
+                raise InvalidRecordError("engine_scores", "holds NaN or Inf", NON_FINITE)
+            object.__setattr__(self, "engine_scores", engine)
 
     @property
     def width(self) -> int:
@@ -317,7 +336,9 @@ def encode_impressions(impressions: Sequence[Impression]) -> bytes:
     width = impressions[0].width
     if any(imp.width != width for imp in impressions):
         raise ValueError("the impressions of one message share one phi width")
-    schema, head = _impressions_head(width)
+    engine = [imp.engine_scores for imp in impressions]
+    carried = any(scores is not None for scores in engine)
+    schema, head = _impressions_head(width, ENGINE_IMPRESSIONS_VERSION if carried else 1)
     n = len(impressions)
     if n == 1:
         ids, phi = impressions[0].candidate_ids, impressions[0].phi.reshape(-1)
@@ -354,6 +375,7 @@ def encode_impressions(impressions: Sequence[Impression]) -> bytes:
             _no_teams(n)
             if not any(team_models)
             else pa.array([list(names) for names in team_models], _TEAM_MODELS),
+            *([pa.array(engine, _ENGINE_SCORES)] if carried else []),
         ],
         schema=schema,
     )
@@ -364,12 +386,13 @@ _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's 
 _VERSIONS = pa.map_(pa.string(), pa.int64())
 _TEAMS = pa.list_(pa.int8())
 _TEAM_MODELS = pa.list_(pa.string())
+_ENGINE_SCORES = pa.list_(pa.float64())
 
 
 @functools.lru_cache(maxsize=16)
-def _impressions_head(width: int) -> tuple[pa.Schema, bytes]:
+def _impressions_head(width: int, version: int = IMPRESSIONS_VERSION) -> tuple[pa.Schema, bytes]:
     """The stamped schema of impressions at `width` and its IPC schema message."""
-    schema = schema_of("impressions", width, IMPRESSIONS_VERSION)
+    schema = schema_of("impressions", width, version)
     return schema, schema.serialize().to_pybytes()
 
 
@@ -472,16 +495,23 @@ def decode_impressions(
         for name in ("impression_id", "time", "model", "version", "model_versions", "query_id",
                      "request_id", "shown_probability", "intervention", "team_models")
     }  # fmt: skip
+    engine = column.get("engine_scores")  # version 2 only
+    if engine is not None and engine.values.null_count:
+        raise SchemaError(BAD_SCHEMA, "field 'engine_scores' holds null entries")
     records, rejects = [], []
     for row in range(batch.num_rows):
         start, stop = int(id_offsets[row]), int(id_offsets[row + 1])
         team = teams[row]
+        scores = None if engine is None else engine[row]
         try:
             records.append(
                 Impression(
                     candidate_ids=all_ids[start:stop],
                     phi=all_phi[start:stop],
                     teams=None if not team.is_valid else team.values.to_numpy(False),
+                    engine_scores=None
+                    if scores is None or not scores.is_valid
+                    else scores.values.to_numpy(False),
                     **{
                         name: _mapping(values[row]) if name == "model_versions" else values[row]
                         for name, values in scalars.items()

@@ -52,7 +52,10 @@ from rankstream.stream.triplet_groups import TripletGroups, group_triplets
 
 TRIPLETS_VERSION = 2  # what this code writes for unweighted triplets (3 when weighted)
 WEIGHTED_TRIPLETS_VERSION = 3  # version 2 + a per-triplet weight
-READ_VERSIONS = {"triplets": (1, 2, 3), "queries": (1, 2), "dead-letter": (1,)}
+READ_VERSIONS = {"triplets": (1, 2, 3), "queries": (1, 2, 3), "dead-letter": (1,)}
+QUERIES_VERSION = 2  # written unless the query carries the engine's scores (version 3)
+# what `schema_of` stamps when no version is named: the version written by default
+WRITE_VERSIONS: dict[str, int] = {"queries": QUERIES_VERSION}
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the broker's message.max.bytes
 _NAME_KEY, _VERSION_KEY = b"rankstream.schema", b"rankstream.version"
 _WIDTH_KEY = b"rankstream.phi_dim"
@@ -131,12 +134,14 @@ def queries_fields(width: int, version: int = 2) -> pa.Schema:
 
     Version 2 (what this code writes): a relevance entry may be null (that candidate was
     not judged and has no known grade) and `judged` flags, per candidate, the ones the
-    user judged. Version 1 (`judged` = how many top candidates were judged, every
-    relevance known) still decodes.
+    user judged. Version 3 (written only for a query that carries the engine's own
+    scores) adds `engine_scores`, one per candidate. Version 1 (`judged` = how many top
+    candidates were judged, every relevance known) still decodes.
     """
-    if version not in (1, 2):
-        raise ValueError(f"queries version {version} does not exist; versions are 1 and 2")
+    if version not in (1, 2, 3):
+        raise ValueError(f"queries version {version} does not exist; versions are 1, 2, 3")
     judged = pa.int32() if version == 1 else pa.list_(pa.bool_())
+    engine = [("engine_scores", pa.list_(pa.float64()))] if version == 3 else []
     return pa.schema(
         [
             ("seq", pa.int64()),
@@ -148,6 +153,7 @@ def queries_fields(width: int, version: int = 2) -> pa.Schema:
             ("served_version", pa.int64()),
             ("model_versions", pa.map_(pa.string(), pa.int64())),
             ("judged", judged),
+            *engine,
         ]
     )
 
@@ -172,12 +178,19 @@ _WIDTHLESS = {"dead-letter"}  # kinds without phi: no `rankstream.phi_dim` is wr
 
 
 def declare_kind(
-    name: str, versions: tuple[int, ...], fields: Callable[[int, int], pa.Schema], *, width: bool
+    name: str,
+    versions: tuple[int, ...],
+    fields: Callable[[int, int], pa.Schema],
+    *,
+    width: bool,
+    writes: int | None = None,
 ) -> None:
     """Put another message kind on this module's machinery (stamping, `_read`'s checks,
     the version rule): `stream.click_schema` declares impressions and clicks this way.
-    `fields(width, version)` gives its layout; `width`: whether it carries phi."""
+    `fields(width, version)` gives its layout; `width`: whether it carries phi; `writes`:
+    the version written by default (the newest unless named)."""
     READ_VERSIONS[name] = tuple(versions)
+    WRITE_VERSIONS[name] = versions[-1] if writes is None else writes
     _DECLARED[name] = fields
     if not width:
         _WIDTHLESS.add(name)
@@ -210,7 +223,11 @@ class SchemaError(ValueError):
 def schema_of(name: str, width: int = DEFAULT_PHI_DIM, version: int | None = None) -> pa.Schema:
     """The stamped Arrow schema of a message kind as this code writes it (or `version`)."""
     if version is None:
-        version = TRIPLETS_VERSION if name == "triplets" else READ_VERSIONS[name][-1]
+        version = (
+            TRIPLETS_VERSION
+            if name == "triplets"
+            else WRITE_VERSIONS.get(name, READ_VERSIONS[name][-1])
+        )
     metadata = {_NAME_KEY: name.encode(), _VERSION_KEY: b"%d" % version}
     if name not in _WIDTHLESS:
         metadata[_WIDTH_KEY] = b"%d" % width
@@ -630,6 +647,7 @@ class JudgedQuery:
     served_version: int
     model_versions: dict[str, int]  # model name -> version current when served
     judged: np.ndarray  # bool (K,): the candidates the user judged
+    engine_scores: np.ndarray | None = None  # float64 (K,): the engine's own, if it sent them
 
     def __post_init__(self) -> None:
         if isinstance(self.judged, int | np.integer):
@@ -650,7 +668,7 @@ class JudgedQuery:
 
 def encode_query(query: JudgedQuery) -> bytes:
     """One `rankstream.queries` message, version 2 (a single Arrow row with list columns),
-    at the width of its phi."""
+    or 3 when the query carries the engine's scores, at the width of its phi."""
     k = len(np.asarray(query.candidate_ids))
     if k < 1:
         raise ValueError("a judged query needs at least one candidate")
@@ -668,8 +686,14 @@ def encode_query(query: JudgedQuery) -> bytes:
     phi = _phi_column(query.phi, "phi", k)
     versions = {str(name): int(v) for name, v in query.model_versions.items()}
     one = np.array([0, k], dtype=np.int32)
+    engine = []
+    if query.engine_scores is not None:
+        scores = np.asarray(query.engine_scores, dtype=np.float64)
+        if scores.shape != (k,) or not np.isfinite(scores).all():
+            raise ValueError(f"engine_scores must be {k} finite numbers, got {scores.shape}")
+        engine = [pa.ListArray.from_arrays(one, pa.array(scores))]
     return _write(
-        schema_of("queries", phi.type.list_size),
+        schema_of("queries", phi.type.list_size, 3 if engine else QUERIES_VERSION),
         [
             pa.array([int(query.seq)], pa.int64()),
             pa.array([int(query.query_id)], pa.int64()),
@@ -680,6 +704,7 @@ def encode_query(query: JudgedQuery) -> bytes:
             pa.array([int(query.served_version)], pa.int64()),
             pa.array([list(versions.items())], pa.map_(pa.string(), pa.int64())),
             pa.ListArray.from_arrays(one, pa.array(judged)),
+            *engine,
         ],
     )
 
@@ -690,7 +715,7 @@ def decode_query(
     width: int = DEFAULT_PHI_DIM,
     max_bytes: int = MAX_MESSAGE_BYTES,
 ) -> JudgedQuery:
-    """Decode and validate one judged query (version 1 or 2) at `width` (the
+    """Decode and validate one judged query (version 1, 2 or 3) at `width` (the
     deployment's); any bad value rejects the whole message."""
     batch, version = _read(data, "queries", width, max_bytes, nullable=frozenset({"relevance"}))
     if batch.num_rows != 1:
@@ -720,6 +745,13 @@ def decode_query(
     judged = _judged_mask(row["judged"], k, v1)
     if (relevance[judged] == UNJUDGED).any():
         raise SchemaError(BAD_SCHEMA, "a judged candidate has a null relevance")
+    engine = None
+    if "engine_scores" in row:  # version 3
+        engine = _list_parts(row["engine_scores"])[1].to_numpy(zero_copy_only=False)
+        if engine.shape != (k,):
+            raise SchemaError(BAD_SCHEMA, f"{len(engine)} engine_scores for {k} candidates")
+        if not np.isfinite(engine).all():
+            raise SchemaError(NON_FINITE, "engine_scores contain NaN or Inf")
     return JudgedQuery(
         seq=row["seq"][0].as_py(),
         query_id=row["query_id"][0].as_py(),
@@ -730,6 +762,7 @@ def decode_query(
         served_version=row["served_version"][0].as_py(),
         model_versions=dict(row["model_versions"][0].as_py()),
         judged=judged,
+        engine_scores=engine,
     )
 
 

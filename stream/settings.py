@@ -334,6 +334,13 @@ class Settings:
     # interleaves only once it has accepted clicks (judged-only engines see none). 0: off.
     interleaving_share: float = 0.1
     interleaving_method: str = TEAM_DRAFT
+    # Shadow mode (`serve.app`, `selection.engine_ranking`): `rankstream serve` answers every
+    # champion request with the engine's own order unchanged (the request must carry
+    # engine_scores: without them a 422), logs it as an impression of the model `engine`,
+    # and interleaves nothing; the click join learns from the clicks on it as on any
+    # impression. `intervention_share` of those rankings still gets the randomized
+    # intervention (0, the default: pure shadow). Off: the engine races as the incumbent.
+    shadow: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.phi_dim, bool) or not isinstance(self.phi_dim, int) or self.phi_dim < 1:
@@ -424,4 +431,5 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "intervention": ("INTERVENTION", _one_of(INTERVENTIONS)),
     "interleaving_share": ("INTERLEAVING_SHARE", _portion),
     "interleaving_method": ("INTERLEAVING_METHOD", _interleaving_method),
+    "shadow": ("SHADOW", _on_off),
 }

@@ -9,6 +9,11 @@ Queries and models must have the deployment's feature width (`Settings.phi_dim`)
 query of another width is dead-lettered (`wrong_width`), a model of another width is
 not scored (logged, counted as `score_error`).
 
+The engine's own ranking (`selection.engine_ranking`, the model `engine`) is scored on
+every judged query that carries its scores (`engine_scores`, queries wire version 3):
+its order is those scores, ties in the given order; a query without them does not score
+it (so the engine's race pairs are the queries it ranked, like every model's).
+
 Per model the evaluator keeps NDCG@50 (graded gains, `ranking.metrics.ndcg_at_k`) and
 average precision over its last W scored queries. Both are computed over the candidates
 whose grade is known (`JudgedQuery.graded`): a model scores every candidate, and its
@@ -57,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.selection.judged_race import (
     FALLBACK,
     JUDGED,
@@ -183,12 +189,19 @@ class EvaluatorHandler(Handler):
         skipped: dict[str, str] = {}
         judgments = judgments_of(query)
         for model, version in sorted(query.model_versions.items()):
+            if model == ENGINE:
+                continue  # the engine is scored by the scores it sent, below, or not at all
             if judgments == JUDGMENTS_NONE:
                 skipped[model] = NOT_JUDGED  # counted once, as the query's judgments
                 continue
             reason = self._score(model, version, query, ndcg, ap)
             if reason is not None:
                 skipped[model] = reason
+        if query.engine_scores is not None and judgments != JUDGMENTS_NONE:
+            graded = query.graded  # the engine's order: its scores, ties in the given order
+            relevance = query.relevance[graded]
+            ndcg[ENGINE] = ndcg_at_k(query.engine_scores[graded], relevance, NDCG_K)
+            ap[ENGINE] = average_precision(query.engine_scores[graded], relevance)
         # only once every model scored: a raise leaves no partial query, counts included
         for model in ndcg:
             self.rolling.add(model, ndcg[model], ap[model])
@@ -304,6 +317,8 @@ class EvaluatorHandler(Handler):
         if incumbent in ndcg:
             return False
         stored = incumbent in self.cache.store.latest_versions()
+        if incumbent == ENGINE:  # scored only on queries carrying its scores: not gone
+            return not stored
         return not stored or self.cache.scorable(incumbent) is False
 
     def summary(self) -> dict[str, Any]:
