@@ -11,28 +11,25 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-
-import numpy as np
+from collections.abc import Callable
 
 from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
+    Announcements,
     EncodedModel,
+    Fence,
+    ModelStore,
     StoredModel,
-    check_expected_version,
     check_fence,
-    check_keep_versions,
     check_name,
-    check_write_id,
     decode_model,
-    encode_model,
     finite_or_none,
 )
 
 _CLOSED = object()
 
 
-class QueueAnnouncements:
+class QueueAnnouncements(Announcements):
     """Announcements delivered through a queue; `close` ends iteration."""
 
     def __init__(self, on_close: Callable[[QueueAnnouncements], None]) -> None:
@@ -56,15 +53,6 @@ class QueueAnnouncements:
             return None
         return item
 
-    def __iter__(self) -> Iterator[tuple[str, int]]:
-        return self
-
-    def __next__(self) -> tuple[str, int]:
-        item = self.get()
-        if item is None:
-            raise StopIteration
-        return item
-
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -72,7 +60,7 @@ class QueueAnnouncements:
             self._queue.put(_CLOSED)
 
 
-class EmbeddedModelStore:
+class EmbeddedModelStore(ModelStore):
     """Thread-safe dict of name -> {version: EncodedModel}, trimmed to the newest N."""
 
     def __init__(self, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> None:
@@ -109,34 +97,14 @@ class EmbeddedModelStore:
         with self._lock:
             return sorted(self._latest)
 
-    def save(
-        self,
-        name: str,
-        *,
-        kind: str,
-        meta: dict,
-        arrays: Mapping[str, np.ndarray],
-        offsets: Mapping[str, Mapping[int, int]],
-        expected_version: int,
-        expected_write_id: str | None = None,
-        write_id: str | None = None,
-        keep_versions: int | None = None,
-    ) -> int:
+    def _save_encoded(self, name: str, encoded: EncodedModel, fence: Fence, keep: int) -> int:
         """Fenced (version and write id), atomic write of the next version; announces it."""
-        check_name(name)
-        expected = check_expected_version(expected_version)
-        check_write_id(expected_write_id, "expected_write_id")
-        keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(
-            kind=kind, meta=meta, arrays=arrays, offsets=offsets, write_id=write_id
-        )
         with self._lock:
             actual = self._latest.get(name, 0)
             stored_write_id = self._versions[name][actual].write_id if actual else None
             if not check_fence(
                 name,
-                expected_version=expected,
-                expected_write_id=expected_write_id,
+                fence,
                 stored_version=actual,
                 stored_write_id=stored_write_id,
                 write_id=encoded.write_id,

@@ -17,6 +17,7 @@ The workers therefore never import kafka or redis (`tests/test_architecture.py`)
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -79,7 +80,7 @@ def translating(
             except refused_errors() as exc:
                 raise credentials_refused(service, exc) from exc
             except client_errors() as exc:
-                name = method.__qualname__
+                name = call.__qualname__
                 raise unavailable(f"{service}: {name} failed: {type(exc).__name__}: {exc}") from exc
 
         return call
@@ -88,15 +89,22 @@ def translating(
 
 
 def translate_public_methods(decorator: Callable[[Callable[..., Any]], Callable[..., Any]]):
-    """Class decorator: apply `decorator` to every public method the class defines
-    (constructors included), so a method added later cannot leak a client exception."""
+    """Class decorator: apply `decorator` to every public method of the class (constructors
+    included), so a method added later cannot leak a client exception. A public method
+    it inherits (a protocol's default, such as `ModelStore.save`) is wrapped too, under
+    this class's name."""
 
     def apply(cls: type) -> type:
-        for name, value in list(vars(cls).items()):
-            if isinstance(value, staticmethod | classmethod | property):
+        names = [n for n in dir(cls) if not n.startswith("_")]
+        if "__init__" in vars(cls):
+            names.append("__init__")
+        for name in names:
+            value = inspect.getattr_static(cls, name)
+            if isinstance(value, staticmethod | classmethod | property) or not callable(value):
                 continue
-            if callable(value) and (not name.startswith("_") or name == "__init__"):
-                setattr(cls, name, decorator(value))
+            wrapped = decorator(value)
+            wrapped.__qualname__ = f"{cls.__qualname__}.{name}"
+            setattr(cls, name, wrapped)
         return cls
 
     return apply

@@ -39,10 +39,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-import numpy as np
 import redis
 import redis.exceptions
 from redis.backoff import ExponentialBackoff
@@ -61,15 +59,14 @@ from rankstream.stream.errors import (
 from rankstream.stream.settings import SENTINEL_SCHEME, SentinelTarget, parse_sentinel_url
 from rankstream.stream.store import (
     DEFAULT_KEEP_VERSIONS,
+    Announcements,
     EncodedModel,
+    Fence,
+    ModelStore,
     StoredModel,
-    check_expected_version,
     check_fence,
-    check_keep_versions,
     check_name,
-    check_write_id,
     decode_model,
-    encode_model,
     finite_or_none,
 )
 
@@ -205,7 +202,7 @@ def _sentinel_client(
 
 
 @_translated
-class RedisModelStore:
+class RedisModelStore(ModelStore):
     """`ModelStore` on Redis; see the module docstring for keys and guarantees."""
 
     def __init__(self, settings: Settings, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> None:
@@ -249,29 +246,11 @@ class RedisModelStore:
             pipe.hget(self._key(name), "version")
         return {n: int(v) for n, v in zip(names, pipe.execute(), strict=True) if v is not None}
 
-    def save(
-        self,
-        name: str,
-        *,
-        kind: str,
-        meta: dict,
-        arrays: Mapping[str, np.ndarray],
-        offsets: Mapping[str, Mapping[int, int]],
-        expected_version: int,
-        expected_write_id: str | None = None,
-        write_id: str | None = None,
-        keep_versions: int | None = None,
-    ) -> int:
+    def _save_encoded(self, name: str, encoded: EncodedModel, fence: Fence, keep: int) -> int:
         """Fenced atomic write of version expected+1; FencingError if someone was first."""
         key = self._key(name)
-        expected = check_expected_version(expected_version)
-        check_write_id(expected_write_id, "expected_write_id")
-        keep = check_keep_versions(keep_versions, self.keep_versions)
-        encoded = encode_model(
-            kind=kind, meta=meta, arrays=arrays, offsets=offsets, write_id=write_id
-        )
-        args = [expected, name, encoded.kind, encoded.envelope, encoded.arrays,
-                keep, self.channel, expected_write_id or "", encoded.write_id]  # fmt: skip
+        args = [fence.version, name, encoded.kind, encoded.envelope, encoded.arrays,
+                keep, self.channel, fence.write_id or "", encoded.write_id]  # fmt: skip
         delay = 0.05
         for attempt in range(_SAVE_ATTEMPTS):
             try:
@@ -284,8 +263,7 @@ class RedisModelStore:
                 _, actual, *stored_id = str(exc).split()
                 check_fence(
                     name,
-                    expected_version=expected,
-                    expected_write_id=expected_write_id,
+                    fence,
                     stored_version=int(actual),
                     stored_write_id=stored_id[0] if stored_id else None,
                     write_id=encoded.write_id,
@@ -364,7 +342,7 @@ def _ms(seconds: float) -> int:
 
 
 @_translated
-class PubSubAnnouncements:
+class PubSubAnnouncements(Announcements):
     """(name, version) from the update channel; `close` (any thread) ends iteration."""
 
     _SLICE_S = 0.2  # longest a blocked reader waits before noticing `close`
@@ -406,15 +384,6 @@ class PubSubAnnouncements:
                 data = json.loads(message["data"])
                 return str(data["name"]), int(data["version"])
         return None
-
-    def __iter__(self) -> Iterator[tuple[str, int]]:
-        return self
-
-    def __next__(self) -> tuple[str, int]:
-        item = self.get()
-        if item is None:
-            raise StopIteration
-        return item
 
     def close(self) -> None:
         self._closed = True

@@ -119,6 +119,12 @@ class FencingError(RuntimeError):
 
 
 class ModelStore(Protocol):
+    """What every model store offers; Redis and the embedded store subclass it to share
+    `save`'s checks and encoding (a protocol's default implementation, PEP 544), each
+    writing the encoded version its own way (`_save_encoded`)."""
+
+    keep_versions: int  # versions kept per model unless a save says otherwise
+
     def load(self, name: str) -> StoredModel | None: ...
 
     def load_version(self, name: str, version: int) -> StoredModel | None: ...
@@ -151,6 +157,19 @@ class ModelStore(Protocol):
         version expected_version + 1 written with this very `write_id` (a retry after
         a lost reply), that version is returned instead of raising.
         """
+        check_name(name)
+        expected = check_expected_version(expected_version)
+        check_write_id(expected_write_id, "expected_write_id")
+        keep = check_keep_versions(keep_versions, self.keep_versions)
+        encoded = encode_model(
+            kind=kind, meta=meta, arrays=arrays, offsets=offsets, write_id=write_id
+        )
+        return self._save_encoded(name, encoded, Fence(expected, expected_write_id), keep)
+
+    def _save_encoded(self, name: str, encoded: EncodedModel, fence: Fence, keep: int) -> int:
+        """`save` once its arguments are checked and encoded: check `fence` (the stored
+        model `save` expects), write, trim to the newest `keep` versions, announce; the
+        version now stored."""
         ...
 
     def delete(self, name: str) -> bool:
@@ -186,13 +205,22 @@ class ModelStore(Protocol):
 
 
 class Announcements(Protocol):
-    """A blocking iterator of (name, version); `get(timeout)` for a bounded wait."""
+    """A blocking iterator of (name, version); `get(timeout)` for a bounded wait.
 
-    def __iter__(self) -> Iterator[tuple[str, int]]: ...
+    Both stores' announcements subclass it: iteration is `get()` until it gives None."""
 
-    def __next__(self) -> tuple[str, int]: ...
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return self
 
-    def get(self, timeout: float | None = None) -> tuple[str, int] | None: ...
+    def __next__(self) -> tuple[str, int]:
+        item = self.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def get(self, timeout: float | None = None) -> tuple[str, int] | None:
+        """Next announcement, or None after `timeout` seconds or once closed."""
+        ...
 
     def close(self) -> None: ...
 
@@ -234,20 +262,15 @@ def check_write_id(write_id: str | None, what: str = "write_id") -> str | None:
 
 
 def check_fence(
-    name: str,
-    *,
-    expected_version: int,
-    expected_write_id: str | None,
-    stored_version: int,
-    stored_write_id: str | None,
-    write_id: str,
+    name: str, fence: Fence, *, stored_version: int, stored_write_id: str | None, write_id: str
 ) -> bool:
     """The fencing rule, shared by both stores (Redis runs it again inside its script).
 
-    True: the stored model is the expected one, write on top of it. False: the store
-    already holds exactly this save (same write_id, one version ahead), so a retry
+    True: the stored model is the expected one (`fence`), write on top of it. False: the
+    store already holds exactly this save (same write_id, one version ahead), so a retry
     whose first reply was lost adopts it. Anything else raises FencingError.
     """
+    expected_version, expected_write_id = fence.version, fence.write_id
     if stored_version == expected_version and (
         expected_write_id is None or stored_write_id == expected_write_id
     ):
