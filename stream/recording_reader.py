@@ -153,11 +153,10 @@ def iter_triplet_chunks(
     """
     counts = counts if counts is not None else ReadCounts()
     for info, handle in _open_files(directory, "triplets", skip_bad, counts, width):
-        read = _pair_chunk if info.version == 1 else _group_chunk
         first_row = 0
         for group in range(handle.num_row_groups):
             try:
-                chunk = read(handle, group, info, first_row, width, extra_columns)
+                chunk = _read_chunk(handle, group, info, first_row, extra_columns)
             except (pa.ArrowException, OSError, _DamagedError) as exc:
                 n = _row_group_triplets(handle, group, info.version)
                 error = RecordingError(
@@ -186,44 +185,46 @@ class _DamagedError(ValueError):
     """A row group whose values contradict each other (e.g. an index outside its table)."""
 
 
-def _pair_chunk(
+def _read_chunk(
     handle: pq.ParquetFile,
     group: int,
     info: LogFile,
     first_row: int,
-    width: int,
     extra_columns: Sequence[str],
 ) -> TripletChunk:
-    """A format-1 row group: one row per triplet, the pair layout."""
-    wanted = ["partition", "offset", *PAIR_ID_COLUMNS, "phi1", "phi2", *extra_columns]
+    """One row group: its layout's triplets (format 1: one row per triplet, format 2: one
+    row per group), each with the partition, offset and `extra_columns` of its row."""
+    columns, to_block = _PAIR_LAYOUT if info.version == 1 else _GROUP_LAYOUT
+    wanted = ["partition", "offset", *columns, *extra_columns]
     table = handle.read_row_group(group, columns=wanted, use_threads=False)
+    block, triplets_per_row = to_block(table)
+
+    def per_triplet(values: np.ndarray) -> np.ndarray:
+        return values if triplets_per_row is None else np.repeat(values, triplets_per_row)
+
+    return TripletChunk(
+        info.path,
+        first_row,
+        info.topic,
+        per_triplet(_numpy(table.column("partition"))),
+        per_triplet(_numpy(table.column("offset"))),
+        block,
+        {c: per_triplet(_column_values(table.column(c))) for c in extra_columns},
+    )
+
+
+def _pair_block(table: pa.Table) -> tuple[TripletBlock, None]:
+    """Format 1, the pair layout: one row per triplet."""
     block = TripletBlock.from_pairs(
         *(_numpy(table.column(c)) for c in PAIR_ID_COLUMNS),
         phi_view(table.column("phi1")),
         phi_view(table.column("phi2")),
     )
-    return TripletChunk(
-        info.path,
-        first_row,
-        info.topic,
-        _numpy(table.column("partition")),
-        _numpy(table.column("offset")),
-        block,
-        {c: _column_values(table.column(c)) for c in extra_columns},
-    )
+    return block, None
 
 
-def _group_chunk(
-    handle: pq.ParquetFile,
-    group: int,
-    info: LogFile,
-    first_row: int,
-    width: int,
-    extra_columns: Sequence[str],
-) -> TripletChunk:
-    """A format-2 row group: one row per group, each image's phi once."""
-    wanted = ["partition", "offset", "query_id", "first_seq", *GROUP_LIST_COLUMNS]
-    table = handle.read_row_group(group, columns=wanted + list(extra_columns), use_threads=False)
+def _group_block(table: pa.Table) -> tuple[TripletBlock, np.ndarray]:
+    """Format 2: one row per group, each image's phi once; also each row's triplet count."""
     lists = {name: _list_column(table.column(name)) for name in GROUP_LIST_COLUMNS}
     image_offsets = lists["image_id"][0]
     triplet_offsets = lists["p1"][0]
@@ -246,17 +247,12 @@ def _group_chunk(
     problem = groups.problem()
     if problem is not None:
         raise _DamagedError(problem)
-    counts = groups.triplet_counts
-    per_triplet = {c: np.repeat(_column_values(table.column(c)), counts) for c in extra_columns}
-    return TripletChunk(
-        info.path,
-        first_row,
-        info.topic,
-        np.repeat(_numpy(table.column("partition")), counts),
-        np.repeat(_numpy(table.column("offset")), counts),
-        groups.to_block(),
-        per_triplet,
-    )
+    return groups.to_block(), groups.triplet_counts
+
+
+# per format, the columns a row group's triplets are read from and how
+_PAIR_LAYOUT = ([*PAIR_ID_COLUMNS, "phi1", "phi2"], _pair_block)
+_GROUP_LAYOUT = (["query_id", "first_seq", *GROUP_LIST_COLUMNS], _group_block)
 
 
 def _list_column(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
