@@ -123,6 +123,8 @@ _ARGUMENTS = (
     ("p2", "int32", 1, True),
     ("y", "float64", 1, True),
     ("weights", "float64", 1, True),
+    ("shrink", "float64", 1, False),
+    ("anchors", "float64", 2, False),
     ("n_updates", "int64", 1, False),
     ("status", "int64", 1, False),
     ("bad_row", "int64", 1, False),

@@ -63,8 +63,8 @@ def _step_size(rule: int, margin: float, sqnorm: float, param: float, weight: fl
     `weight` s > 0 is the row's importance weight, in each rule's importance-weighted
     form (`ranking.online` says which); s = 1 multiplies by 1.0, exactly the unweighted
     rule, and an unweighted pass passes the constant 1.0."""
-    if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included
-        return weight if margin <= 0.0 else 0.0
+    if rule == _OPR:  # eq. (1): a full step on a mistake, a zero margin included; param is
+        return weight * param if margin <= 0.0 else 0.0  # 1.0 on judged rows (bit for bit)
     loss = 1.0 - margin
     if loss <= 0.0:
         return 0.0
@@ -90,7 +90,21 @@ def _zeros_aligned(n):  # pragma: no cover - compiled
 
 @njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 def learn_linear(
-    rules, params, W, scales, group, phi, p1, p2, y, weights, n_updates, status, bad_row
+    rules,
+    params,
+    W,
+    scales,
+    group,
+    phi,
+    p1,
+    p2,
+    y,
+    weights,
+    shrink,
+    anchors,
+    n_updates,
+    status,
+    bad_row,
 ):  # pragma: no cover - compiled
     """Sequential w_m += lambda_t y x_m for several linear models m at once, in place.
 
@@ -108,6 +122,12 @@ def learn_linear(
     a row of weight 0 is skipped), or None: every row weight 1, the constant 1.0 in
     `_step_size` (no load, and bit-identical to weights of 1).
 
+    shrink (k,) and anchors (k, d): the regularized reading of click rows
+    (`ranking.online`, "Click triplets"). After model m's step on a row of weight s,
+    when shrink[m] > 0, w_m <- a_m + (1 - rho)(w_m - a_m) with a_m = anchors[m] and
+    rho = min(1, s |x|^2 shrink[m]); shrink[m] = 0 (judged rows) leaves the rule as it was,
+    bit for bit.
+
     n_updates, status and bad_row (k,) are outputs: a label not +1/-1 stops every
     model at that row, a non-finite |x|^2 the models of that scaler, and callers keep
     only models left OK.
@@ -116,10 +136,12 @@ def learn_linear(
     k, d = W.shape
     dp = (d + LANES - 1) // LANES * LANES
     n_groups = 1 if scales is None else scales.shape[0]
-    buf = _zeros_aligned((k + n_groups) * dp)
+    buf = _zeros_aligned((2 * k + n_groups) * dp)
     Wp = buf[: k * dp].reshape((k, dp))  # the weights, padded: the pads stay 0
     Wp[:, :d] = W
-    xs = buf[k * dp :].reshape((n_groups, dp))  # x of each scaler, padded with 0
+    Ap = buf[k * dp : 2 * k * dp].reshape((k, dp))  # the anchors, padded with 0
+    Ap[:, :d] = anchors
+    xs = buf[2 * k * dp :].reshape((n_groups, dp))  # x of each scaler, padded with 0
     sqnorms = np.empty(n_groups)
     lead = np.full(n_groups, -1)  # each scaler's first model: its margin comes with x
     lead_dots = np.empty(n_groups)
@@ -161,6 +183,10 @@ def learn_linear(
             if lam != 0.0:
                 add_scaled_row(Wp, m, lam * yi, xs, g)
                 n_updates[m] += 1
+            if shrink[m] > 0.0:  # towards the anchor: w = a + (1 - rho)(w - a)
+                rho = min(1.0, si * sqnorm * shrink[m])
+                for j in range(dp):
+                    Wp[m, j] = Ap[m, j] + (1.0 - rho) * (Wp[m, j] - Ap[m, j])
     W[:, :] = Wp[:, :d]
 
 

@@ -116,8 +116,35 @@ _R = HyperParameter(
     "r", 100.0, "AROW's regulariser (larger: smaller confidence updates)", (0.1, 1.0, 10.0, 100.0)
 )
 
+# The regularized reading of click triplets (`ranking.online`, "Click triplets"): the
+# four linear rules read these on rows learned with `clicks=True` (the online worker's
+# importance-weighted blocks, the click join's), never on judged rows. Chosen by the
+# offline replay of the HTTP engine's users (docs/results/clicks.md): almost-random
+# users' pairs (attractiveness 0.40/0.45/0.50) must not pull a learner below Uni-Con,
+# informational users' must still teach it (OPAR-I/II +0.12..+0.15 NDCG@50 over Uni-Con).
+_CLICK_MEMORY = HyperParameter(
+    "click_memory",
+    1e6,
+    "click triplets: how many standardized unit-weight pairs the regularized linear "
+    "learners remember (a pair of weight s decays w - anchor by s |x|^2 / (2 d memory))",
+)
+_CLICK_REACH = HyperParameter(
+    "click_reach",
+    10.0,
+    "click triplets: the long-run w - anchor is click_reach E[s y x] / E[s |x|^2] "
+    "(its margins stay below ~click_reach times the pairs' agreement)",
+)
+_CLICK_PRIOR = HyperParameter(
+    "click_prior",
+    0.1,
+    "click triplets: the anchor (Uni-Con's direction on standardized phi) scaled to "
+    "this mean |margin| on the first click pairs",
+)
+CLICK_HYPERPARAMETERS = (_CLICK_MEMORY, _CLICK_REACH, _CLICK_PRIOR)
+
 # Every registered learner's hyper-parameters by name (kept by `register`): learners
-# sharing one (OPAR-I and OPAR-II's C) share its declaration.
+# sharing one (OPAR-I and OPAR-II's C) share its declaration; the click ones (read by
+# every linear rule on click triplets) after them.
 HYPERPARAMETERS: dict[str, HyperParameter] = {}
 
 
@@ -245,6 +272,9 @@ def _hyperparameter_table(specs: Iterable[LearnerSpec]) -> dict[str, HyperParame
                     f"learner {spec.name!r} declares hyper-parameter {h.name!r} unlike "
                     f"another learner: {h} vs {table[h.name]}"
                 )
+    for h in CLICK_HYPERPARAMETERS:
+        if table.setdefault(h.name, h) != h:
+            raise ValueError(f"hyper-parameter {h.name!r} is the linear rules' click one")
     return table
 
 

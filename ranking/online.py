@@ -33,6 +33,40 @@ multiplied by s (s = 1: bit for bit the unweighted rule; s = 0: the row is skipp
 updates when m < 0; we update when m <= 0, because with w = 0 every margin is 0 and
 the strict reading would never move (docs/architecture.md makes the same call).
 
+Click triplets. Pairs read from clicks (`ranking.click_pairs`, learned with
+`clicks=True`: the online worker's importance-weighted blocks, the click join's) are
+not the papers' judged triplets: most of them are noise (a user clicks irrelevant
+results too), and IPS makes them unbiased only because every pair comes both ways at
+equal expected weight. Inside the margin the two ways cancel and a rule adds the
+attractiveness difference; beyond it only the update against the current order is
+taken, so the minimizer of the *unregularized* IPS hinge loss, which the rules above
+reach within a few hundred impressions, is set by the pairs' largest x (the vertex of
+|w.x| <= 1), not by the clicks (with almost-random users it ranks 0.05-0.39 NDCG@50
+below Uni-Con). So on click rows the four linear rules minimise the *regularized* IPS
+objective of Propensity SVM-Rank (Joachims, Swaminathan & Schnabel, "Unbiased
+Learning-to-Rank with Biased Feedback", WSDM 2017: 1/2 ||w - a||^2 + C sum_i s_i
+hinge_i) online, anchored at a = Uni-Con's direction, the engine's incumbent: after
+each rule's own step on a row of weight s,
+
+    w <- a + (1 - rho)(w - a),   rho = s |x|^2 / (2 d click_memory),
+
+a proximal (weight-decay) step, and the rule's step parameter (C, eta; OPR's step,
+1 on judged rows) is click_reach / (2 d click_memory). |x|^2 / (2 d) is ~1 for a pair
+of standardized rows, so both are free of the features' scale and width. In the rules'
+linear regime (every margin < 1, which these values keep: mean |w.x| ~0.5 on the
+engine's pairs) w - a settles at click_reach E[s y x] / E[s |x|^2], the IPS-weighted
+sum of pair differences (the "centroid") normalised, remembered over ~click_memory
+unit-weight pairs: with no signal a learner stays at the anchor's ranking, with signal
+it moves towards the centroid. The anchor is Uni-Con's direction (all ones on the
+ranker's standardized phi) scaled to a mean |margin| of click_prior on the first click
+rows a ranker learns (no scaler: anchored at 0, plain decay). OPR's perceptron is
+scale-free and mistake-driven, so the paper's step 1 on noisy pairs is a random walk;
+with the click step from the anchor it is the perceptron started from a / step, and the
+same shrink keeps it near the anchor. On click rows OPAR-I's cap s C is far below
+l / |x|^2, so OPAR-I takes OGDR's step; OPAR-II's l / (|x|^2 + 1/(2 s C)) stays its own.
+Judged rows (`clicks=False`, the default) keep the papers' rules exactly, weighted or
+not. AROW has no such reading (its r already bounds its steps).
+
 AROW is the second-order rule the paper points to (Dredze et al., 2008) in the form
 of Crammer, Kulesza & Dredze, "Adaptive Regularization of Weight Vectors", NIPS 2009,
 applied to pair differences with a full covariance Sigma (d x d, starting at I):
@@ -82,6 +116,7 @@ from rankstream.ranking.scaling import Standardizer, linear_scores, store_scaler
 from rankstream.ranking.validation import as_float_matrix, as_float_vector
 
 _NONFINITE_WEIGHTS = "this batch would make the weights non-finite; model unchanged"
+_ANCHOR = "click_anchor"  # the stored anchor of click triplets' reading
 
 # OnlineRanker's own attributes, which no hyper-parameter may take (each becomes one)
 _RESERVED = frozenset({"algo", "scaler", "warm_start", "dim", "features", "n_seen", "n_updates"})
@@ -155,11 +190,14 @@ def _learn_linear_models(
     p2: np.ndarray | None,
     labels: np.ndarray,
     weights: np.ndarray | None,
+    clicks: bool = False,
 ) -> list[ValueError | None]:
     """Run `learn_linear` for linear rankers whose width is known; commit each that passed.
 
     Rankers sharing a scaler (equal std, e.g. fitted on the same rows) share one
-    scaled x per row. Returns per ranker None or the error its `learn_many` raises.
+    scaled x per row. `clicks`: the rows are click triplets, learned in the regularized
+    reading (the module docstring's "Click triplets"). Returns per ranker None or the
+    error its `learn_many` raises.
     """
     k, d = len(rankers), phi.shape[1]
     groups: dict[bytes, int] = {}
@@ -171,14 +209,20 @@ def _learn_linear_models(
         if group[m] == len(scales):
             scales.append(std)
     rules = np.array([r.spec.linear_rule for r in rankers], dtype=np.int64)
-    params = np.array([r.params[r.spec.uses[0]] if r.spec.uses else 0.0 for r in rankers])
+    if clicks:
+        params = np.array([r._click_step() for r in rankers])
+        shrink = np.array([r._click_shrink() for r in rankers])
+        anchors = np.array([r._click_anchor(phi, p1, p2) for r in rankers])
+    else:  # the papers' rules: OPR's full step is 1, nothing shrinks
+        params = np.array([r.params[r.spec.uses[0]] if r.spec.uses else 1.0 for r in rankers])
+        shrink, anchors = np.zeros(k), np.zeros((k, d))
     W = np.array([ranker._w for ranker in rankers])
     n_updates = np.zeros(k, dtype=np.int64)
     status = np.zeros(k, dtype=np.int64)
     bad_row = np.full(k, -1, dtype=np.int64)
     unscaled = all(ranker.scaler is None for ranker in rankers)
     arguments = (rules, params, W, None if unscaled else np.array(scales), group, phi, p1, p2)
-    arguments += (labels, weights, n_updates, status, bad_row)
+    arguments += (labels, weights, shrink, anchors, n_updates, status, bad_row)
     aot.linear_kernel(*arguments)(*arguments)
     errors: list[ValueError | None] = []
     for m, ranker in enumerate(rankers):
@@ -187,6 +231,8 @@ def _learn_linear_models(
             error = ValueError(_NONFINITE_WEIGHTS)
         if error is None:
             ranker._commit(W[m].copy(), None, int(n_updates[m]), labels.shape[0])
+            if clicks and ranker._anchor is None and anchors[m].any():
+                ranker._anchor = anchors[m].copy()  # fixed from its first click rows
         errors.append(error)
     return errors
 
@@ -198,13 +244,16 @@ def _learn(
     p2: np.ndarray | None,
     labels: np.ndarray,
     weights: np.ndarray | None = None,
+    clicks: bool = False,
 ) -> list[ValueError | None]:
     """Validated rows to rankers of known width: the linear ones in one fused pass,
-    each other one through its own kernel; per ranker None or its error."""
+    each other one through its own kernel; per ranker None or its error. `clicks`
+    reaches the linear rules only (their regularized reading of click triplets)."""
     errors: dict[int, ValueError | None] = {}
     linear = [m for m, r in enumerate(rankers) if r.spec.linear_rule is not None]
     if linear:
-        found = _learn_linear_models([rankers[m] for m in linear], phi, p1, p2, labels, weights)
+        chosen = [rankers[m] for m in linear]
+        found = _learn_linear_models(chosen, phi, p1, p2, labels, weights, clicks)
         errors.update(zip(linear, found, strict=True))
     for m, ranker in enumerate(rankers):
         if m not in errors:
@@ -244,10 +293,13 @@ def learn_many_together(
     p2: object,
     y: object,
     w: object = None,
+    *,
+    clicks: bool = False,
 ) -> list[ValueError | None]:
     """Every ranker learns the triplets x_i = phi[p1[i]] - phi[p2[i]] with labels y (n,)
     and importance weights w (n,) (None: unweighted; the module docstring gives each
-    rule's weighted form).
+    rule's weighted form). `clicks`: they are click triplets, which the linear rules
+    learn in their regularized reading (the module docstring's "Click triplets").
 
     The normalized form of `ranking.triplets.TripletBlock`: phi (m, d) holds each image
     once (float32 from the wire, or float64), p1 and p2 (n,) index its rows. Equal, bit
@@ -275,7 +327,7 @@ def learn_many_together(
     weights = _weights(w, rows1.shape[0])
     for ranker in rankers:
         ranker._grow(table.shape[1])
-    return _learn(rankers, table, rows1, rows2, labels, weights)
+    return _learn(rankers, table, rows1, rows2, labels, weights, clicks)
 
 
 def _as_frame(X: object) -> Any | None:
@@ -398,6 +450,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         self._width: int | None = None
         self._w: np.ndarray | None = None
         self._state: dict[str, np.ndarray] = {}  # a kernel learner's extra arrays (AROW: sigma)
+        self._anchor: np.ndarray | None = None  # click triplets' anchor, set by the first ones
         self.n_updates = 0
         self.n_seen = 0
         if start is not None:
@@ -455,6 +508,43 @@ class OnlineRanker(base.MiniBatchClassifier):
         return np.zeros(0) if self._w is None else self._w.copy()
 
     @property
+    def anchor(self) -> np.ndarray | None:
+        """The anchor click triplets regularize towards (a copy; the module docstring's
+        "Click triplets"): None until the first click rows fix it."""
+        return None if self._anchor is None else self._anchor.copy()
+
+    # ------------------------------------------------- click triplets' reading
+    def _click_shrink(self) -> float:
+        """rho per unit of s |x|^2 on a click row: 1 / (2 d click_memory), |x|^2 / (2 d)
+        being ~1 for a pair of standardized rows, so the memory counts unit-weight pairs."""
+        return 1.0 / (2.0 * float(self._width or 1) * self.params["click_memory"])
+
+    def _click_step(self) -> float:
+        """The step parameter (C, eta; OPR's step) of the rules on click rows: click_reach
+        times the shrink, so w - anchor settles at click_reach E[s y x] / E[s |x|^2]."""
+        return self.params["click_reach"] * self._click_shrink()
+
+    def _click_anchor(
+        self, phi: np.ndarray, p1: np.ndarray | None, p2: np.ndarray | None
+    ) -> np.ndarray:
+        """The anchor: the one fixed before, else Uni-Con's direction (all ones on the
+        scaler's standardized phi) scaled so its mean |margin| on these rows' finite,
+        non-zero pairs is `click_prior`. Zeros without a scaler (no Uni-Con to anchor on:
+        plain decay towards 0) or without such a pair (then the next click rows fix it)."""
+        width = int(self._width or 0)
+        if self._anchor is not None:
+            return self._anchor
+        if self.scaler is None or self.scaler.std_ is None:
+            return np.zeros(width)
+        rows = phi if p1 is None else np.subtract(phi[p1], phi[p2], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            uni_con = (rows[:, :width] / self.scaler.std_).sum(axis=1)
+        uni_con = np.abs(uni_con[np.isfinite(uni_con) & (uni_con != 0.0)])
+        if uni_con.size == 0:
+            return np.zeros(width)
+        return np.full(width, self.params["click_prior"] / float(uni_con.mean()))
+
+    @property
     def sigma(self) -> np.ndarray | None:
         """AROW's covariance (d, d) (a copy); None for the first-order rules."""
         sigma = self._state.get("sigma")
@@ -509,9 +599,13 @@ class OnlineRanker(base.MiniBatchClassifier):
         return as_float_matrix(X, "X", self._width, check_finite=False), None
 
     # --------------------------------------------------------------- learning
-    def learn_many(self, X: object, y: object, w: object = None) -> OnlineRanker:
+    def learn_many(
+        self, X: object, y: object, w: object = None, clicks: bool = False
+    ) -> OnlineRanker:
         """Exact sequential updates over the rows of X (n, d) with labels y (n,) and
-        importance weights w (None: unweighted; a number; or (n,), finite and >= 0).
+        importance weights w (None: unweighted; a number; or (n,), finite and >= 0);
+        `clicks`: the rows are click triplets (the linear rules' regularized reading,
+        the module docstring's "Click triplets").
 
         X is an array of pair differences, or a data frame (pandas, polars, ...) read by
         column name; y holds booleans (True: p1 first) or +1/-1. The whole batch is
@@ -520,7 +614,7 @@ class OnlineRanker(base.MiniBatchClassifier):
         and leaves the model untouched.
         """
         rows, placement = self._rows(X)
-        return self._learn_rows(rows, y, placement, w)
+        return self._learn_rows(rows, y, placement, w, clicks)
 
     def learn_one(self, x: object, y: object, w: object = None) -> OnlineRanker:
         """One pair difference x (a dict {feature: value} or a 1-d array), its label y
@@ -534,16 +628,21 @@ class OnlineRanker(base.MiniBatchClassifier):
         return self._learn_rows(as_float_vector(x, "x", self._width)[None, :], [y], None, w)
 
     def _learn_rows(
-        self, X: np.ndarray, y: object, placement: Placement | None, w: object = None
+        self,
+        X: np.ndarray,
+        y: object,
+        placement: Placement | None,
+        w: object = None,
+        clicks: bool = False,
     ) -> OnlineRanker:
         """Learn validated-shape rows; the width grows to theirs, and back if refused."""
         labels = _labels(y, X.shape[0])
         weights = _weights(w, X.shape[0])
-        before = (self._width, self._w, self._state)
+        before = (self._width, self._w, self._state, self._anchor)
         self._grow(X.shape[1])
-        error = _learn([self], _readonly(X), None, None, labels, weights)[0]
+        error = _learn([self], _readonly(X), None, None, labels, weights, clicks)[0]
         if error is not None:
-            self._width, self._w, self._state = before
+            self._width, self._w, self._state, self._anchor = before
             raise error
         if placement is not None:
             self._keys.adopt(placement.new_names)
@@ -687,6 +786,8 @@ class OnlineRanker(base.MiniBatchClassifier):
         if self._w is not None:
             arrays["weights"] = self._w.copy()
         arrays.update({name: array.copy() for name, array in self._state.items()})
+        if self._anchor is not None:
+            arrays[_ANCHOR] = self._anchor.copy()
         store_scaler(self.scaler, meta, arrays)
         return meta, arrays
 
@@ -720,7 +821,12 @@ class OnlineRanker(base.MiniBatchClassifier):
                 raise ValueError("a state with weights must give their width (dim)")
             ranker._w = as_float_vector(arrays["weights"], "weights", ranker.width).copy()
         expected = ranker.spec.initial_state(ranker.width) if ranker.width is not None else {}
-        extra = {k for k in arrays if k != "weights" and not k.startswith("scaler.")}
+        if _ANCHOR in arrays:
+            if ranker.width is None:
+                raise ValueError("a state with a click anchor must give its width (dim)")
+            ranker._anchor = as_float_vector(arrays[_ANCHOR], _ANCHOR, ranker.width).copy()
+        own = {"weights", _ANCHOR}
+        extra = {k for k in arrays if k not in own and not k.startswith("scaler.")}
         if extra - set(expected):
             raise ValueError(
                 f"state for {ranker.algo!r} must not hold {sorted(extra - set(expected))}"

@@ -50,7 +50,8 @@ def _arguments(
     phi_dtype: str, scaled: bool, seed: int, n: int = 3000, d: int = 13, weighted: bool = False
 ):
     """A batch for three models (OPAR-I, OPAR-II, OGDR), one scaler group when scaled,
-    importance weights when weighted."""
+    importance weights when weighted (then the last two shrink towards an anchor, as on
+    click triplets)."""
     rng = np.random.default_rng(seed)
     phi = rng.standard_normal((40, d)).astype(phi_dtype)
     p1 = rng.integers(0, 40, n).astype(np.int32)
@@ -70,6 +71,8 @@ def _arguments(
         p2,
         y,
         weights if weighted else None,
+        np.array([0.0, 1e-3, 1e-2]) if weighted else np.zeros(3),
+        rng.standard_normal((3, d)) * 0.05,
         np.zeros(3, dtype=np.int64),
         np.zeros(3, dtype=np.int64),
         np.full(3, -1, dtype=np.int64),
@@ -79,10 +82,10 @@ def _arguments(
 def _run(kernel, arguments):
     """Call `kernel` on fresh copies of the outputs; return (W, n_updates, status, bad_row)."""
     args = list(arguments)
-    for i in (2, 10, 11, 12):
+    for i in (2, 12, 13, 14):
         args[i] = args[i].copy()
     kernel(*args)
-    return args[2], args[10], args[11], args[12]
+    return args[2], args[12], args[13], args[14]
 
 
 @pytest.mark.parametrize("variant", aot.VARIANTS, ids=lambda v: v.symbol)

@@ -103,8 +103,12 @@ def test_defaults_average_the_gain_over_collections_not_just_one() -> None:
 
 
 def test_the_learners_defaults_are_points_of_the_validation_grid() -> None:
-    """`ranking.learners.HYPERPARAMETERS` holds what `eval stream --grid` chose."""
+    """`ranking.learners.HYPERPARAMETERS` holds what `eval stream --grid` chose (the click
+    ones read on click triplets only, which a judged stream has none of)."""
+    clicks = {h.name for h in learners.CLICK_HYPERPARAMETERS}
     for name, spec in learners.HYPERPARAMETERS.items():
+        if name in clicks:
+            continue
         assert any(spec.default in grid.get(name, ()) for grid in learners.grids().values()), name
 
 

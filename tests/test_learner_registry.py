@@ -93,7 +93,8 @@ def test_a_registered_rule_learns_through_online_ranker(toy: LearnerSpec) -> Non
     stored = OnlineRanker(algo="opar1", C=0.2).learn_many(X, y).to_state()
     assert stored[0]["params"]["step"] == STEP.default  # every hyper-parameter is stored
     learners.unregister(TOY)  # a process that never registered the toy loads it alike
-    assert OnlineRanker.from_state(*stored).params == {"C": 0.2, "eta": 1e-4, "r": 100.0}
+    clicks = {h.name: h.default for h in learners.CLICK_HYPERPARAMETERS}
+    assert OnlineRanker.from_state(*stored).params == {"C": 0.2, "eta": 1e-4, "r": 100.0, **clicks}
     learners.register(toy)
     bad = X[:3].copy()
     bad[2, 0] = np.nan

@@ -60,6 +60,13 @@ class _Rows:
     y: np.ndarray
     w: np.ndarray | None = None
 
+    @property
+    def clicks(self) -> bool:
+        """Click triplets: an importance-weighted block is the click join's (judged
+        feedback is unweighted, triplets version 2), which the linear rules learn in
+        their regularized reading (`ranking.online`, "Click triplets")."""
+        return self.w is not None
+
 
 @dataclass
 class _Held:
@@ -228,8 +235,9 @@ def learn_together(
     normalized form (`ranking.online.learn_many_together`: x = phi[p1] - phi[p2] is
     gathered inside the loop; bit-identical to one `learn_many` each); the others hold
     the message until their scaler can be fitted. A weighted block (triplets version 3,
-    the click join's) is learned in each rule's importance-weighted form
-    (`ranking.online`); an unweighted one exactly as before weights existed.
+    the click join's) holds click triplets: each rule learns it in its importance-weighted
+    form, regularized towards Uni-Con's direction (`ranking.online`, "Click triplets");
+    an unweighted one exactly as before weights existed.
     """
     rows = _Rows(block.phi, block.p1, block.p2, block.y(), block.weight)
     return _learn_rows(models, topic, partition, offset, rows)
@@ -245,7 +253,13 @@ def _learn_rows(
         before = [m.n_updates for m in ready]
         errors = (
             learn_many_together(
-                [m.ranker for m in ready], rows.phi, rows.p1, rows.p2, rows.y, rows.w
+                [m.ranker for m in ready],
+                rows.phi,
+                rows.p1,
+                rows.p2,
+                rows.y,
+                rows.w,
+                clicks=rows.clicks,
             )
             if len(rows.y)
             else [None] * len(ready)
