@@ -1,7 +1,12 @@
 """The HTTP API's OpenAPI 3.1 document, served at GET /openapi.json.
 
 Written by hand (the app is plain Starlette, `serve.app`); a test checks that it
-names exactly the app's routes and methods, so the two cannot drift apart.
+names exactly the app's routes and methods, so the two cannot drift apart. It is the
+contract: every answer (status, headers, body) is described, with a token and without
+one, and what its schemas call valid is accepted; an OpenAPI-driven tester checks both
+against a running serve (tests/test_openapi_contract.py). The few rules JSON Schema cannot
+state (one phi row per candidate, stored model names, one entry per impression) are
+stated beside the schemas as `x-` keys (`PER_CANDIDATE`, `STORED_MODEL`, `DISTINCT`).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from html import escape
 from typing import Any
 
 from rankstream.producers.candidate_checks import MAX_CANDIDATES, MAX_GRADE
-from rankstream.serve.bodies import ERROR_CODES, UNKNOWN_FIELD
+from rankstream.serve.bodies import ERROR_CODES, FEEDBACK_RENAMED, UNKNOWN_FIELD
 from rankstream.stream.settings import Settings
 
 _ERROR = {
@@ -42,38 +47,73 @@ _WHY = {
     500: "an internal error (logged with the request id)",
     503: "the broker or the store did not answer within the deadline (Retry-After)",
 }
+_VISIBLE = "^[\\x21-\\x7e]{1,200}$"  # a request id, impression id, Idempotency-Key
+_INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
+_FLOAT32 = 3.4e38  # phi beyond float32's range would overflow to Inf: refused
+_FLOAT64 = 1.7e308  # a JSON number beyond a double's range is refused as malformed
+_NAME = "^[A-Za-z0-9_.\\-]{1,200}$"  # a stored model's name (`stream.store.check_name`)
 _REQUEST_ID = {
     "name": "X-Request-ID", "in": "header", "required": False, "schema": {"type": "string"},
     "description": "echoed on the answer (1-200 visible ASCII characters; else a new one)",
 }  # fmt: skip
 _HEADERS = {
-    "X-Request-ID": {"schema": {"type": "string"}, "description": "this request's id"},
-    "Deprecation": {"schema": {"type": "string"},
+    "X-Request-ID": {"required": True, "schema": {"type": "string", "pattern": _VISIBLE},
+                     "description": "this request's id: the one sent, or a new one"},
+}  # fmt: skip
+_DEPRECATION = {
+    "Deprecation": {"schema": {"type": "string", "const": "true"},
                     "description": "`true` when the request used a name of the previous "
                                    "release (still accepted)"},
+    "X-Deprecated-Names": {"schema": {"type": "string"},
+                           "description": "which old names the request used"},
 }  # fmt: skip
+_RETRY_AFTER = {
+    "Retry-After": {"required": True, "schema": {"type": "integer", "minimum": 0},
+                    "description": "seconds to wait before retrying"},
+}  # fmt: skip
+# the headers of an error answer besides X-Request-ID
+_ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {"WWW-Authenticate": {"required": True, "schema": {"type": "string", "const": "Bearer"},
+                               "description": "the scheme the token goes in"}},
+    408: {"Connection": {"schema": {"type": "string", "const": "close"},
+                         "description": "the connection is closed after this answer"}},
+    409: _RETRY_AFTER,
+    503: _RETRY_AFTER,
+}  # fmt: skip
+
+
+# A rule JSON Schema cannot state, said in the document for people and testers: this array
+# holds one item per item of the named array of the same body (422 otherwise).
+PER_CANDIDATE = "x-one-per-item-of"
+# ... and: these names must be stored models' (`GET /v1/models`; 422 otherwise).
+STORED_MODEL = "x-stored-model"
+# ... and: no two items of this array carry the same value of the named field (422).
+DISTINCT = "x-distinct-field"
 
 
 def _phi(width: int) -> dict[str, Any]:
     return {
         "type": "array",
-        "description": f"one row of {width} finite numbers per candidate, in candidate order",
-        "items": {"type": "array", "items": {"type": "number"}, "minItems": width,
-                  "maxItems": width},
+        "description": f"one row of {width} finite numbers per candidate, in candidate order "
+                       "(as many rows as candidate_ids; numbers within float32's range)",
+        "minItems": 1, "maxItems": MAX_CANDIDATES, PER_CANDIDATE: "candidate_ids",
+        "items": {"type": "array", "minItems": width, "maxItems": width,
+                  "items": {"type": "number", "minimum": -_FLOAT32, "maximum": _FLOAT32}},
     }  # fmt: skip
 
 
 _IDS = {
     "type": "array",
     "description": "the candidates' ids, distinct (one phi row each, in this order)",
-    "items": {"type": "integer", "format": "int64"},
+    "items": _INT64,
     "minItems": 1,
     "maxItems": MAX_CANDIDATES,
     "uniqueItems": True,
 }
 _VERSIONS = {
     "type": "object",
-    "additionalProperties": {"type": "integer", "minimum": 1},
+    "propertyNames": {"pattern": _NAME},
+    "additionalProperties": {**_INT64, "minimum": 1},
     "description": "model name -> version current when the query was ranked",
 }
 _RANK_REQUEST: dict[str, Any] = {
@@ -82,17 +122,22 @@ _RANK_REQUEST: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "candidate_ids": _IDS,
-        "model": {"type": "string", "default": "champion",
-                  "description": "'champion' (the evaluator's best) or a model name"},
-        "version": {"type": "integer", "minimum": 1,
+        "model": {"type": "string", "minLength": 1, "default": "champion",
+                  "description": "'champion' (the evaluator's best) or a model name "
+                                 "(404 when no model of that name is stored)"},
+        "version": {**_INT64, "minimum": 1,
                     "description": "an exact stored version of `model` (default: its newest, "
-                                   "or its pinned version)"},
-        "query_id": {"type": "integer", "format": "int64",
-                     "description": "yours: echoed, and logged with the impression"},
-        "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
-                       "description": "yours (default: the X-Request-ID you sent): echoed, "
-                                      "and logged with the impression"},
+                                   "or its pinned version); needs a model name, not "
+                                   "'champion' (404 when not kept)"},
+        "query_id": {**_INT64, "description": "yours: echoed, and logged with the impression"},
+        "request_id": {"type": "string", "pattern": _VISIBLE,
+                       "description": "yours, 1-200 visible ASCII characters (default: the "
+                                      "X-Request-ID you sent): echoed, and logged with the "
+                                      "impression"},
     },
+    "dependentSchemas": {"version": {
+        "required": ["model"], "properties": {"model": {"not": {"const": "champion"}}},
+    }},
 }  # fmt: skip
 _RANKING = {
     "type": "object",
@@ -119,12 +164,14 @@ _CLICK = {
     "required": ["candidate_id"],
     "additionalProperties": False,
     "properties": {
-        "candidate_id": {"type": "integer", "format": "int64",
+        "candidate_id": {**_INT64,
                          "description": "a candidate of the impression that was clicked"},
-        "position": {"type": ["integer", "null"], "minimum": 1,
+        "position": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1,
                      "description": "its displayed rank, 1-based, if known"},
-        "time": {"type": ["number", "null"], "description": "unix seconds of the click"},
-        "dwell": {"type": ["number", "null"], "minimum": 0, "description": "seconds"},
+        "time": {"type": ["number", "null"], "minimum": -_FLOAT64, "maximum": _FLOAT64,
+                 "description": "unix seconds of the click"},
+        "dwell": {"type": ["number", "null"], "minimum": 0, "maximum": _FLOAT64,
+                  "description": "seconds"},
     },
 }  # fmt: skip
 _IMPRESSION_CLICKS = {
@@ -132,7 +179,7 @@ _IMPRESSION_CLICKS = {
     "required": ["impression_id", "clicks"],
     "additionalProperties": False,
     "properties": {
-        "impression_id": {"type": "string", "minLength": 1, "maxLength": 200,
+        "impression_id": {"type": "string", "pattern": _VISIBLE,
                           "description": "what /v1/rank answered"},
         "clicks": {"type": "array", "items": _CLICK,
                    "description": "its clicks; empty: shown, session over, nothing clicked"},
@@ -144,6 +191,9 @@ _IMPRESSION_CLICKS = {
                                         "(see the route's description). false with an empty "
                                         "clicks list is refused (422)"},
     },
+    # an empty clicks list is itself the session-over row: with it, session_over is true
+    "anyOf": [{"properties": {"clicks": {"minItems": 1}}},
+              {"properties": {"session_over": {"const": True}}}],
 }  # fmt: skip
 _WINDOW_S = Settings().click_window_s
 _SESSIONS = (
@@ -163,7 +213,8 @@ _CLICKS: dict[str, Any] = {
         _IMPRESSION_CLICKS,
         {"type": "object", "required": ["impressions"], "additionalProperties": False,
          "properties": {"impressions": {"type": "array", "minItems": 1,
-                                        "items": _IMPRESSION_CLICKS}}},
+                                        "items": _IMPRESSION_CLICKS, DISTINCT: "impression_id",
+                                        "description": "one entry per impression_id"}}},
     ],
 }  # fmt: skip
 _CLICKS_RECEIPT = {
@@ -177,28 +228,41 @@ _CLICKS_RECEIPT = {
                                      "answer, and nothing was published again"},
     },
 }  # fmt: skip
+_MODEL_NAME = {
+    "type": "string",
+    "pattern": _NAME,
+    STORED_MODEL: True,
+    "description": "echo /v1/rank's: the stored model that ranked the query (default: "
+    "unknown; a name no model is stored under is refused)",
+}
 _FEEDBACK: dict[str, Any] = {
     "type": "object",
     "required": ["query_id", "candidate_ids", "phi", "relevance"],
     "additionalProperties": False,
     "properties": {
-        "query_id": {"type": "integer", "format": "int64",
-                     "description": "the message key of its triplets and judged query"},
+        "query_id": {**_INT64, "description": "the message key of its triplets and judged "
+                                               "query"},
         "candidate_ids": _IDS,
-        "relevance": {"type": "array",
+        "relevance": {"type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES,
+                      PER_CANDIDATE: "candidate_ids",
                       "items": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_GRADE},
-                      "description": "the user's grade per candidate; null = not judged. "
-                                     "Every pair of judged candidates with different grades "
-                                     "becomes a triplet"},
-        "model": {"type": "string", "description": "echo /v1/rank's: the stored model that "
-                                                   "ranked the query (default: unknown)"},
-        "version": {"type": "integer", "minimum": 0, "description": "echo /v1/rank's"},
-        "model_versions": {**_VERSIONS,
-                           "description": "echo /v1/rank's; default: the versions current now"},
-        "served_by": {"type": "string", "deprecated": True, "description": "old name of model"},
-        "served_version": {"type": "integer", "deprecated": True,
-                           "description": "old name of version"},
+                      "contains": {"type": "integer"},
+                      "description": "the user's grade per candidate (as many as "
+                                     "candidate_ids, at least one not null); null = not "
+                                     "judged. Every pair of judged candidates with different "
+                                     "grades becomes a triplet"},
+        "model": _MODEL_NAME,
+        "version": {**_INT64, "minimum": 0, "description": "echo /v1/rank's"},
+        "model_versions": {**_VERSIONS, STORED_MODEL: True,
+                           "description": "echo /v1/rank's: names of stored models; default: "
+                                          "the versions current now"},
+        "served_by": {**_MODEL_NAME, "deprecated": True,
+                      "description": "old name of model (not both)"},
+        "served_version": {**_INT64, "minimum": 0, "deprecated": True,
+                           "description": "old name of version (not both)"},
     },
+    # an old name and its new one in one body is refused (422, naming the old one)
+    "allOf": [{"not": {"required": [old, new]}} for old, new in FEEDBACK_RENAMED.items()],
 }  # fmt: skip
 _RECEIPT = {
     "type": "object",
@@ -259,12 +323,17 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _answers(ok: dict[str, Any], *errors: int, public: bool = False) -> dict[str, Any]:
+def _answers(
+    ok: dict[str, Any], *errors: int, public: bool = False, deprecation: bool = False
+) -> dict[str, Any]:
     """200 and every error the route can answer (each route: 404 and 405 from routing,
-    500; 401 unless public)."""
-    answers = {"200": {"description": "OK", "headers": _HEADERS, **ok}}
+    500; 401 unless public), each with its headers; `deprecation`: the 200 may say the
+    request used old names."""
+    headers = {**_HEADERS, **(_DEPRECATION if deprecation else {})}
+    answers = {"200": {"description": "OK", "headers": headers, **ok}}
     for status in sorted({*errors, 404, 405, 500, *(() if public else (401,))}):
-        answers[str(status)] = {"description": _WHY[status], "headers": _HEADERS,
+        answers[str(status)] = {"description": _WHY[status],
+                                "headers": {**_HEADERS, **_ERROR_HEADERS.get(status, {})},
                                 **_json(_ERROR)}  # fmt: skip
     return answers
 
@@ -296,21 +365,15 @@ def _posts(width: int) -> dict[str, Any]:
     return {
         "/v1/rank": {"post": {
             "summary": "Rank a query's candidates with the champion or a chosen model",
-            "parameters": [
-                _REQUEST_ID,
-                {"name": "model", "in": "query", "schema": {"type": "string"},
-                 "deprecated": True,
-                 "description": "Arrow bodies, previous release: use the schema metadata"},
-                {"name": "version", "in": "query", "schema": {"type": "integer"},
-                 "deprecated": True,
-                 "description": "Arrow bodies, previous release: use the schema metadata"},
-            ],
+            "parameters": [_REQUEST_ID],
             "requestBody": {"required": True, "content": {
                 "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
                 arrow: {"schema": {"description": "columns candidate_ids int64, phi "
                                    f"fixed_size_list<float32>[{width}]; schema metadata "
                                    "model, version, query_id, request_id (optional, as "
-                                   "in JSON)"}},
+                                   "in JSON; the previous release's ?model=&version= query "
+                                   "parameters are still accepted with an Arrow body, "
+                                   "deprecated)"}},
             }},
             "responses": _answers(
                 {"content": {"application/json": {"schema": _RANKING},
@@ -319,14 +382,15 @@ def _posts(width: int) -> dict[str, Any]:
                                                 "model, version, impression_id (query_id, "
                                                 "request_id when sent); when Accept "
                                                 "asks"}}}},
-                400, 408, 413, 415, 422, 503),
+                400, 408, 413, 415, 422, 503, deprecation=True),
         }},
         "/v1/feedback": {"post": {
             "summary": "A judged query: produced as triplets + judged query once "
                        "the broker acknowledged; once per Idempotency-Key",
             "parameters": [_REQUEST_ID, _idempotency_key("the query_id")],
             "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
-            "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
+            "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503,
+                                  deprecation=True),
         }},
         "/v1/clicks": {"post": {
             "summary": "Clicks on impressions (one or a batch): on the clicks topic once the "
@@ -352,7 +416,7 @@ def _posts(width: int) -> dict[str, Any]:
 def _idempotency_key(default: str) -> dict[str, Any]:
     """The Idempotency-Key header of a route that publishes; `default`: the key without it."""
     return {"name": "Idempotency-Key", "in": "header", "required": False,
-            "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            "schema": {"type": "string", "pattern": _VISIBLE},
             "description": "a repeat within the retention window (default 24 h) gets the "
                            "first answer with duplicate: true and publishes nothing "
                            f"(default key: {default})"}  # fmt: skip
