@@ -39,6 +39,14 @@ judged ones in OPR's unbounded step (Joachims et al. clip for the same reason). 
 estimate is published at each checkpoint as store model `propensities` (kind
 "propensities", one version per change) and as `rankstream_click_propensity{rank}`.
 
+Counterfactual estimates. Each batch of closed sessions is also added to the live
+counterfactual click-DCG@10 of every stored model, the logged order and the engine's
+(`selection.live_estimates`, IPS and SNIPS with intervals, weighted by the same
+propensities and clipping as the pairs): this is where the logged impressions meet their
+clicks, once each. The running moments are saved in the join's checkpoint (so a session
+counts exactly once, like its pairs) and published at each checkpoint that changed them
+as the record `counterfactual` (`/v1/models`) and as `rankstream_counterfactual_*`.
+
 Exactly once, with kafka-python (no transactions): the output is derived only from state
 committed with the offsets. The pairs of the sessions an input message closed become
 output messages (one, or several cut at `OUTPUT_MESSAGE_BYTES` of phi: a function of the
@@ -84,6 +92,11 @@ from rankstream.selection.judged_race import (
     ChampionPolicy,
     publish_champion,
     stored_champion,
+)
+from rankstream.selection.live_estimates import (
+    COUNTERFACTUAL_KIND,
+    COUNTERFACTUAL_RECORD,
+    LiveEstimates,
 )
 from rankstream.selection.scoring import PLACKETT_LUCE_KIND
 from rankstream.stream.click_schema import (
@@ -177,6 +190,9 @@ class ClickJoinHandler(Handler):
         self.learned: dict[str, Any] = {}  # the impression learners' models by name (PDGD)
         self.learned_fences: dict[str, Fence] = {}
         self._published_learned: dict[str, int] = {}  # updates each model had when published
+        self.estimates = LiveEstimates(min_propensity=self.options.min_propensity)
+        self.counterfactual_fence = Fence()
+        self._published_estimates: dict[str, Any] | None = None
         self.clock: Callable[[], float] = time.monotonic  # wall time of the quiet rule
         self._last_input = self.clock()
 
@@ -194,6 +210,8 @@ class ClickJoinHandler(Handler):
         stored = store.load(self.options.name)
         self.propensity_fence = Fence.of(store.load(PROPENSITIES_MODEL))
         self.interleaving_fence = Fence.of(store.load(INTERLEAVING_RECORD))
+        self.counterfactual_fence = Fence.of(store.load(COUNTERFACTUAL_RECORD))
+        self.estimates.refresh(store, self.settings.phi_dim)
         for name in self.options.taught:
             learners.impression_model(name).warm_up()  # its compiled loop, before traffic
             published = store.load(name)
@@ -234,6 +252,8 @@ class ClickJoinHandler(Handler):
         self.race = InterleavingRace.from_state(self.policy, saved.get("race", {}))
         self.race.export()
         self.pending_switch = saved.get("pending_switch")
+        self.estimates.restore(state.get("counterfactual", {}))
+        self.estimates.export()
         self._publish_switch(store)
         self._follow_champion(store)
         log_event(
@@ -317,6 +337,9 @@ class ClickJoinHandler(Handler):
         if version is not None:
             saved[PROPENSITIES_MODEL] = version
         saved.update(self._publish_learned(runtime.store, runtime.writer))
+        estimates = self._publish_estimates(runtime.store, runtime.writer)
+        if estimates is not None:
+            saved[COUNTERFACTUAL_RECORD] = estimates
         return saved
 
     def summary(self) -> dict[str, Any]:
@@ -396,6 +419,10 @@ class ClickJoinHandler(Handler):
         self._rejected(runtime, unknown)
         blocks = []
         counts = _SessionCounts()
+        if ready:  # the propensities the sessions' pairs are weighted with: before they count
+            p = self.estimator.propensities(max(len(c.clicked) for c in ready))
+            sessions = [(closed.impression, closed.clicked) for closed in ready]
+            self.estimates.add(sessions, lambda n: p[:n])
         for closed in ready:
             self._rejected(runtime, closed.rejects)
             self._credit(closed)
@@ -593,6 +620,24 @@ class ClickJoinHandler(Handler):
         self._published_race = summary
         return version
 
+    def _publish_estimates(self, store: ModelStore, writer: str) -> int | None:
+        """The live counterfactual estimates (`selection.live_estimates`) as the record
+        `counterfactual` when they changed (`/v1/models`), their gauges; then the stored
+        models to estimate from here on (their newest versions)."""
+        summary = self.estimates.summary()
+        version = None
+        if summary != self._published_estimates:
+            self.estimates.export()
+            version = fenced_save(
+                store, COUNTERFACTUAL_RECORD, self.counterfactual_fence,
+                kind=COUNTERFACTUAL_KIND,
+                meta={"writer": writer, "source": self.options.name, "counterfactual": summary},
+                arrays={}, offsets={},
+            )  # fmt: skip
+            self._published_estimates = summary
+        self.estimates.refresh(store, self.settings.phi_dim)
+        return version
+
     def _send_outbox(self, runtime: StreamRuntime) -> None:
         """Send what the last save holds and is not in Kafka yet; flush; empty the outbox."""
         present = self._already_sent(runtime.transport) if self.maybe_sent else set()
@@ -665,6 +710,7 @@ class ClickJoinHandler(Handler):
                     "pending_switch": self.pending_switch,
                 },
                 "learned": {},
+                "counterfactual": self.estimates.to_state(),
             },
         }
         arrays = {

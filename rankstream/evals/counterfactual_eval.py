@@ -45,6 +45,7 @@ from rankstream.ranking.counterfactual import (
     rerank,
 )
 from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.selection.live_estimates import LOGGED  # the logged order's one name
 from rankstream.selection.scoring import Scorer, scorer_for
 from rankstream.stream.click_schema import decode_clicks, decode_impressions
 from rankstream.stream.click_window import ClickWindow, Closed, PendingClick
@@ -53,7 +54,6 @@ from rankstream.stream.store import ModelStore
 from rankstream.workers.click_join import PROPENSITIES_MODEL  # the join's published estimate
 from rankstream.workers.click_join_options import JoinOptions
 
-LOGGED = "logged"
 PROPENSITY_SOURCES = ("auto", "store", "recording")
 _CHUNK = 4096  # sessions reranked per policy_terms call
 
