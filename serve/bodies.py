@@ -28,7 +28,9 @@ One vocabulary in both encodings (docs/reference/http-api.md):
   wire layout is such a body).
 
 Strict, like the APIs people trust: an unknown key is a 422 naming it; phi holds JSON
-numbers only (not strings, booleans or nulls); a grade is an integer 0..127 or null.
+numbers only (not strings, booleans or nulls); a grade is an integer 0..127 or null. An
+integer is a JSON number with no fractional part, however written (`2`, `2.0`, `2e0`), as
+in JSON Schema (the OpenAPI document's "integer").
 The names of the previous release (`served_by`, `served_version`; Arrow's `candidate_id`
 column and `?model=&version=` query parameters) are still accepted and listed in
 `deprecated`, which the app answers with a `Deprecation` header. Every refusal is a
@@ -145,6 +147,12 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return document
 
 
+def whole(value: object) -> object:
+    """A JSON number with no fractional part (`2.0`, `1e3`) as an int, as JSON Schema counts
+    it an integer; any other value unchanged, for the caller's check to refuse."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
 def _refuse_unknown(document: dict[str, Any], known: tuple[str, ...], at: str = "") -> None:
     """`at`: where `document` sits in the body (`impressions[2].`), prefixed to the field."""
     for key in document:
@@ -162,6 +170,7 @@ def _required(document: dict[str, Any], field: str, at: str = "") -> Any:
 def _caller_ids(query_id: object, request_id: object, text: bool = False) -> dict[str, Any]:
     """A ranking request's own `query_id` (an int64) and `request_id` (1-200 visible ASCII
     characters), from JSON values or from text (Arrow metadata)."""
+    query_id = whole(query_id)
     if query_id is not None:
         if text and isinstance(query_id, str) and re.fullmatch(r"-?[0-9]{1,19}", query_id):
             query_id = int(query_id)
@@ -185,6 +194,7 @@ def _model_choice(
     """(model, version) from JSON values, or from text (`text`: Arrow metadata, queries)."""
     if model is not None and (not isinstance(model, str) or not model):
         raise BadRequest(422, "model: must be a model name or 'champion'", "model")
+    version = whole(version)
     if version is not None:
         if text and isinstance(version, str) and version.isascii() and version.isdigit():
             version = int(version)
@@ -238,6 +248,8 @@ def _engine_scores(values: object, k: int) -> np.ndarray | None:
 
 
 def _ids(values: object) -> np.ndarray:
+    if isinstance(values, list) and any(type(v) is float for v in values):
+        values = [whole(v) for v in values]
     if not isinstance(values, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in values
     ):
@@ -406,7 +418,7 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
             raise BadRequest(422, f"{old}: the old name of {new}; send only {new}", old)
         document[new] = document.pop(old)
     _refuse_unknown(document, FEEDBACK_FIELDS)
-    query_id = _required(document, "query_id")
+    query_id = whole(_required(document, "query_id"))
     if isinstance(query_id, bool) or not isinstance(query_id, int):
         raise BadRequest(422, "query_id: must be an integer", "query_id")
     relevance = _grades(_required(document, "relevance"))
@@ -414,7 +426,7 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
     if "model" in document and (not isinstance(model, str) or model not in (*stored, ENGINE)):
         raise BadRequest(422, f"model: {model!r} is not a stored model; stored: "
                          f"{', '.join(sorted(stored))}", "model")  # fmt: skip
-    version = document.get("version", 0)
+    version = whole(document.get("version", 0))
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise BadRequest(422, f"version: must be an integer >= 0, got {version!r}", "version")
     versions = _model_versions(document.get("model_versions", {}), stored)
@@ -436,6 +448,7 @@ def _grades(grades: object) -> np.ndarray:
     """Grades 0..MAX_GRADE or null (-> UNJUDGED); -1 is refused, not read as unjudged."""
     if not isinstance(grades, list):
         raise BadRequest(422, "relevance: must be a list of integer grades or nulls", "relevance")
+    grades = [whole(g) for g in grades]
     for at, grade in enumerate(grades):
         if grade is None:
             continue
@@ -452,6 +465,7 @@ def _model_versions(versions: object, stored: Collection[str]) -> dict[str, int]
     if not isinstance(versions, dict):
         raise BadRequest(422, "model_versions: must be an object {model: version}",
                          "model_versions")  # fmt: skip
+    versions = {name: whole(version) for name, version in versions.items()}
     for name, version in versions.items():
         if name not in stored:
             raise BadRequest(422, f"model_versions: {name!r} is not a stored model",
@@ -503,9 +517,10 @@ def clicks_from_json(body: bytes) -> list[Click]:
                 raise BadRequest(422, f"{where[:-1]}: must be an object {{candidate_id, ...}}",
                                  where[:-1])  # fmt: skip
             _refuse_unknown(row, CLICK_FIELDS, where)
-            candidate = _required(row, "candidate_id", where)
+            candidate = whole(_required(row, "candidate_id", where))
             values = (row.get(name) for name in CLICK_FIELDS[1:])
-            found.append(_click(at, where, impression_id, candidate, *values))
+            position, *rest = values
+            found.append(_click(at, where, impression_id, candidate, whole(position), *rest))
         clicks += sessions_over(found) if over else found
     return clicks
 

@@ -241,6 +241,24 @@ def test_a_bad_idempotency_key_is_refused() -> None:
     assert reply.status_code == 422 and reply.json()["error"]["field"] == "Idempotency-Key"
 
 
+def test_an_integer_written_with_a_fraction_or_exponent_is_an_integer() -> None:
+    """JSON Schema's "integer" (the OpenAPI document's): 2.0 and 1e1 are integers, 1.5 is not."""
+    rank = _rank(candidate_ids=[11.0, 12, 1.3e1, 14], query_id=7.0, model="uni_con", version=1.0)
+    feedback = _feedback(query_id=5.0, relevance=[2.0, None, 0, 1e0], version=1.0,
+                         model_versions={"uni_con": 1.0})  # fmt: skip
+    clicks = _clicks(impression_id="i-float", clicks=[{"candidate_id": 12.0, "position": 2.0}])
+    with _client() as client:
+        ranked = client.post("/v1/rank", json=rank)
+        judged = client.post("/v1/feedback", json=feedback)
+        clicked = client.post("/v1/clicks", json=clicks)
+        half = client.post("/v1/rank", json=_rank(candidate_ids=[11, 12, 13, 14.5]))
+    assert ranked.status_code == 200, ranked.text
+    assert sorted(ranked.json()["candidate_ids"]) == IDS and ranked.json()["query_id"] == 7
+    assert judged.status_code == 200 and judged.json()["query_id"] == 5, judged.text
+    assert clicked.status_code == 200 and clicked.json()["clicks"] == 1, clicked.text
+    assert half.status_code == 422 and half.json()["error"]["field"] == "candidate_ids"
+
+
 def test_old_names_are_accepted_with_a_deprecation_header() -> None:
     old = _feedback(model=..., version=..., served_by="uni_con", served_version=1)
     table = pa.table({"candidate_id": pa.array(IDS),
