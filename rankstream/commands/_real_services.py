@@ -1,10 +1,13 @@
-"""The check every command that runs only through real Kafka and Redis starts with."""
+"""The check every command that runs only through real Kafka and Redis starts with, and the
+one way the benchmarks through them run and report (`run_service_bench`)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from rankstream.commands._json_output import print_json
 from rankstream.commands._options import chosen
 from rankstream.commands._usage import UsageError
 from rankstream.stream.settings import Settings
@@ -42,3 +45,32 @@ def on_real_services(
     """The command's options, then the settings of the real services it needs (each
     refused, exit 2, before anything starts)."""
     return chosen(options, args), real_services_settings(command, needs)
+
+
+Bench = Callable[..., dict[str, Any]]  # (settings, options, progress=line printer) -> result
+
+
+def run_service_bench(
+    args: argparse.Namespace,
+    command: str,
+    options: type[T],
+    bench: Bench,
+    summary: Callable[[dict[str, Any]], None],
+    needs: tuple[str, ...] = ("kafka", "redis"),
+) -> dict[str, Any]:
+    """Run `bench(settings, options, progress=...)` as `command` and print its result."""
+    from rich.console import Console
+
+    given, settings = on_real_services(command, options, args, needs=needs)
+    err = Console(stderr=True)
+    result = bench(settings, given, progress=lambda line: err.print(line))
+    if args.json:
+        print_json(result)
+    else:
+        summary(result)
+    return result
+
+
+def exactly_once_exit(result: dict[str, Any]) -> int:
+    """0 when nothing was lost or duplicated and no request failed, else 1."""
+    return 0 if result["lost"] == 0 and result["duplicated"] == 0 and not result["errors"] else 1

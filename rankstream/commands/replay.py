@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands._kernels import add_kernels_argument, use_kernels
+from rankstream.commands._shared_args import add_skip_bad_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,11 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--direct: triplets that fit each model's scaler (as the worker)",
     )
     add_kernels_argument(parser, "--direct: ")
-    parser.add_argument(
-        "--skip-bad",
-        action="store_true",
-        help="skip and count damaged files/rows instead of stopping",
-    )
+    add_skip_bad_argument(parser)
     add_json_argument(parser)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
 from rankstream.commands._json_output import add_json_argument
+from rankstream.commands._shared_args import add_seeds_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--impressions", type=int, default=20_000, help="impressions per seed (default 20,000)"
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default 0 1 2")
+    add_seeds_argument(parser)
     parser.add_argument(
         "--jobs",
         type=int,

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._shared_args import add_skip_bad_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,11 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the stored `propensities` model (the click join's estimate), or estimated from "
         "the recording's randomized impressions; auto: the stored one if there is one",
     )
-    parser.add_argument(
-        "--skip-bad",
-        action="store_true",
-        help="skip and count damaged files/rows instead of stopping",
-    )
+    add_skip_bad_argument(parser)
     add_json_argument(parser)
 
 

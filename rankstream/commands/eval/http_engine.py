@@ -16,23 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._shared_args import (
+    add_click_models_argument,
+    add_seeds_argument,
+    click_models,
+)
 from rankstream.commands._usage import UsageError
 
 DEFAULT_USERS = ("informational", "navigational", "almost-random")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--click-model",
-        nargs="+",
-        action="extend",
-        default=None,
-        metavar="M",
-        help="informational, navigational, almost-random or pbm:ETA:C0,C1,C2[:S0,S1,S2] "
+    add_click_models_argument(
+        parser,
+        "informational, navigational, almost-random or pbm:ETA:C0,C1,C2[:S0,S1,S2] "
         "(examine rank k with (1/k)^ETA, click grade g with Cg, stop after it with Sg); "
         "space- or comma-separated (default all three named)",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default 0 1 2")
+    add_seeds_argument(parser)
     parser.add_argument("--impressions", type=int, default=6_000, help="per run (6,000)")
     parser.add_argument(
         "--checkpoints",
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from rankstream.harness.http_click_engine import ClickModel, EngineOptions
     from rankstream.stream.settings import Settings
 
-    names = [n.strip() for g in args.click_model or DEFAULT_USERS for n in g.split(",") if n]
+    names = click_models(args.click_model, DEFAULT_USERS)
     try:
         for name in names:
             ClickModel.parse(name)

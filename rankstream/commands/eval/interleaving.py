@@ -7,31 +7,16 @@ from typing import Any
 
 from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
 from rankstream.commands._json_output import add_json_argument
+from rankstream.commands._shared_args import add_click_models_argument, click_models
 
 DEFAULT_CLICK_MODELS = ("informational", "navigational")
 
 
-def click_models(given: list[str] | None) -> list[str]:
-    """The click models named, in order, once each: `--click-model a,b --click-model c`.
-
-    >>> click_models(["informational,navigational", "pbm:1", "navigational"])
-    ['informational', 'navigational', 'pbm:1']
-    >>> click_models(None)
-    ['informational', 'navigational']
-    """
-    names = [n.strip() for given_one in given or DEFAULT_CLICK_MODELS for n in given_one.split(",")]
-    return list(dict.fromkeys(n for n in names if n))
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_collection_arguments(parser)
-    parser.add_argument(
-        "--click-model",
-        nargs="+",
-        action="extend",
-        default=None,
-        metavar="M",
-        help="one or more of perfect, navigational, informational, almost-random, pbm:ETA, "
+    add_click_models_argument(
+        parser,
+        "one or more of perfect, navigational, informational, almost-random, pbm:ETA, "
         "space- or comma-separated, repeatable (default informational,navigational)",
     )
     parser.add_argument("--runs", type=int, default=100, help="runs per case (default 100)")
@@ -107,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         args,
         lambda cache, options: evaluate_interleaving(
             args.collection,
-            click_models(args.click_model),
+            click_models(args.click_model, DEFAULT_CLICK_MODELS),
             cache,
             ChampionPolicy.from_settings(Settings.from_env()).test,
             runs=args.runs,

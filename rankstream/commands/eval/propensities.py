@@ -7,6 +7,7 @@ from typing import Any
 
 from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
 from rankstream.commands._json_output import add_json_argument
+from rankstream.commands._shared_args import add_seeds_argument
 from rankstream.ranking import INTERVENTIONS
 
 
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tolerance", type=float, default=0.10, help="relative error called close (0.10)"
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default 0 1 2")
+    add_seeds_argument(parser)
     parser.add_argument("--queries", type=int, default=500, help="the users' query pool (500)")
     parser.add_argument(
         "--plot", default=None, help="errors vs impressions (default report/propensities.png)"
