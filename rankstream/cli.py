@@ -43,67 +43,65 @@ from typing import NoReturn
 
 from rankstream import __version__
 
-# (command words) -> (module under rankstream.commands, one-line help)
-COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
-    ("demo",): ("demo", "embedded pipeline, no services; writes DIR/report.json and plots"),
-    ("eval", "cbir"): ("eval.cbir", "online rankers vs baselines on a CBIR test bed"),
-    ("eval", "dml"): ("eval.dml", "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)"),
-    ("eval", "mkl"): ("eval.mkl", "RankMKL vs single features and concatenation (PubFig)"),
-    ("eval", "stream"): (
-        "eval.stream",
-        "§5.5 loop per learner, per collection (--grid)",
-    ),
-    ("eval", "clicks"): (
-        "eval.clicks",
-        "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
-    ),
+# (command words) -> one-line help; the module is the words under rankstream.commands
+_HELP: dict[tuple[str, ...], str] = {
+    ("demo",): "embedded pipeline, no services; writes DIR/report.json and plots",
+    ("eval", "cbir"): "online rankers vs baselines on a CBIR test bed",
+    ("eval", "dml"): "cMDS-DML vs LDMLR vs Euclidean kNN (ordinal MAE)",
+    ("eval", "mkl"): "RankMKL vs single features and concatenation (PubFig)",
+    ("eval", "stream"): "§5.5 loop per learner, per collection (--grid)",
+    ("eval", "clicks"): "learning from simulated clicks vs judgments (naive, IPS, PDGD)",
     ("eval", "propensities"): (
-        "eval.propensities",
-        "impressions the online propensity estimate needs (position-based users)",
+        "impressions the online propensity estimate needs (position-based users)"
     ),
     ("eval", "champion"): (
-        "eval.champion",
-        "champion policy: A/A false switches, queries to switch (new test vs old)",
+        "champion policy: A/A false switches, queries to switch (new test vs old)"
     ),
     ("eval", "interleaving"): (
-        "eval.interleaving",
-        "impressions to a correct decision: interleaving vs A/B click-through rate",
+        "impressions to a correct decision: interleaving vs A/B click-through rate"
     ),
     ("eval", "http-engine"): (
-        "eval.http_engine",
-        "an outside engine's clicks through serve's HTTP API (own collection and users)",
+        "an outside engine's clicks through serve's HTTP API (own collection and users)"
     ),
     ("eval", "counterfactual"): (
-        "eval.counterfactual",
-        "stored models' click-DCG@k from a recording's impressions and clicks (IPS, SNIPS)",
+        "stored models' click-DCG@k from a recording's impressions and clicks (IPS, SNIPS)"
     ),
-    ("bench", "learners"): ("bench.learners", "sequential throughput of the online learners"),
-    ("bench", "pipeline"): ("bench.pipeline", "produce -> Kafka -> learn -> checkpoint throughput"),
-    ("bench", "scaleout"): ("bench.scaleout", "throughput of 1/2/4 per-partition online workers"),
-    ("bench", "replay"): ("bench.replay", "train the four linear learners from a recorded log"),
-    ("bench", "serve"): ("bench.serve", "latency and requests/s of /v1/rank while models reload"),
-    ("bench", "ingest"): ("bench.ingest", "judged queries/s through /v1/feedback into Kafka"),
-    ("bench", "clicks"): ("bench.clicks", "click events/s through /v1/clicks to the click join"),
-    ("simulate",): ("simulate", "run the CBIR engine and its users; produce triplets"),
-    ("worker", "online"): ("worker.online", "consume triplets, update online rankers"),
-    ("worker", "batch"): ("worker.batch", "reservoir sample; refit cMDS-DML and RankMKL"),
-    ("worker", "evaluator"): ("worker.evaluator", "score judged queries; export NDCG@50"),
-    ("worker", "click-join"): (
-        "worker.click_join",
-        "join impressions and clicks into IPS-weighted triplets",
-    ),
-    ("record",): ("record", "write the triplet and query streams to Parquet"),
-    ("replay",): ("replay", "feed a recorded log back into Kafka or train from it"),
-    ("model", "show"): ("model.show", "print a stored model's summary"),
-    ("model", "list"): ("model.list", "list every stored model: version, kind, NDCG@50, pin"),
-    ("model", "pin"): ("model.pin", "serve a model at a fixed version (the evaluator goes on)"),
-    ("model", "unpin"): ("model.unpin", "serve a pinned model's newest version again"),
-    ("model", "history"): ("model.history", "a model's kept versions and its pins"),
-    ("serve",): ("serve", "HTTP API: rank with the learned models, ingest feedback"),
-    ("services", "up"): ("services.up", "start local Kafka, Redis and Prometheus"),
-    ("services", "down"): ("services.down", "stop the local services"),
-    ("services", "status"): ("services.status", "print where the local services listen"),
-    ("chaos",): ("chaos", "kill/restart the online worker or the click join; check exactly-once"),
+    ("bench", "learners"): "sequential throughput of the online learners",
+    ("bench", "pipeline"): "produce -> Kafka -> learn -> checkpoint throughput",
+    ("bench", "scaleout"): "throughput of 1/2/4 per-partition online workers",
+    ("bench", "replay"): "train the four linear learners from a recorded log",
+    ("bench", "serve"): "latency and requests/s of /v1/rank while models reload",
+    ("bench", "ingest"): "judged queries/s through /v1/feedback into Kafka",
+    ("bench", "clicks"): "click events/s through /v1/clicks to the click join",
+    ("simulate",): "run the CBIR engine and its users; produce triplets",
+    ("worker", "online"): "consume triplets, update online rankers",
+    ("worker", "batch"): "reservoir sample; refit cMDS-DML and RankMKL",
+    ("worker", "evaluator"): "score judged queries; export NDCG@50",
+    ("worker", "click-join"): "join impressions and clicks into IPS-weighted triplets",
+    ("record",): "write the triplet and query streams to Parquet",
+    ("replay",): "feed a recorded log back into Kafka or train from it",
+    ("model", "show"): "print a stored model's summary",
+    ("model", "list"): "list every stored model: version, kind, NDCG@50, pin",
+    ("model", "pin"): "serve a model at a fixed version (the evaluator goes on)",
+    ("model", "unpin"): "serve a pinned model's newest version again",
+    ("model", "history"): "a model's kept versions and its pins",
+    ("serve",): "HTTP API: rank with the learned models, ingest feedback",
+    ("services", "up"): "start local Kafka, Redis and Prometheus",
+    ("services", "down"): "stop the local services",
+    ("services", "status"): "print where the local services listen",
+    ("chaos",): "kill/restart the online worker or the click join; check exactly-once",
+}
+
+
+def _module_of(words: tuple[str, ...]) -> str:
+    """The module of a command, under `rankstream.commands`: `eval http-engine` is
+    `eval.http_engine`."""
+    return ".".join(word.replace("-", "_") for word in words)
+
+
+# (command words) -> (module under rankstream.commands, one-line help)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    words: (_module_of(words), text) for words, text in _HELP.items()
 }
 
 
