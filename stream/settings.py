@@ -256,6 +256,15 @@ def default_data_dir() -> str:
     return os.path.expanduser("~/.cache/rankstream")
 
 
+def _topic_of(kind: str) -> property:
+    """A read-only `Settings` attribute naming the topic of `kind` (`Settings.topic`)."""
+
+    def topic(settings: Settings) -> str:
+        return settings.topic(kind)
+
+    return property(topic, doc=f"The {kind} topic: `{{topic_prefix}}.{kind}`.")
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a process needs to find its transport, store and metrics endpoint."""
@@ -359,25 +368,11 @@ class Settings:
         """Every topic of this deployment."""
         return [self.topic(kind) for kind in TOPIC_KINDS]
 
-    @property
-    def triplets_topic(self) -> str:
-        return self.topic("triplets")
-
-    @property
-    def queries_topic(self) -> str:
-        return self.topic("queries")
-
-    @property
-    def dead_letter_topic(self) -> str:
-        return self.topic("dead-letter")
-
-    @property
-    def impressions_topic(self) -> str:
-        return self.topic("impressions")
-
-    @property
-    def clicks_topic(self) -> str:
-        return self.topic("clicks")
+    triplets_topic = _topic_of("triplets")
+    queries_topic = _topic_of("queries")
+    dead_letter_topic = _topic_of("dead-letter")
+    impressions_topic = _topic_of("impressions")
+    clicks_topic = _topic_of("clicks")
 
     @classmethod
     def from_env(cls) -> Settings:
