@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from rankstream.ranking import DEFAULT_PHI_DIM, INTERVENTIONS, SHUFFLE
@@ -28,6 +28,7 @@ REDIS_URL_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url unde
 SENTINEL_SCHEME = "redis+sentinel"  # the primary of a Sentinel-watched set (below)
 # Kafka's topic characters, and room for the longest suffix (".dead-letter") within 249
 _TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+T = TypeVar("T", int, float)  # what a ranged setting parses to
 
 
 class SettingsError(ValueError):
@@ -60,52 +61,6 @@ def _host(name: str, value: str) -> str:
     return value
 
 
-def _port(name: str, value: str) -> int:
-    number = _integer(value)
-    if number is None or not 0 <= number <= 65535:
-        raise SettingsError(ENV_PREFIX + name, value, "an integer port 0-65535 (0: any free port)")
-    return number
-
-
-def _positive_int(name: str, value: str) -> int:
-    number = _integer(value)
-    if number is None or number < 1:
-        raise SettingsError(ENV_PREFIX + name, value, "an integer >= 1")
-    return number
-
-
-def _fraction(name: str, value: str) -> float:
-    """A number strictly between 0 and 1 (an error rate)."""
-    number = _number(value)
-    if number is None or not 0.0 < number < 1.0:
-        raise SettingsError(ENV_PREFIX + name, value, "a number between 0 and 1 (exclusive)")
-    return number
-
-
-def _share(name: str, value: str) -> float:
-    """A share of traffic: 0 (none) up to, not including, 1."""
-    number = _number(value)
-    if number is None or not 0.0 <= number < 1.0:
-        raise SettingsError(ENV_PREFIX + name, value, "a number >= 0 and < 1")
-    return number
-
-
-def _portion(name: str, value: str) -> float:
-    """A share of traffic that may be all of it: 0 up to 1, both included."""
-    number = _number(value)
-    if number is None or not 0.0 <= number <= 1.0:
-        raise SettingsError(ENV_PREFIX + name, value, "a number >= 0 and <= 1")
-    return number
-
-
-def _ndcg_difference(name: str, value: str) -> float:
-    """A positive NDCG difference, at most 1."""
-    number = _number(value)
-    if number is None or not 0.0 < number <= 1.0:
-        raise SettingsError(ENV_PREFIX + name, value, "a number > 0 and <= 1")
-    return number
-
-
 def _number(value: str) -> float | None:
     try:
         return float(value)
@@ -113,18 +68,40 @@ def _number(value: str) -> float | None:
         return None
 
 
-def _positive_seconds(name: str, value: str) -> float:
-    number = _number(value)
-    if number is None or not 0 < number < 10**7:  # NaN, inf and negatives fail too
-        raise SettingsError(ENV_PREFIX + name, value, "a number of seconds > 0")
-    return number
-
-
 def _integer(value: str) -> int | None:
     try:
         return int(value)
     except ValueError:
         return None
+
+
+def _ranged(
+    convert: Callable[[str], T | None], accepts: Callable[[T], bool], expected: str
+) -> Callable[[str, str], T]:
+    """A parser of one number: `convert` (`_integer`, `_number`: None when the text is not
+    one), kept when `accepts` it, else a SettingsError saying it must be `expected`."""
+
+    def parse(name: str, value: str) -> T:
+        number = convert(value)
+        if number is None or not accepts(number):
+            raise SettingsError(ENV_PREFIX + name, value, expected)
+        return number
+
+    return parse
+
+
+_port = _ranged(_integer, lambda n: 0 <= n <= 65535, "an integer port 0-65535 (0: any free port)")
+_positive_int = _ranged(_integer, lambda n: n >= 1, "an integer >= 1")
+# an error rate: strictly between 0 and 1
+_fraction = _ranged(_number, lambda n: 0.0 < n < 1.0, "a number between 0 and 1 (exclusive)")
+# a share of traffic: 0 (none) up to, not including, 1
+_share = _ranged(_number, lambda n: 0.0 <= n < 1.0, "a number >= 0 and < 1")
+# a share of traffic that may be all of it: 0 up to 1, both included
+_portion = _ranged(_number, lambda n: 0.0 <= n <= 1.0, "a number >= 0 and <= 1")
+# a positive NDCG difference, at most 1
+_ndcg_difference = _ranged(_number, lambda n: 0.0 < n <= 1.0, "a number > 0 and <= 1")
+# NaN, inf and negatives fail too
+_positive_seconds = _ranged(_number, lambda n: 0 < n < 10**7, "a number of seconds > 0")
 
 
 def _bootstrap(name: str, value: str) -> str:
