@@ -16,12 +16,26 @@ the engine the champion (the record `champion`, decided_by "engine", compare-and
 the champion then), since no learned model has yet been shown to beat *it*; from then on
 only the races move the champion (`selection.judged_race`, `selection.click_race`), and
 a later request with engine_scores does not re-adopt it.
+
+Racing it. While the engine is the champion, serve interleaves challengers with its order
+(the click race) and the evaluator pairs every model with it on feedback carrying its
+scores (the judged race); the champion leaves the engine only when a challenger's
+switch test says so. The guardrail: while a learned model is the champion, the engine is
+one of its challengers on every request that carries engine_scores, raced by the same
+test; if it wins, serving goes back to it, the switch's evidence marked `guardrail: true`
+(`guardrail_evidence`) and logged as a warning. A refused engine (not delta better than
+the champion) is not drafted, like any refused challenger; since the engine never
+changes, its race re-opens when the *champion* has learned `REOPEN_FACTOR` times what it
+had at the refusal (the click join; its refusal records the champion's version and count).
+The kill switch, the engine pinned, answers with the engine's order at once
+(`selection.what_serves`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -78,3 +92,17 @@ def adopt_engine(store: ModelStore, source: str) -> bool:
     log_event(log, "engine arrived", level=logging.INFO, previous=previous,
               champion=champion, landed=landed, source=source)  # fmt: skip
     return True
+
+
+def guardrail_evidence(
+    incumbent: str, challenger: str, evidence: dict[str, Any], decided_by: str
+) -> dict[str, Any]:
+    """A race's switch `evidence`, marked and logged as the guardrail when the engine won
+    it back from a learned champion (`docs/concepts/champion.md`, "The engine as the
+    incumbent"): `guardrail: true` in the champion record, and a warning naming both."""
+    if challenger != ENGINE or incumbent == ENGINE:
+        return evidence
+    log_event(log, "guardrail: the engine beat the champion; serving goes back to the engine",
+              level=logging.WARNING, champion=incumbent, decided_by=decided_by,
+              **{k: v for k, v in evidence.items() if k != "challenger"})  # fmt: skip
+    return {**evidence, "guardrail": True}

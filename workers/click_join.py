@@ -87,6 +87,7 @@ from rankstream.selection.click_race import (
     learned_count,
     session_outcomes,
 )
+from rankstream.selection.engine_ranking import ENGINE, guardrail_evidence
 from rankstream.selection.judged_race import (
     CLICKS,
     ChampionPolicy,
@@ -547,8 +548,9 @@ class ClickJoinHandler(Handler):
             version = impression.model_versions.get(challenger)
             if challenger != previous and self.race.observe(challenger, [value],
                                                             version) is not None:  # fmt: skip
+                evidence = guardrail_evidence(previous, challenger, self.race.decided, CLICKS)
                 self.pending_switch = {"champion": challenger, "previous": previous,
-                                       "evidence": self.race.decided}  # fmt: skip
+                                       "evidence": evidence}  # fmt: skip
                 log_event(log, "champion switched", decided_by=CLICKS, incumbent=previous,
                           **self.race.decided)  # fmt: skip
                 return  # the other challengers' outcomes were against the old champion
@@ -585,12 +587,15 @@ class ClickJoinHandler(Handler):
             return
         latest = store.latest_versions()
         for name, refusal in sorted(self.race.refusals.items()):
-            newest = latest.get(name)
+            # the engine never changes: its race re-opens when the champion it was refused
+            # against changed (learned twice as much), which may have drifted below it
+            subject = self.race.incumbent if name == ENGINE else name
+            newest = latest.get(subject)
             if newest is None:
                 continue
             if refusal["learned"] is None:
-                at = refusal["version"] or newest
-                stored = store.load_version(name, at) or store.load(name)
+                at = (None if name == ENGINE else refusal["version"]) or newest
+                stored = store.load_version(subject, at) or store.load(subject)
                 if stored is None:
                     continue
                 refusal["learned"] = learned_count(stored.meta, stored.version)
@@ -598,7 +603,7 @@ class ClickJoinHandler(Handler):
                 self.dirty = True
             if newest <= refusal["version"] or refusal.get("checked") == newest:
                 continue
-            stored = store.load(name)
+            stored = store.load(subject)
             if stored is None:
                 continue
             refusal["checked"] = stored.version  # each new version read once

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.metrics import NDCG_K, average_precision, ndcg_at_k
-from rankstream.selection.engine_ranking import ENGINE
+from rankstream.selection.engine_ranking import ENGINE, guardrail_evidence
 from rankstream.selection.judged_race import (
     FALLBACK,
     JUDGED,
@@ -279,9 +279,11 @@ class EvaluatorHandler(Handler):
         if self._incumbent_gone(ndcg) and self.race.fall_back(self.queries_evaluated):
             self._champion_changed = True
             self._switch(before, FALLBACK, {"reason": "not in the store"})
-        if self.race.observe(ndcg, self.queries_evaluated) is not None:
+        winner = self.race.observe(ndcg, self.queries_evaluated)
+        if winner is not None:
             self._champion_changed = True  # published at once (`process`)
-            self._switch(before, JUDGED, self.race.decided)
+            self._switch(before, JUDGED, guardrail_evidence(before, winner, self.race.decided,
+                                                            JUDGED))  # fmt: skip
 
     def _switch(self, previous: str, decided_by: str, evidence: dict) -> None:
         """A switch for the champion record, written by `publish_switch` (outside
