@@ -500,11 +500,11 @@ async def readyz(request: Request, state: ServeState) -> tuple[Response, str]:
 
 
 async def openapi(request: Request, state: ServeState) -> tuple[Response, str]:
-    return json_response(openapi_document(state.settings.phi_dim)), "-"
+    return json_response(openapi_document(state.settings.phi_dim, state.settings.shadow)), "-"
 
 
 async def docs(request: Request, state: ServeState) -> tuple[Response, str]:
-    page = docs_page(openapi_document(state.settings.phi_dim))
+    page = docs_page(openapi_document(state.settings.phi_dim, state.settings.shadow))
     return Response(page, media_type="text/html; charset=utf-8"), "-"
 
 

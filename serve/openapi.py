@@ -14,7 +14,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from rankstream.producers.candidate_checks import MAX_CANDIDATES, MAX_GRADE
+from rankstream.producers.candidate_checks import ENGINE_SCORES, MAX_CANDIDATES, MAX_GRADE
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.serve.bodies import ERROR_CODES, FEEDBACK_RENAMED, UNKNOWN_FIELD
 from rankstream.stream.settings import Settings
 
@@ -110,6 +111,13 @@ _IDS = {
     "maxItems": MAX_CANDIDATES,
     "uniqueItems": True,
 }
+_ENGINE_SCORES = {
+    "type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES, PER_CANDIDATE: "candidate_ids",
+    "items": {"type": "number", "minimum": -_FLOAT64, "maximum": _FLOAT64},
+    "description": "the engine's own ranking: one number per candidate (as many as "
+                   "candidate_ids), higher first (an engine with only an order sends "
+                   "-position); ties keep the candidates' order. Logged with the impression",
+}  # fmt: skip
 _VERSIONS = {
     "type": "object",
     "propertyNames": {"pattern": _NAME},
@@ -134,6 +142,9 @@ _RANK_REQUEST: dict[str, Any] = {
                        "description": "yours, 1-200 visible ASCII characters (default: the "
                                       "X-Request-ID you sent): echoed, and logged with the "
                                       "impression"},
+        ENGINE_SCORES: {**_ENGINE_SCORES, "description": _ENGINE_SCORES["description"]
+                        + f"; required with model '{ENGINE}' (which ranks by them) and, in "
+                          "shadow mode, with the champion"},
     },
     "dependentSchemas": {"version": {
         "required": ["model"], "properties": {"model": {"not": {"const": "champion"}}},
@@ -159,6 +170,15 @@ _RANKING = {
         "request_id": {"type": "string", "description": "echoed, when sent"},
     },
 }  # fmt: skip
+# model 'engine' ranks by the request's engine_scores: it needs them
+_ENGINE_NEEDS_SCORES = {
+    "anyOf": [{"properties": {"model": {"not": {"const": ENGINE}}}}, {"required": [ENGINE_SCORES]}]
+}
+# shadow mode answers champion requests with the engine's order: they need engine_scores
+_SHADOW_NEEDS_SCORES = {"anyOf": [
+    {"required": [ENGINE_SCORES]},
+    {"required": ["model"], "properties": {"model": {"not": {"const": "champion"}}}},
+]}  # fmt: skip
 _CLICK = {
     "type": "object",
     "required": ["candidate_id"],
@@ -232,8 +252,8 @@ _MODEL_NAME = {
     "type": "string",
     "pattern": _NAME,
     STORED_MODEL: True,
-    "description": "echo /v1/rank's: the stored model that ranked the query (default: "
-    "unknown; a name no model is stored under is refused)",
+    "description": "echo /v1/rank's: the stored model that ranked the query, or "
+    f"'{ENGINE}' (default: unknown; a name no model is stored under is refused)",
 }
 _FEEDBACK: dict[str, Any] = {
     "type": "object",
@@ -260,6 +280,7 @@ _FEEDBACK: dict[str, Any] = {
                       "description": "old name of model (not both)"},
         "served_version": {**_INT64, "minimum": 0, "deprecated": True,
                            "description": "old name of version (not both)"},
+        ENGINE_SCORES: _ENGINE_SCORES,
     },
     # an old name and its new one in one body is refused (422, naming the old one)
     "allOf": [{"not": {"required": [old, new]}} for old, new in FEEDBACK_RENAMED.items()],
@@ -343,8 +364,9 @@ def _with_phi(schema: dict[str, Any], width: int) -> dict[str, Any]:
     return {**schema, "properties": {**schema["properties"], "phi": _phi(width)}}
 
 
-def openapi_document(width: int) -> dict[str, Any]:
-    """The document for a deployment whose phi has `width` columns (`Settings.phi_dim`)."""
+def openapi_document(width: int, shadow: bool = False) -> dict[str, Any]:
+    """The document for a deployment whose phi has `width` columns (`Settings.phi_dim`),
+    in shadow mode or not (`Settings.shadow`: a champion ranking needs engine_scores)."""
     return {
         "openapi": "3.1.0",
         "info": {"title": "rankstream", "version": "1",
@@ -353,27 +375,30 @@ def openapi_document(width: int) -> dict[str, Any]:
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
         "paths": {
-            **_posts(width),
+            **_posts(width, shadow),
             **_gets(),
         },
     }  # fmt: skip
 
 
-def _posts(width: int) -> dict[str, Any]:
+def _posts(width: int, shadow: bool) -> dict[str, Any]:
     """/v1/rank and /v1/feedback, their bodies at the deployment's width."""
     arrow = "application/vnd.apache.arrow.stream"
+    rules = [_ENGINE_NEEDS_SCORES, *([_SHADOW_NEEDS_SCORES] if shadow else [])]
+    rank_request = {**_with_phi(_RANK_REQUEST, width), "allOf": rules}
     return {
         "/v1/rank": {"post": {
             "summary": "Rank a query's candidates with the champion or a chosen model",
             "parameters": [_REQUEST_ID],
             "requestBody": {"required": True, "content": {
-                "application/json": {"schema": _with_phi(_RANK_REQUEST, width)},
+                "application/json": {"schema": rank_request},
                 arrow: {"schema": {"description": "columns candidate_ids int64, phi "
                                    f"fixed_size_list<float32>[{width}]; schema metadata "
                                    "model, version, query_id, request_id (optional, as "
-                                   "in JSON; the previous release's ?model=&version= query "
-                                   "parameters are still accepted with an Arrow body, "
-                                   "deprecated)"}},
+                                   "in JSON); optional column engine_score (numbers, as "
+                                   "JSON's engine_scores). The previous release's "
+                                   "?model=&version= query parameters are still accepted "
+                                   "with an Arrow body, deprecated"}},
             }},
             "responses": _answers(
                 {"content": {"application/json": {"schema": _RANKING},
