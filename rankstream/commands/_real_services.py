@@ -1,14 +1,15 @@
 """The check every command that runs only through real Kafka and Redis starts with, and the
-one way the benchmarks through them run and report (`run_service_bench`)."""
+one way the benchmarks through them run and report (`service_bench`)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rankstream.commands._json_output import print_json
-from rankstream.commands._options import chosen
+from rankstream.commands._options import chosen, options_arguments
 from rankstream.commands._usage import UsageError
 from rankstream.stream.settings import Settings
 
@@ -47,28 +48,37 @@ def on_real_services(
     return chosen(options, args), real_services_settings(command, needs)
 
 
-Bench = Callable[..., dict[str, Any]]  # (settings, options, progress=line printer) -> result
-
-
-def run_service_bench(
-    args: argparse.Namespace,
+def service_bench(
     command: str,
-    options: type[T],
-    bench: Bench,
+    options: type,
+    bench: str,
     summary: Callable[[dict[str, Any]], None],
+    exit_code: Callable[[dict[str, Any]], int] = lambda result: 0,
     needs: tuple[str, ...] = ("kafka", "redis"),
-) -> dict[str, Any]:
-    """Run `bench(settings, options, progress=...)` as `command` and print its result."""
-    from rich.console import Console
+) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    """The `add_arguments` and `run` of `command`, a benchmark through real services.
 
-    given, settings = on_real_services(command, options, args, needs=needs)
-    err = Console(stderr=True)
-    result = bench(settings, given, progress=lambda line: err.print(line))
-    if args.json:
-        print_json(result)
-    else:
-        summary(result)
-    return result
+    `run`: the options checked and the services required before anything starts, then
+    `bench` ("module:function" under `rankstream.harness`, imported only then, so `--help`
+    stays light) called as `function(settings, options, progress=...)` with progress
+    lines on stderr; its result printed as JSON or by `summary`; `exit_code(result)`.
+    """
+
+    def run(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        module, _, function = bench.partition(":")
+        measure = getattr(importlib.import_module(f"rankstream.harness.{module}"), function)
+        given, settings = on_real_services(command, options, args, needs=needs)
+        err = Console(stderr=True)
+        result = measure(settings, given, progress=lambda line: err.print(line))
+        if args.json:
+            print_json(result)
+        else:
+            summary(result)
+        return exit_code(result)
+
+    return options_arguments(options), run
 
 
 def exactly_once_exit(result: dict[str, Any]) -> int:

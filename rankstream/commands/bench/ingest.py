@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from rankstream.commands._options import options_arguments
-from rankstream.commands._real_services import exactly_once_exit, run_service_bench
+from rankstream.commands._real_services import exactly_once_exit, service_bench
 from rankstream.harness.bench_options import IngestBenchOptions
-
-add_arguments = options_arguments(IngestBenchOptions)
-
-
-def run(args: argparse.Namespace) -> int:
-    from rankstream.harness.ingest_bench import run_ingest_bench
-
-    result = run_service_bench(
-        args, "bench ingest", IngestBenchOptions, run_ingest_bench, _print_summary
-    )
-    return exactly_once_exit(result)
 
 
 def _print_summary(result: dict[str, Any]) -> None:
@@ -26,3 +13,12 @@ def _print_summary(result: dict[str, Any]) -> None:
         f"{result['queries_per_s']} judged queries/s, {result['triplets_per_s']} triplets/s; "
         f"lost {result['lost']}, duplicated {result['duplicated']}"
     )
+
+
+add_arguments, run = service_bench(
+    "bench ingest",
+    IngestBenchOptions,
+    "ingest_bench:run_ingest_bench",
+    _print_summary,
+    exactly_once_exit,
+)

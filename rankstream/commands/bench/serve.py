@@ -4,23 +4,10 @@ none, in the same run (`harness.serve_bench`)."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from rankstream.commands._options import options_arguments
-from rankstream.commands._real_services import run_service_bench
+from rankstream.commands._real_services import service_bench
 from rankstream.harness.bench_options import ServeBenchOptions
-
-add_arguments = options_arguments(ServeBenchOptions)
-
-
-def run(args: argparse.Namespace) -> int:
-    from rankstream.harness.serve_bench import run_serve_bench
-
-    run_service_bench(
-        args, "bench serve", ServeBenchOptions, run_serve_bench, _print_summary, needs=("redis",)
-    )
-    return 0
 
 
 def _print_summary(result: dict[str, Any]) -> None:
@@ -42,3 +29,12 @@ def _print_summary(result: dict[str, Any]) -> None:
             f"{cost['p99_ratio_paired_median']}); {interleaving}"
         )
     print(f"reload lag p99 {result['reload']['lag_p99_s']} s")
+
+
+add_arguments, run = service_bench(
+    "bench serve",
+    ServeBenchOptions,
+    "serve_bench:run_serve_bench",
+    _print_summary,
+    needs=("redis",),
+)
