@@ -40,6 +40,7 @@ column and `?model=&version=` query parameters) are still accepted and listed in
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -225,7 +226,7 @@ def _matrix(values: object, field: str, body: bytes, document: dict[str, Any]) -
     ):
         raise BadRequest(422, message, field)
     try:
-        return np.asarray(values, dtype=np.float64)
+        return _rows_of_floats(values)
     except (TypeError, ValueError, OverflowError):
         raise BadRequest(422, message, field) from None
 
@@ -245,6 +246,26 @@ def _engine_scores(values: object, k: int) -> np.ndarray | None:
                          ENGINE_SCORES) from None  # fmt: skip
     except FieldError as exc:
         raise BadRequest.of(exc) from None
+
+
+def _rows_of_floats(rows: list) -> np.ndarray:
+    """`rows` (lists of JSON numbers, checked) as float64, the values `np.asarray` gives.
+
+    When they are k lists of one length d >= 1 the numbers are read in one flat pass
+    (`np.fromiter`, each converted as `np.asarray` converts it), which skips the nested
+    sequence discovery that made `np.asarray` about as costly as parsing the JSON itself;
+    anything else (ragged, nested deeper, empty) is left to `np.asarray`, whose answer
+    or error stands as before. No JSON library here reads numbers into an array without
+    a Python float each (orjson and msgspec build lists; pyarrow's JSON reader was slower
+    on these bodies: docs/results/serving-cost.md)."""
+    width = len(rows[0]) if rows and type(rows[0]) is list else 0
+    if width and all(type(row) is list and len(row) == width for row in rows):
+        try:
+            flat = np.fromiter(itertools.chain.from_iterable(rows), np.float64, len(rows) * width)
+            return flat.reshape(len(rows), width)
+        except (TypeError, ValueError, OverflowError):
+            pass  # np.asarray decides, as before
+    return np.asarray(rows, dtype=np.float64)
 
 
 def _ids(values: object) -> np.ndarray:
@@ -377,15 +398,17 @@ def _arrow_matrix(column: pa.ChunkedArray) -> np.ndarray:
 def ranking_json(
     ids: np.ndarray, scores: np.ndarray, model: str, version: int, extra: dict[str, Any]
 ) -> bytes:
-    return orjson.dumps(
-        {
-            "model": model,
-            "version": version,
-            "candidate_ids": ids.tolist(),
-            "scores": scores.tolist(),
-            **extra,
-        }
-    )
+    """The ranking as JSON; the arrays are written by orjson from numpy (the same bytes
+    as their lists give, without a Python int and float per candidate: as int64 and
+    float64, C-ordered, which is what orjson writes as `.tolist()` would)."""
+    document = {
+        "model": model,
+        "version": version,
+        "candidate_ids": np.ascontiguousarray(ids, dtype=np.int64),
+        "scores": np.ascontiguousarray(scores, dtype=np.float64),
+        **extra,
+    }
+    return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 _RANKING_FIELDS = pa.schema([("candidate_ids", pa.int64()), ("scores", pa.float64())])
@@ -400,10 +423,12 @@ def ranking_arrow(
     metadata.update((name, str(value)) for name, value in extra.items())
     schema = _RANKING_FIELDS.with_metadata(metadata)
     batch = pa.RecordBatch.from_arrays([pa.array(ids), pa.array(scores)], schema=schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    # the bytes pyarrow's stream writer writes (schema, batch, end of stream), without
+    # opening a writer per answer
+    return b"".join((schema.serialize(), batch.serialize(), _END_OF_STREAM))
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's end marker
 
 
 def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, tuple[str, ...]]:

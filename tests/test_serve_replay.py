@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from serve_replay import record
+
+from rankstream.serve.bodies import _rows_of_floats
 
 FIXTURE = Path(__file__).parent / "data" / "serve_replay.json"
 
@@ -44,3 +47,28 @@ def test_every_ranking_logs_the_recorded_impression(replayed) -> None:
     ranked = sum(a["status"] == 200 for a in recorded["answers"])
     assert len(recorded["impressions"]) == ranked
     assert now["impressions"] == recorded["impressions"]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[0.1, 2, -3e-7], [1e308, 5, 0.0]],
+        [[1, 2], [3, 4]],
+        [[2**70, 1.5]],  # an int beyond int64: converted as np.asarray converts it
+        [[1.0, 2.0], [3.0]],  # ragged: np.asarray's error
+        [[[1.0]], [[2.0]]],  # nested deeper
+        [],
+        [[]],
+        [[10**400, 1.0]],  # beyond float64: OverflowError, as np.asarray raises it
+    ],
+)
+def test_json_rows_read_flat_are_the_values_np_asarray_gives(rows) -> None:
+    try:
+        expected = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            _rows_of_floats(rows)
+        return
+    got = _rows_of_floats(rows)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()
