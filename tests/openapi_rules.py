@@ -1,6 +1,6 @@
 """Schemathesis hooks (SCHEMATHESIS_HOOKS=openapi_rules): the rules the OpenAPI document
 states beside its JSON Schemas, because JSON Schema cannot (`serve.openapi`'s `x-` keys),
-applied to the bodies the tester generates as valid, so that a refusal of one is a finding.
+applied to the bodies the tester sends as valid, so that a refusal of one is a finding.
 
 * `x-one-per-item-of: <field>`: the array holds one item per item of that array of the
   body. A generated body is extended to the longest of them: the named array with new
@@ -29,16 +29,17 @@ _ruled: dict[int, bool] = {}  # id(schema) -> it or a part of it carries a rule
 
 
 @schemathesis.hook
-def map_case(context: Any, case: Any) -> Any:
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    """Right before the request goes out: after generation, and after the tester put in
+    values it saw in earlier answers (a ranking's `"requested": "champion"`, say)."""
     meta = case.meta
     if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
-        return case
+        return
     operation = case.operation.schema.raw_schema["paths"][case.path][case.method.lower()]
     content = operation.get("requestBody", {}).get("content", {})
     schema = content.get(case.media_type or "application/json", {}).get("schema")
     if schema is not None:
         case.body = _apply(schema, case.body, case.operation.base_url or "")
-    return case
 
 
 def _apply(schema: dict[str, Any], body: Any, url: str) -> Any:
