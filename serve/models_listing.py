@@ -15,7 +15,12 @@ stays in the store for the operator to look at, not silently kept serving. Pin r
 The engine's own ranking (`selection.engine_ranking`: kind "engine", one version, it
 learns nothing) is listed once it has arrived, servable (for requests carrying its
 scores), `pinned` while the kill switch holds it, with its races and rolling scores like
-any model.
+any model. `counterfactual` is its live counterfactual click-DCG@10 from the logged
+impressions and their clicks (`selection.live_estimates`, published by the click join):
+IPS and SNIPS with 95% intervals, the impressions and versions it covers, and its paired
+differences `vs_logged` (from the order users saw) and `vs_engine` (from the engine's
+order, on the impressions that carry it); null before the join has estimated it. The
+listing's `counterfactual` holds the estimator's settings and the logged order's own.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from rankstream.selection.engine_ranking import ENGINE
+from rankstream.selection.live_estimates import LOGGED
 from rankstream.selection.pins import is_pin_record
 from rankstream.serve.registry import Snapshot
 
@@ -49,6 +55,7 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "race": scores.get("race", {}).get("challengers", {}).get(name),
         "interleaving": race,
         "collapsed": bool(race and race.get("collapsed")),
+        "counterfactual": _estimate(scores.get("counterfactual", {}), name),
     }
 
 
@@ -61,6 +68,7 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "race": _settings(snapshot.scores.get("race", {})),
         "interleaving": _settings(snapshot.scores.get("interleaving", {})),
         "champion_decision": snapshot.scores.get("champion_decision"),
+        "counterfactual": _estimator(snapshot.scores.get("counterfactual", {})),
         "models": [model_entry(snapshot, name) for name in names],
     }
 
@@ -68,3 +76,24 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
 def _settings(race: dict[str, Any]) -> dict[str, Any]:
     """A race's incumbent and test settings, without its per-challenger entries."""
     return {k: v for k, v in race.items() if k != "challengers"}
+
+
+def _estimate(estimates: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """A policy's live estimate and its paired differences from logged and the engine."""
+    found = estimates.get("policies", {}).get(name)
+    if found is None:
+        return None
+    differences = estimates.get("differences", {})
+    return {
+        **found,
+        "vs_logged": differences.get(f"{name} - {LOGGED}"),
+        "vs_engine": differences.get(f"{name} - {ENGINE}"),
+    }
+
+
+def _estimator(estimates: dict[str, Any]) -> dict[str, Any]:
+    """The estimator's settings and the logged order's estimate (the baseline)."""
+    return {
+        **{k: v for k, v in estimates.items() if k not in ("policies", "differences")},
+        LOGGED: estimates.get("policies", {}).get(LOGGED),
+    }

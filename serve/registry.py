@@ -33,6 +33,7 @@ from rankstream.ranking.baselines import UNI_CON
 from rankstream.selection.click_race import INTERLEAVING_RECORD
 from rankstream.selection.engine_ranking import ENGINE, ENGINE_KIND, ENGINE_VERSION, EngineScorer
 from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
+from rankstream.selection.live_estimates import COUNTERFACTUAL_RECORD
 from rankstream.selection.pins import is_pin_record, pins
 from rankstream.selection.scoring import (
     EVALUATOR_RECORD,
@@ -221,11 +222,13 @@ class ModelRegistry:
             return current
 
     def _scores(self, old: Snapshot, latest: Mapping[str, int]) -> tuple[Mapping[str, Any], str]:
-        """The evaluator record's meta with the click join's `interleaving` evidence, and
-        the champion (`selection.judged_race`: the champion record's, else the evaluator's);
-        re-read only when one of the three records changed."""
+        """The evaluator record's meta with the click join's `interleaving` evidence and
+        `counterfactual` estimates (`selection.live_estimates`), and the champion
+        (`selection.judged_race`: the champion record's, else the evaluator's); re-read
+        only when one of the four records changed."""
         versions = [latest.get(name) for name in (EVALUATOR_RECORD, CHAMPION_RECORD,
-                                                  INTERLEAVING_RECORD)]  # fmt: skip
+                                                  INTERLEAVING_RECORD,
+                                                  COUNTERFACTUAL_RECORD)]  # fmt: skip
         if not any(versions):
             return {}, UNI_CON
         if old.scores.get("_versions") == versions:
@@ -237,6 +240,9 @@ class ModelRegistry:
         interleaving = self.store.load(INTERLEAVING_RECORD) if versions[2] else None
         if interleaving is not None:
             meta["interleaving"] = interleaving.meta.get("interleaving", {})
+        estimates = self.store.load(COUNTERFACTUAL_RECORD) if versions[3] else None
+        if estimates is not None:
+            meta["counterfactual"] = estimates.meta.get("counterfactual", {})
         decided = self.store.load(CHAMPION_RECORD) if versions[1] else None
         if decided is not None:  # who decided the current champion, and on what evidence
             meta["champion_decision"] = {k: v for k, v in decided.meta.items() if k != "champion"}
@@ -247,6 +253,9 @@ class ModelRegistry:
         previous = self.snapshot
         self.snapshot = snapshot  # one reference assignment: requests see old or new
         now = time.time()
+        engine = [ENGINE] if ENGINE in snapshot.stored else []  # the kill switch, 0 or 1
+        for name in {*previous.pinned, *snapshot.pinned, *snapshot.models, *engine}:
+            metrics.MODEL_PINNED.labels(model=name).set(float(name in snapshot.pinned))
         for name, loaded in snapshot.models.items():
             before = previous.models.get(name)
             if before is not None and before.version == loaded.version:

@@ -244,6 +244,12 @@ SERVING_MODEL_VERSION = Gauge(
     "The version the HTTP API serves for a model by default (its newest, or its pin).",
     ["model"],
 )
+MODEL_PINNED = Gauge(
+    "rankstream_model_pinned",
+    "1 while a model is pinned (`rankstream model pin`: served at its pinned version), else "
+    "0; for `engine` the kill switch: champion requests get the engine's own order.",
+    ["model"],
+)
 SERVING_RELOAD_LAG = Histogram(
     "rankstream_serving_reload_lag_seconds",
     "From a model version's save to the HTTP API serving it (hot reload).",

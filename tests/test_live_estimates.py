@@ -154,3 +154,48 @@ def test_the_click_join_publishes_and_keeps_its_estimates_across_a_restart() -> 
         {"model": "uni_con", "baseline": "engine", "estimator": "ips", "bound": "low"},
     )
     assert low == pytest.approx(resumed["differences"]["uni_con - engine"]["ips_interval"][0])
+
+
+def test_v1_models_shows_each_models_estimate_and_the_kill_switch_gauge() -> None:
+    """The join's record as serve lists it: each model's estimate with its paired
+    differences from logged and the engine, the engine's own, the estimator's settings;
+    pinning the engine (the kill switch) sets its gauge, unpinning clears it."""
+    from rankstream.selection.engine_ranking import ENGINE, adopt_engine
+    from rankstream.selection.live_estimates import COUNTERFACTUAL_KIND
+    from rankstream.selection.pins import pin, unpin
+    from rankstream.serve.models_listing import models_listing
+    from rankstream.serve.registry import ModelRegistry
+    from rankstream.stream.store import Fence, fenced_save
+
+    store = EmbeddedModelStore()
+    publish_unicon(store, np.random.default_rng(0).standard_normal((50, 3)), 3, 50)
+    adopt_engine(store, "test")
+    live = LiveEstimates()
+    live.refresh(store, 3)
+    assert set(live.scorers) == {"uni_con"}  # the engine's record has no scorer
+    live.add(_sessions(100, seed=2), lambda n: P[:n])
+    summary = json.loads(json.dumps(live.summary()))
+    fenced_save(store, COUNTERFACTUAL_RECORD, Fence(), kind=COUNTERFACTUAL_KIND,
+                meta={"counterfactual": summary}, arrays={}, offsets={})  # fmt: skip
+    registry = ModelRegistry(store, width=3)
+    listing = models_listing(registry.refresh())
+    entries = {m["name"]: m for m in listing["models"]}
+    policies, differences = summary["policies"], summary["differences"]
+    assert entries["uni_con"]["counterfactual"] == {
+        **policies["uni_con"],
+        "vs_logged": differences["uni_con - logged"],
+        "vs_engine": differences["uni_con - engine"],
+    }
+    assert entries[ENGINE]["counterfactual"] == {
+        **policies[ENGINE], "vs_logged": differences["engine - logged"], "vs_engine": None,
+    }  # fmt: skip
+    assert listing["counterfactual"]["logged"] == policies[LOGGED]
+    assert listing["counterfactual"]["k"] == 10 and listing["counterfactual"]["level"] == 0.95
+    pinned = {"model": ENGINE}
+    assert sample_value("rankstream_model_pinned", pinned) == 0
+    pin(store, ENGINE, 1)
+    registry.refresh()
+    assert sample_value("rankstream_model_pinned", pinned) == 1
+    unpin(store, ENGINE)
+    registry.refresh()
+    assert sample_value("rankstream_model_pinned", pinned) == 0
