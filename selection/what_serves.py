@@ -28,9 +28,11 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.selection.click_race import INTERLEAVING_RECORD, refused_challengers
-from rankstream.selection.engine_ranking import ENGINE
+from rankstream.selection.engine_ranking import ENGINE, ENGINE_VERSION, EngineScorer
 from rankstream.selection.judged_race import CHAMPION_RECORD, stored_champion
 from rankstream.selection.pins import pin_record_name, pinned_model
 from rankstream.selection.scoring import EVALUATOR_RECORD, Scorer, ScorerCache
@@ -117,6 +119,7 @@ class ServingModel:
         self._pins: dict[str, tuple[int, StoredModel | None]] = {}  # name -> (record v, pin)
         self._latest: Mapping[str, int] = {}  # the store's versions at the last refresh
         self._race: tuple[int, Mapping[str, Any]] = (0, {})  # the published click race
+        self._engine: EngineScorer | None = None  # this query's engine ranking, if sent
 
     def others(self, served: Served) -> Mapping[str, Served]:
         """Every other scorable model at the version it would serve (its pinned one, else
@@ -134,7 +137,14 @@ class ServingModel:
             self._race = (version, summary)
         return refused_challengers(self._race[1], champion)
 
+    @property
+    def engine_pinned(self) -> bool:
+        """The kill switch (`rankstream model pin engine 1`), as of the last `refresh`."""
+        return self._pinned(ENGINE, self._latest) is not None
+
     def _load(self, name: str, version: int) -> Served:
+        if name == ENGINE and self._engine is not None:  # this query's engine ranking
+            return Served(ENGINE, version, self._engine, {})
         held = self._pinned(name, self._latest)
         if held is not None:
             return Served(name, held.version, self.cache.adopt(held), {})
@@ -143,12 +153,26 @@ class ServingModel:
             raise LookupError(f"model {name!r} v{version} vanished from the store")
         return Served(name, version, scorer, {})
 
-    def refresh(self) -> Served:
+    def refresh(self, engine: np.ndarray | None = None, engine_first: bool = False) -> Served:
+        """What ranks the next query. `engine`: its engine_scores (`selection.engine_ranking`),
+        which make the model `engine` servable for it, as serve's request that carries them
+        does (`serves_now`): as the champion, as a challenger (`others`), and first when
+        `engine_first` (shadow mode) or the engine is pinned (the kill switch)."""
         latest = self._latest = self.store.latest_versions()
         self.cache.learn_kinds(sorted(latest))
         versions = {n: v for n, v in sorted(latest.items()) if self.cache.scorable(n)}
         champion = self._read_champion(latest) if self.serving == CHAMPION else UNI_CON
-        name = serves_now(self.serving, champion, versions)
+        self._engine = None if engine is None else EngineScorer(engine)
+        if self._engine is not None:
+            versions[ENGINE] = latest.get(ENGINE, ENGINE_VERSION)
+        pinned = self.engine_pinned  # read every query: the kill switch's gauge too
+        first = self._engine is not None and (engine_first or pinned)
+        name = serves_now(self.serving, champion, versions, first)
+        if name == ENGINE:
+            assert self._engine is not None
+            if self.current is None or self.current.name != ENGINE:
+                self._switch(ENGINE, versions[ENGINE], self._engine)
+            return Served(ENGINE, versions[ENGINE], self._engine, versions)
         held = self._pinned(name, latest)
         version = served_version(versions[name], held)
         if self.current is None or (self.current.name, self.current.version) != (name, version):
@@ -170,6 +194,7 @@ class ServingModel:
         if cached is None or cached[0] != record_version:
             record = self.store.load(pin_record_name(name)) if record_version else None
             cached = self._pins[name] = (record_version, pinned_model(record))
+            metrics.MODEL_PINNED.labels(model=name).set(float(cached[1] is not None))
         return cached[1]
 
     def _read_champion(self, latest: Mapping[str, int]) -> str:

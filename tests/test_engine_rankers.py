@@ -126,3 +126,122 @@ def test_the_simulator_measures_its_engine_and_stays_deterministic(tmp_path, wor
     assert "engine_ranker" not in plain.run(steps.append)
     assert all(step.engine_ndcg is None for step in steps)
     plain.close()
+
+
+# -- the simulated engine on the wire: its scores with every query, as an engine sends them --
+
+CLICKS = SimulateOptions(
+    triplets=None, queries=16, seed=3, images=N_IMAGES, calibration_queries=10,
+    linger_s=math.inf, feedback="clicks:perfect", engine_ranker="single-descriptor:2",
+)  # fmt: skip
+
+
+def _impressions(settings):
+    from rankstream.stream.click_schema import decode_impressions
+    from rankstream.stream.connect import open_transport
+
+    consumer = open_transport(settings).consumer()
+    consumer.assign([(settings.impressions_topic, 0)])
+    found = []
+    while batch := consumer.poll(timeout_ms=50, max_records=1000):
+        found += [imp for m in batch for imp in decode_impressions(m.value).records]
+    return found
+
+
+def _engine_order(query, column: int) -> np.ndarray:
+    return np.argsort(-query.phi[:, column].astype(np.float64), kind="stable")
+
+
+def test_the_engine_arrives_as_the_champion_and_its_scores_are_logged_with_what_was_shown(
+    embedded_settings, world
+) -> None:
+    """The first query with engine scores stores the engine and makes it the champion, as
+    serve's first such request does; every impression carries the engine's scores of what
+    it showed; outside the interleaved share users see the engine's order; interleaved
+    lists draft the engine (the incumbent) against the other model."""
+    from rankstream.selection.engine_ranking import ENGINE
+    from rankstream.selection.judged_race import stored_champion
+    from rankstream.stream.connect import open_store
+
+    collection, index = world
+    settings = dataclasses.replace(embedded_settings, interleaving_share=0.5)
+    simulation = Simulation(settings, CLICKS, collection=collection, index=index)
+    simulation.run()
+    store = open_store(settings)
+    assert store.load(ENGINE).kind == "engine" and stored_champion(store) == ENGINE
+    replay = FeedbackSimulator(collection, seed=CLICKS.seed, index=index)
+    interleaved = 0
+    for impression in _impressions(settings):
+        query = replay.next_query()
+        scores = query.phi[:, 2].astype(np.float64)
+        position = {c: i for i, c in enumerate(query.candidate_ids.tolist())}
+        shown = [position[c] for c in impression.candidate_ids.tolist()]
+        np.testing.assert_array_equal(impression.engine_scores, scores[shown])
+        assert impression.model == ENGINE
+        if impression.teams is not None:
+            interleaved += 1
+            assert impression.team_models == (ENGINE, "uni_con")
+        else:
+            order = _engine_order(query, 2)[:50]
+            np.testing.assert_array_equal(impression.candidate_ids, query.candidate_ids[order])
+    assert 0 < interleaved < CLICKS.queries
+    simulation.close()
+
+
+def test_in_shadow_mode_and_under_the_kill_switch_users_see_the_engines_order(
+    embedded_settings, world
+) -> None:
+    """Shadow mode: every impression is the engine's order, nothing interleaved, though
+    the interleaving share is 1. The kill switch (the engine pinned) does the same while a
+    learned model is the champion."""
+    from rankstream.selection.engine_ranking import ENGINE
+    from rankstream.selection.judged_race import publish_champion
+    from rankstream.selection.pins import pin
+    from rankstream.stream.connect import open_store
+
+    collection, index = world
+    shadow = dataclasses.replace(embedded_settings, interleaving_share=1.0, shadow=True)
+    pinned = dataclasses.replace(
+        embedded_settings, interleaving_share=1.0, topic_prefix=embedded_settings.topic_prefix + "k"
+    )
+    store = open_store(pinned)
+    for settings in (shadow, pinned):
+        if settings is pinned:  # a learned champion, then the kill switch
+            from rankstream.selection.engine_ranking import adopt_engine
+
+            adopt_engine(store, "test")
+            publish_champion(store, "uni_con", previous=ENGINE, decided_by="clicks", evidence={})
+            pin(store, ENGINE, 1)
+        simulation = Simulation(settings, CLICKS, collection=collection, index=index)
+        simulation.run()
+        replay = FeedbackSimulator(collection, seed=CLICKS.seed, index=index)
+        impressions = _impressions(settings)
+        assert len(impressions) == CLICKS.queries
+        for impression in impressions:
+            query = replay.next_query()
+            assert impression.model == ENGINE and impression.teams is None
+            order = _engine_order(query, 2)[:50]
+            np.testing.assert_array_equal(impression.candidate_ids, query.candidate_ids[order])
+        simulation.close()
+
+
+def test_judged_queries_carry_the_engines_scores_in_served_order(embedded_settings, world) -> None:
+    from rankstream.stream.connect import open_transport
+    from rankstream.stream.schema import decode_query
+
+    collection, index = world
+    options = SimulateOptions(
+        triplets=None, queries=6, seed=4, images=N_IMAGES, calibration_queries=10,
+        linger_s=math.inf, engine_ranker="single-descriptor:5",
+    )  # fmt: skip
+    simulation = Simulation(embedded_settings, options, collection=collection, index=index)
+    simulation.run()
+    consumer = open_transport(embedded_settings).consumer()
+    consumer.assign([(embedded_settings.queries_topic, 0)])
+    queries = [decode_query(m.value) for m in consumer.poll(timeout_ms=50, max_records=100)]
+    assert len(queries) == 6
+    for judged in queries:
+        np.testing.assert_array_equal(judged.engine_scores, judged.phi[:, 5].astype(np.float64))
+        assert judged.served_by == "engine"  # the incumbent ranks: its scores fall
+        assert (np.diff(judged.engine_scores) <= 0).all()
+    simulation.close()

@@ -70,8 +70,10 @@ import numpy as np
 
 from rankstream.producers.feedback_producer import FeedbackProducer
 from rankstream.ranking import DEFAULT_PHI_DIM
+from rankstream.ranking.metrics import ranked_order
 from rankstream.selection import unicon_baseline as baseline
 from rankstream.selection.click_race import Interleaver
+from rankstream.selection.engine_ranking import ENGINE, adopt_engine
 from rankstream.selection.scoring import logged_order, served_order
 from rankstream.selection.what_serves import CHAMPION, Served, ServingModel
 from rankstream.simulators import catalog
@@ -212,6 +214,7 @@ class SimulatorHandler(Handler):
         self.engine_rng = np.random.default_rng([options.seed, ENGINE_STREAM])
         self.engine_ndcg_total = 0.0
         self._engine_scores: np.ndarray | None = None  # the engine's, for the query now served
+        self.engine_adopted = False  # its record stored (`selection.engine_ranking.adopt_engine`)
         self.triplets_produced = 0
         self.queries_produced = 0
         self.clicks_produced = 0
@@ -242,12 +245,18 @@ class SimulatorHandler(Handler):
     def produce(self, runtime: StreamRuntime) -> int:
         """Serve one query and publish its feedback: judged, its triplet block, then its
         judged query; with clicks, its impression and its clicks."""
-        served = self.serving.refresh()
         query = self.simulator.next_query()
-        self._engine_scores = self.engine.scores(query.phi, query.relevance, self.engine_rng)
+        engine = self._engine_scores = self.engine.scores(
+            query.phi, query.relevance, self.engine_rng
+        )
+        if engine is not None and not self.engine_adopted:  # as serve's first such request
+            adopt_engine(runtime.store, "the simulated engine")
+            self.engine_adopted = True
+        served = self.serving.refresh(engine, engine_first=self.settings.shadow)
         if self.users is not None:
             return self._produce_clicks(runtime, served, query)
-        record, triplets = self.simulator.judge(query, served.scorer.score(query.phi))
+        scores = served.scorer.score(query.phi)
+        record, triplets = self.simulator.judge(query, scores)
         n = len(triplets)
         feedback = self._feedback(runtime)
         if self.bucket is not None and n:
@@ -264,6 +273,7 @@ class SimulatorHandler(Handler):
             served_version=served.version,
             model_versions=served.model_versions,
             judged=record.n_judged,
+            engine_scores=None if engine is None else engine[ranked_order(scores)],
         )
         feedback.send_records(judged, triplets)
         self.triplets_produced += n
@@ -276,11 +286,14 @@ class SimulatorHandler(Handler):
         assert self.users is not None
         scores = served.scorer.score(query.phi)
         order, drafted = served_order(served.scorer, scores, self.click_rng), {}
+        engine_first = self.settings.shadow or self.serving.engine_pinned
         challengers = (
             self.interleaver.challengers(
                 self.serving.others(served), served.name, self.serving.refused(served.name)
             )
-            if self.interleaver.enabled and self.options.serving == CHAMPION
+            if self.interleaver.enabled
+            and self.options.serving == CHAMPION
+            and not (engine_first and served.name == ENGINE)  # shadow, kill switch: as serve
             else []
         )
         if challengers:
@@ -307,6 +320,7 @@ class SimulatorHandler(Handler):
             model_versions=served.model_versions,
             time=time.time(),
             display=display,
+            engine_scores=self._engine_scores,
             **drafted,
         )
         n = sum(click.clicked for click in clicks)

@@ -69,13 +69,15 @@ def impression_and_clicks(
     team_models: tuple[str, ...] = (),
     intervention: str | None = None,
     shown_probability: float | None = None,
+    engine_scores: np.ndarray | None = None,
 ) -> tuple[Impression, list[Click]]:
     """The impression of `query` served in `order` (indices into its candidates, best
     first; its top `display` shown) and the clicks a user of the click model `users`
     makes on it (module docstring). An interleaved list gives its `teams` (per position
     of `order`) and `team_models`; a randomized or sampled one its `intervention` and
-    `shown_probability` (`selection.scoring.logged_order`). `rng` draws the impression id
-    and the clicks."""
+    `shown_probability` (`selection.scoring.logged_order`); an engine with a ranking of
+    its own its `engine_scores` (one per candidate of `query`, logged for those shown).
+    `rng` draws the impression id and the clicks."""
     order = np.asarray(order)
     n = len(query.candidate_ids)
     if order.ndim != 1 or not np.issubdtype(order.dtype, np.integer):
@@ -101,6 +103,7 @@ def impression_and_clicks(
         team_models=team_models,
         intervention=intervention,
         shown_probability=shown_probability,
+        engine_scores=engine_scores,
     )
     clicked = users.clicks(query.relevance[shown].astype(np.int64), rng)
     clicks = [
