@@ -17,7 +17,9 @@ triplets over 50 images is ~40 bytes a triplet instead of version 1's 326. Versi
 Triplets, version 3: version 2's layout plus `weight` (list<float32>, one per triplet,
 finite and > 0), each triplet's importance weight (the click join's inverse-propensity
 weights, `workers.click_join`). A writer writes version 3 only when some weight is not
-1, so judged feedback stays version 2, byte for byte; a reader of versions 1-2 refuses
+1, so judged feedback stays version 2, byte for byte, except the click join, which always
+writes version 3 (a version-3 message is click triplets, weights of 1 included, and the
+linear learners learn those in their regularized reading); a reader of versions 1-2 refuses
 version 3 (`unknown_version`) instead of learning weighted pairs as unweighted ones. A
 version 1 or 2 triplet has weight 1.
 

@@ -199,3 +199,59 @@ def test_a_refused_engine_is_raced_again_once_the_champion_learned_twice_as_much
     race = store.load(INTERLEAVING_RECORD).meta["interleaving"]
     assert race["challengers"][ENGINE]["refused"] is None
     assert race["challengers"][ENGINE]["reopened"] == 1
+
+
+def test_over_http_a_learned_model_takes_over_from_a_worse_engine_on_clicks_alone() -> None:
+    """The embedded `serve` with its workers, every request interleaved: the users click by
+    a hidden linear truth (navigational cascade clicks), the engine ranks by that truth
+    plus noise (better than Uni-Con, which ignores the truth, and worse than what a linear
+    learner can learn from the clicks). The engine arrives as the champion; the
+    learners learn from the clicks on its interleaved rankings, and a learned model takes
+    over only when the click race's test says so. The loop's bound and the deadlines only
+    guard a hang."""
+    from starlette.testclient import TestClient
+
+    from rankstream.serve.app import create_app
+    from rankstream.simulators.click_models import click_model
+    from rankstream.stream.embedded import reset_embedded
+
+    reset_embedded()
+    settings = Settings(topic_prefix=f"er-{uuid.uuid4().hex[:8]}", interleaving_share=1.0,
+                        click_window_s=5.0, unicon_calibration=300,
+                        api_deadline_s=60.0)  # a busy machine's warm-up is no 503  # fmt: skip
+    rng = np.random.default_rng(31)
+    truth = rng.standard_normal(settings.phi_dim)
+    truth -= truth.mean()
+    spread = float(np.linalg.norm(truth))  # the sd of phi @ truth
+    user = click_model("navigational", n_grades=3)
+    n, previous, listing, served = 30, None, {}, []
+    with TestClient(create_app(settings, poll_seconds=0.05, workers=True)) as client:
+        for _ in range(3000):
+            phi = rng.standard_normal((n, settings.phi_dim)).astype(np.float32)
+            ids = rng.choice(10**9, size=n, replace=False)
+            engine = phi @ truth + 1.5 * spread * rng.standard_normal(n)  # a noisy truth
+            body = {"candidate_ids": ids.tolist(), "phi": phi.tolist(),
+                    "engine_scores": engine.astype(float).tolist()}  # fmt: skip
+            answer = client.post("/v1/rank", json=body).json()
+            served.append(answer["model"])
+            true_rank = np.argsort(np.argsort(-(phi @ truth)))
+            grades = np.where(true_rank < 3, 2, np.where(true_rank < 8, 1, 0))
+            shown = [int(np.flatnonzero(ids == c)[0]) for c in answer["candidate_ids"]]
+            clicked = np.flatnonzero(user.clicks(grades[shown], rng))
+            sessions = [{"impression_id": answer["impression_id"], "clicks": [
+                {"candidate_id": answer["candidate_ids"][p], "position": int(p) + 1}
+                for p in clicked]}]  # fmt: skip
+            if previous is not None:
+                sessions.append({"impression_id": previous, "clicks": []})
+            assert client.post("/v1/clicks", json={"impressions": sessions}).status_code == 200
+            previous = answer["impression_id"]
+            listing = client.get("/v1/models").json()
+            if listing["champion"] not in (ENGINE, "uni_con"):
+                break
+    assert served[0] == ENGINE  # the engine arrived as the champion
+    assert listing["champion"] not in (ENGINE, "uni_con"), "never left the engine"
+    decision = listing["champion_decision"]
+    assert decision["decided_by"] == "clicks" and decision["previous"] == ENGINE, decision
+    evidence = decision["evidence"]
+    assert evidence["decision"] == "switch" and evidence["wins"] > evidence["losses"]
+    assert evidence["log_statistic"] >= evidence["threshold"]

@@ -111,7 +111,12 @@ from rankstream.stream.click_schema import (
 from rankstream.stream.click_window import ClickWindow, Closed, PendingClick, Rejected
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.message_groups import within_budget
-from rankstream.stream.schema import BAD_SCHEMA, SchemaError, encode_triplets
+from rankstream.stream.schema import (
+    BAD_SCHEMA,
+    WEIGHTED_TRIPLETS_VERSION,
+    SchemaError,
+    encode_triplets,
+)
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import WIDTH_KEY, Fence, ModelStore, fenced_save
 from rankstream.stream.transport import Message, TopicPartition, Transport
@@ -450,7 +455,10 @@ class ClickJoinHandler(Handler):
         """One output message of `blocks` into the outbox, keyed by the join's name and n."""
         block = TripletBlock.concatenate(blocks).compact()  # once a message, not a session
         key = f"{self.options.name}:{self.next_message}".encode()
-        self.outbox.append((key, encode_triplets(block)))
+        # version 3 even when every weight is 1 (only rank-1 clicks): a version-3 message
+        # is click triplets, which the online worker learns in their regularized reading
+        data = encode_triplets(block, version=WEIGHTED_TRIPLETS_VERSION)
+        self.outbox.append((key, data))
         self.outbox_triplets.append(len(block))
         self.next_message += 1
         self.counters.triplets += len(block)
