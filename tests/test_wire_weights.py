@@ -123,28 +123,42 @@ def test_every_learner_that_takes_weights_names_its_weighted_form() -> None:
         assert spec.weighted_update, spec.name
 
 
-@pytest.mark.parametrize(("algo", "param"), [("opar1", "C"), ("opar2", "C"), ("ogdr", "eta")])
-def test_the_worker_learns_a_decoded_weight_2_as_the_doubled_step(algo: str, param: str) -> None:
-    """Through the wire and `learn_together` (the online worker's pass): weight 2 is the
-    paper's rule with its step parameter doubled, bit for bit (ranking/online.py)."""
+@pytest.mark.parametrize("algo", ["opr", "opar1", "opar2", "ogdr", "arow"])
+def test_the_worker_learns_version_3_as_click_triplets(algo: str) -> None:
+    """Through the wire and `learn_together` (the online worker's pass): a version-3
+    message (weights 2, or all 1 as the click join writes a session clicked only at rank
+    1) is click triplets, learned bit for bit as `learn_many_together(..., clicks=True)`
+    (the linear rules' regularized reading, ranking/online.py); a version-2 one as the
+    papers' rule."""
+    from rankstream.ranking.online import OnlineRanker, learn_many_together
     from rankstream.workers.checkpoint import TrackedModel, learn_together
 
     params = {"C": 0.05, "eta": 0.01, "r": 2.0}
     rng = np.random.default_rng(5)
     blocks = [_block(seed=int(s)) for s in rng.integers(0, 1000, 30)]
-    weighted = TrackedModel("w", algo, dict(params), scaler_rows=1)
-    doubled = TrackedModel("d", algo, {**params, param: 2 * params[param]}, scaler_rows=1)
-    for offset, block in enumerate(blocks):
-        two = decode_triplets(
-            encode_triplets(dataclasses.replace(block, weight=np.full(5, 2.0))), width=D
-        )
-        one = decode_triplets(encode_triplets(block), width=D)
-        assert two.weight is not None and one.weight is None
-        assert learn_together([weighted], "t", 0, offset, two)[0] >= 0
-        assert learn_together([doubled], "t", 0, offset, one)[0] >= 0
-    assert weighted.n_updates > 0
-    assert weighted.weights.tobytes() == doubled.weights.tobytes()
-    assert weighted.offsets == doubled.offsets == {"t": {0: len(blocks)}}
+    for weight in (2.0, 1.0):
+        worker = TrackedModel("w", algo, dict(params), scaler_rows=1)
+        judged = TrackedModel("j", algo, dict(params), scaler_rows=1)
+        direct: OnlineRanker | None = None
+        for offset, block in enumerate(blocks):
+            data = encode_triplets(dataclasses.replace(block, weight=np.full(5, weight)), version=3)
+            clicks = decode_triplets(data, width=D)
+            plain = decode_triplets(encode_triplets(block), width=D)
+            assert clicks.weight is not None and plain.weight is None
+            assert learn_together([worker], "t", 0, offset, clicks)[0] >= 0
+            assert learn_together([judged], "t", 0, offset, plain)[0] >= 0
+            if direct is None:  # the worker's ranker starts on the first block's scaler
+                assert worker.ranker is not None
+                direct = OnlineRanker(algo=algo, scaler=worker.ranker.scaler, **params)
+            learn_many_together(
+                [direct], clicks.phi, clicks.p1, clicks.p2, clicks.y(), clicks.weight,
+                clicks=True,
+            )  # fmt: skip
+        assert direct is not None and worker.n_updates > 0
+        assert worker.weights.tobytes() == direct.weights.tobytes()
+        assert worker.offsets == {"t": {0: len(blocks)}}
+        if algo != "arow":  # AROW has no regularized reading: the same either way at weight 1
+            assert worker.weights.tobytes() != judged.weights.tobytes()
 
 
 def test_a_recording_leaves_weighted_triplets_out_and_counts_them(tmp_path) -> None:
