@@ -22,7 +22,10 @@ import pytest
 import yaml
 
 from rankstream import cli
+from rankstream.simulators.engine_rankers import engine_ranker
 from rankstream.stream.settings import ENV_PREFIX, Settings
+from rankstream.workers.options import from_arguments, variables_for
+from rankstream.workers.simulator_options import SimulateOptions
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -274,7 +277,7 @@ def test_the_clicks_override_makes_the_simulators_users_click() -> None:
     override = yaml.safe_load(CLICKS_OVERRIDE.read_text())
     assert list(override) == ["services"] and list(override["services"]) == ["simulator"]
     simulator = override["services"]["simulator"]
-    assert sorted(simulator) == ["command", "healthcheck"]
+    assert sorted(simulator) == ["command", "environment", "healthcheck"]
     command = [str(word) for word in simulator["command"]]
     base = [str(word) for word in SERVICES["simulator"]["command"]]
     args, main = cli.build_parser().parse_args(command), cli.build_parser().parse_args(base)
@@ -283,6 +286,12 @@ def test_the_clicks_override_makes_the_simulators_users_click() -> None:
     differ = {k for k, v in vars(args).items() if vars(main).get(k) != v} - {"_options_given"}
     # --queries replaces --triplets (clicks make no triplets: the join makes them)
     assert differ == {"feedback", "queries", "triplets"}, differ
+    # the simulated engine ranks with one of its own (`simulators.engine_rankers`): weaker
+    # than Uni-Con, so the learned models have an incumbent to beat
+    assert simulator["environment"] == {"RANKSTREAM_SIMULATE_ENGINE_RANKER": "single-descriptor"}
+    options = from_arguments(SimulateOptions, args, variables_for("simulate"),
+                             environ=simulator["environment"])  # fmt: skip
+    assert engine_ranker(options.engine_ranker).enabled and options.engine_ranker != "none"
     test = [str(word) for word in simulator["healthcheck"]["test"]]
     main_test = [str(word) for word in SERVICES["simulator"]["healthcheck"]["test"]]
     assert test[test.index("--progress") + 1] == "rankstream_clicks_produced_total"

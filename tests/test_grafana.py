@@ -106,8 +106,8 @@ def test_dashboard_panels_are_well_formed_and_do_not_overlap() -> None:
     assert dashboard["uid"] and len({p["id"] for p in panels}) == len(panels)
     cells: set[tuple[int, int]] = set()
     for panel in panels:
-        assert panel["targets"], f"{panel['title']}: no queries"
-        refs = [t["refId"] for t in panel["targets"]]
+        assert panel.get("targets") or panel["type"] == "row", f"{panel['title']}: no queries"
+        refs = [t["refId"] for t in panel.get("targets", [])]
         assert len(refs) == len(set(refs)), f"{panel['title']}: duplicate refIds"
         pos = panel["gridPos"]
         assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24
@@ -144,10 +144,42 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
         "rankstream_champion_race_threshold",
         # issue 38: the share of the champion's rankings each challenger takes
         "rankstream_challenger_impression_share",
+        # issue 41: the engine against the challengers: estimates, races, kill switch
+        "rankstream_counterfactual_click_dcg",
+        "rankstream_counterfactual_click_dcg_ci",
+        "rankstream_counterfactual_difference",
+        "rankstream_counterfactual_difference_ci",
+        "rankstream_model_pinned",
     }
     assert wanted <= read, f"no panel for {wanted - read}"
     gain = [q for _, _, q in dashboard_queries() if 'model="uni_con"' in q]
     assert gain, "no panel compares the models with Uni-Con"
+
+
+def test_the_engine_row_shows_estimates_races_decisions_and_the_kill_switch() -> None:
+    """The row "Engine against challengers" and, below it to the next row or the end,
+    panels reading the counterfactual estimates, the races, their decisions and the pin."""
+    panels = sorted(
+        load_dashboard()["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])
+    )
+    (start,) = [i for i, p in enumerate(panels)
+                if p["type"] == "row" and p["title"] == "Engine against challengers"]  # fmt: skip
+    below = []
+    for panel in panels[start + 1 :]:
+        if panel["type"] == "row":
+            break
+        below.append(panel)
+    read = set().union(*(metric_names(t["expr"]) for p in below for t in p["targets"]))
+    assert {
+        "rankstream_counterfactual_click_dcg",
+        "rankstream_counterfactual_difference",
+        "rankstream_interleaving_log_statistic",
+        "rankstream_champion_race_log_statistic",
+        "rankstream_interleaving_decision",
+        "rankstream_champion_race_decision",
+        "rankstream_champion_switches_total",
+        "rankstream_model_pinned",
+    } <= read
 
 
 def test_every_queried_metric_is_exported_by_the_workers() -> None:
