@@ -99,6 +99,7 @@ from rankstream.serve.bodies import (
     rank_from_json,
     ranking_arrow,
     ranking_json,
+    warm_arrow,
 )
 from rankstream.serve.delivery import FeedbackDesk, InProgress, publish_clicks
 from rankstream.serve.embedded_workers import EmbeddedWorkers
@@ -555,6 +556,7 @@ def create_app(
             learning = EmbeddedWorkers(settings)
             learning.start()
         await run_in_threadpool(state.registry.start)
+        await run_in_threadpool(warm_arrow)
         # The reload thread rebuilds snapshots beside the event loop; with CPython's default
         # 5 ms switch interval a rebuild could hold requests back that long each time.
         sys.setswitchinterval(0.0005)

@@ -395,6 +395,13 @@ def _arrow_matrix(column: pa.ChunkedArray) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).reshape(k, width)
 
 
+def warm_arrow() -> None:
+    """pyarrow's first array built from numpy imports pandas when it is installed (1-2 s,
+    more on a busy machine): serve does that at start-up, not within the deadline of the
+    first request that encodes Arrow (a feedback's triplets, an Arrow ranking)."""
+    pa.array(np.zeros(1))
+
+
 def ranking_json(
     ids: np.ndarray, scores: np.ndarray, model: str, version: int, extra: dict[str, Any]
 ) -> bytes:
