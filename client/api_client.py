@@ -37,6 +37,7 @@ from rankstream.client.http_bodies import (
     candidates,
     clicks_arrow,
     clicks_json,
+    engine_scores_of,
     feedback_json,
     rank_arrow,
     rank_json,
@@ -87,18 +88,22 @@ class Client:
         model: str | None = None,
         version: int | None = None,
         query_id: int | None = None,
+        engine_scores: Sequence[float] | np.ndarray | None = None,
         request_id: str | None = None,
         arrow: bool | None = None,
         deadline: float | None = None,
     ) -> Ranking:
         """POST /v1/rank: the candidates (one phi row each) ranked by the champion, or by
-        `model` (at `version`). Retried on a broken connection too: a ranking publishes
-        nothing but its impression log line."""
+        `model` (at `version`; "engine" is `engine_scores`' own order). `engine_scores`:
+        your production ranking's score per candidate, higher first, logged with the
+        impression so learned models are raced against it. Retried on a broken connection
+        too: a ranking publishes nothing but its impression log line."""
         ids, matrix = candidates(candidate_ids, phi)
+        engine = engine_scores_of(engine_scores, ids.shape[0])
         as_arrow = self.arrow if arrow is None else arrow
         encode = rank_arrow if as_arrow else rank_json
         answer, sent_id = self._call(
-            "POST", "/v1/rank", encode(ids, matrix, model, version, query_id),
+            "POST", "/v1/rank", encode(ids, matrix, model, version, query_id, engine),
             ARROW if as_arrow else JSON, request_id=request_id, idempotent=True,
             deadline=deadline, accept=ARROW if as_arrow else JSON,
         )  # fmt: skip
@@ -118,20 +123,26 @@ class Client:
         model: str | None = None,
         version: int | None = None,
         model_versions: Mapping[str, int] | None = None,
+        engine_scores: Sequence[float] | np.ndarray | None = None,
         idempotency_key: str | None = None,
         request_id: str | None = None,
         deadline: float | None = None,
     ) -> Receipt:
         """POST /v1/feedback: a judged query (`relevance`: a grade 0..127 or None per
         candidate). `ranking`: the Ranking that was judged (its model, version and
-        model_versions are echoed unless given). Without `idempotency_key` the server's
-        key is the query_id; with one, a broken connection is retried too."""
+        model_versions are echoed unless given); `engine_scores` as for `rank`, so the
+        judged race scores your production ranking on this query too. Without
+        `idempotency_key` the server's key is the query_id; with one, a broken connection
+        is retried too."""
         ids, matrix = candidates(candidate_ids, phi)
+        engine = engine_scores_of(engine_scores, ids.shape[0])
         if ranking is not None:
             model = ranking.model if model is None else model
             version = ranking.version if version is None else version
             model_versions = ranking.model_versions if model_versions is None else model_versions
-        body = feedback_json(query_id, ids, matrix, relevance, model, version, model_versions)
+        body = feedback_json(
+            query_id, ids, matrix, relevance, model, version, model_versions, engine
+        )
         answer, sent_id = self._call(
             "POST", "/v1/feedback", body, JSON, request_id=request_id,
             idempotency_key=idempotency_key, deadline=deadline,

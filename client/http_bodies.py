@@ -117,6 +117,19 @@ def candidates(
     return ids.astype(np.int64, copy=False), matrix
 
 
+def engine_scores_of(scores: Any, k: int) -> np.ndarray | None:
+    """The engine's own scores (one finite number per candidate, higher ranks first) as
+    float64 (k,), or None; ValueError otherwise (serve would refuse them with a 422)."""
+    if scores is None:
+        return None
+    values = np.asarray(scores, dtype=np.float64)
+    if values.shape != (k,):
+        raise ValueError(f"engine_scores: one number per candidate ({k}), got shape {values.shape}")
+    if not np.isfinite(values).all():
+        raise ValueError("engine_scores: NaN or infinite values cannot be sent")
+    return values
+
+
 def dumps(document: dict[str, Any], where: str = "phi") -> bytes:
     """Strict JSON (no NaN or Infinity, which serve refuses as malformed JSON)."""
     try:
@@ -126,20 +139,32 @@ def dumps(document: dict[str, Any], where: str = "phi") -> bytes:
 
 
 def rank_json(
-    ids: np.ndarray, phi: np.ndarray, model: str | None, version: int | None, query_id: int | None
+    ids: np.ndarray,
+    phi: np.ndarray,
+    model: str | None,
+    version: int | None,
+    query_id: int | None,
+    engine_scores: np.ndarray | None = None,
 ) -> bytes:
     document: dict[str, Any] = {"candidate_ids": ids.tolist(), "phi": phi.tolist()}
     for name, value in (("model", model), ("version", version), ("query_id", query_id)):
         if value is not None:
             document[name] = value
+    if engine_scores is not None:
+        document["engine_scores"] = engine_scores.tolist()
     return dumps(document)
 
 
 def rank_arrow(
-    ids: np.ndarray, phi: np.ndarray, model: str | None, version: int | None, query_id: int | None
+    ids: np.ndarray,
+    phi: np.ndarray,
+    model: str | None,
+    version: int | None,
+    query_id: int | None,
+    engine_scores: np.ndarray | None = None,
 ) -> bytes:
-    """Columns candidate_ids int64 and phi fixed_size_list<float32>[width]; model, version
-    and query_id as schema metadata."""
+    """Columns candidate_ids int64, phi fixed_size_list<float32>[width] and, with the
+    engine's scores, engine_score float64; model, version and query_id as schema metadata."""
     import pyarrow as pa
 
     width = phi.shape[1]
@@ -147,7 +172,10 @@ def rank_arrow(
     metadata = {name: str(value) for name, value in
                 (("model", model), ("version", version), ("query_id", query_id))
                 if value is not None}  # fmt: skip
-    table = pa.table({"candidate_ids": pa.array(ids, pa.int64()), "phi": rows})
+    columns = {"candidate_ids": pa.array(ids, pa.int64()), "phi": rows}
+    if engine_scores is not None:
+        columns["engine_score"] = pa.array(engine_scores, pa.float64())
+    table = pa.table(columns)
     return _ipc(table.replace_schema_metadata(metadata or None))
 
 
@@ -206,6 +234,7 @@ def feedback_json(
     model: str | None,
     version: int | None,
     model_versions: Mapping[str, int] | None,
+    engine_scores: np.ndarray | None = None,
 ) -> bytes:
     """A judged query; `relevance` a grade 0..127 or None (not judged) per candidate."""
     grades = []
@@ -223,6 +252,8 @@ def feedback_json(
             document[name] = value
     if model_versions is not None:
         document["model_versions"] = {str(k): int(v) for k, v in model_versions.items()}
+    if engine_scores is not None:
+        document["engine_scores"] = engine_scores.tolist()
     return dumps(document)
 
 

@@ -429,3 +429,27 @@ def test_arguments_that_cannot_be_sent_are_refused_before_sending() -> None:
             client.feedback(1, [1], np.zeros((1, WIDTH)), [0.5])
     with pytest.raises(ValueError, match="base_url"):
         Client("127.0.0.1:8000")
+
+
+# --- the engine's own ranking (last: the engine's first scores make it the champion) --------
+@pytest.mark.parametrize("arrow", [False, True], ids=["json", "arrow"])
+def test_the_engines_scores_are_sent_and_rank_as_the_model_engine(
+    serve: ServeProcess, arrow: bool
+) -> None:
+    ids, phi = candidates(30, seed=11)
+    scores = np.random.default_rng(12).permutation(30).astype(float)
+    with Client(serve.url, deadline=10.0, arrow=arrow) as client:
+        ranking = client.rank(ids, phi, model="engine", engine_scores=scores)
+        receipt = client.feedback(
+            900 + int(arrow), ids, phi, [1] + [None] * 29, ranking=ranking, engine_scores=scores
+        )
+        listed = client.models()
+    assert ranking.model == "engine"
+    expected = [ids[i] for i in np.argsort(-scores, kind="stable")]
+    assert ranking.candidate_ids.tolist() == expected
+    assert not receipt.duplicate and receipt.body
+    assert "engine" in json.dumps(listed)
+    with pytest.raises(ValueError, match="engine_scores"):
+        Client(serve.url).rank(ids, phi, engine_scores=scores[:-1])
+    with pytest.raises(ValueError, match="engine_scores"):
+        Client(serve.url).rank(ids, phi, engine_scores=[np.nan] * 30)
