@@ -11,7 +11,9 @@ at while it is not drafted), published by the click join. `collapsed` (true/fals
 model whose click race put it far below the champion (`selection.click_race`: refused,
 and its mean preference margin at or below -0.2): it is not drafted, and it
 stays in the store for the operator to look at, not silently kept serving. Pin records
-(`selection.pins`) are not models and are left out; the model they pin says `pinned: true`.
+(`selection.pins`) and the workers' own records (the champion, the evaluator's scores, the
+races' evidence, the join's state and estimates, reservoirs: any kind no scorer reads) are
+not models and are left out; the model they pin says `pinned: true`.
 The engine's own ranking (`selection.engine_ranking`: kind "engine", one version, it
 learns nothing) is listed once it has arrived, servable (for requests carrying its
 scores), `pinned` while the kill switch holds it, with its races and rolling scores like
@@ -29,7 +31,7 @@ from typing import Any
 
 from rankstream.selection.engine_ranking import ENGINE
 from rankstream.selection.live_estimates import LOGGED
-from rankstream.selection.pins import is_pin_record
+from rankstream.selection.scoring import SCORERS
 from rankstream.serve.registry import Snapshot
 
 
@@ -60,7 +62,7 @@ def model_entry(snapshot: Snapshot, name: str) -> dict[str, Any]:
 
 
 def models_listing(snapshot: Snapshot) -> dict[str, Any]:
-    names = sorted(n for n in snapshot.stored if not is_pin_record(n))
+    names = sorted(n for n in snapshot.stored if is_model(snapshot, n))
     return {
         "champion": snapshot.champion,
         "window": snapshot.scores.get("window"),
@@ -71,6 +73,12 @@ def models_listing(snapshot: Snapshot) -> dict[str, Any]:
         "counterfactual": _estimator(snapshot.scores.get("counterfactual", {})),
         "models": [model_entry(snapshot, name) for name in names],
     }
+
+
+def is_model(snapshot: Snapshot, name: str) -> bool:
+    """A stored name that ranks: its kind has a scorer (servable or not at this width), or
+    it is the engine's own ranking."""
+    return name == ENGINE or snapshot.kinds.get(name) in SCORERS
 
 
 def _settings(race: dict[str, Any]) -> dict[str, Any]:

@@ -358,6 +358,7 @@ def test_models_lists_versions_kinds_and_rolling_scores(store) -> None:
         missing = client.get("/v1/models/nope")
     assert listing["champion"] == "opar1"
     entry = {m["name"]: m for m in listing["models"]}["opar1"]
+    assert {m["name"] for m in listing["models"]} == {"opar1", "uni_con"}, "the evaluator's record"
     assert entry["kind"] == "online" and entry["version"] == 1 and entry["triplets_seen"] == 1000
     assert entry["rolling_ndcg_at_50"] == 0.9 and entry["scored_queries"] == 30
     assert one["kept_versions"] == [1] and missing.status_code == 404
@@ -385,6 +386,7 @@ def test_models_show_each_challengers_interleaving_race(store) -> None:
             lambda: (reply := client.get("/v1/models").json())["interleaving"] and reply
         )
     entry = {m["name"]: m for m in listing["models"]}["opar1"]
+    assert INTERLEAVING_RECORD not in {m["name"] for m in listing["models"]}, "a record"
     assert {k: entry["interleaving"][k] for k in ("impressions", "wins", "losses", "ties")} == {
         "impressions": 4, "wins": 2, "losses": 1, "ties": 1,
     }  # fmt: skip
