@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rankstream.ranking import learners
-from rankstream.ranking.online import OnlineRanker, learn_many_together
+from rankstream.ranking.online import OnlineRanker, learn_many_together, uni_con_direction
 from rankstream.ranking.scaling import Standardizer
 
 LINEAR = ("opr", "opar1", "opar2", "ogdr")
@@ -198,3 +198,25 @@ def test_the_click_hyperparameters_are_every_linear_rules() -> None:
     assert ranker.params["click_memory"] == 2e5
     with pytest.raises(ValueError, match="click_reach"):
         OnlineRanker(algo="opr", click_reach=0.0)
+
+
+def test_the_anchor_is_uni_con_over_the_candidates() -> None:
+    """`uni_con_direction` on a scaler fitted elsewhere (click pairs' rows) ranks exactly
+    as Uni-Con fitted on the candidates; `anchor_towards` makes it the anchor's direction
+    (the worker gives it its held messages' candidates)."""
+    from rankstream.ranking.baselines import UniCon
+
+    phi, _ = _images(seed=21)
+    candidates = phi.astype(np.float64)
+    skewed = Standardizer().fit(np.vstack([candidates[:5].repeat(20, axis=0), candidates]))
+    direction = uni_con_direction(skewed, candidates)
+    scores = skewed.transform(candidates) @ direction
+    reference = UniCon(scaler=Standardizer().fit(candidates)).score(candidates)
+    np.testing.assert_allclose(scores - scores.mean(), reference - reference.mean(), atol=1e-9)
+    assert not np.allclose(direction, direction[0])  # the premise: not all ones there
+    ranker = OnlineRanker(algo="ogdr", scaler=skewed)
+    ranker.anchor_towards(direction)
+    p1, p2 = _pairs(100, seed=22)
+    y = np.random.default_rng(23).choice([-1.0, 1.0], len(p1))
+    learn_many_together([ranker], phi, p1, p2, y, 2.0, clicks=True)
+    np.testing.assert_allclose(ranker.anchor / ranker.anchor[0], direction / direction[0])

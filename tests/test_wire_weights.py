@@ -130,7 +130,7 @@ def test_the_worker_learns_version_3_as_click_triplets(algo: str) -> None:
     1) is click triplets, learned bit for bit as `learn_many_together(..., clicks=True)`
     (the linear rules' regularized reading, ranking/online.py); a version-2 one as the
     papers' rule."""
-    from rankstream.ranking.online import OnlineRanker, learn_many_together
+    from rankstream.ranking.online import OnlineRanker, learn_many_together, uni_con_direction
     from rankstream.workers.checkpoint import TrackedModel, learn_together
 
     params = {"C": 0.05, "eta": 0.01, "r": 2.0}
@@ -147,9 +147,11 @@ def test_the_worker_learns_version_3_as_click_triplets(algo: str) -> None:
             assert clicks.weight is not None and plain.weight is None
             assert learn_together([worker], "t", 0, offset, clicks)[0] >= 0
             assert learn_together([judged], "t", 0, offset, plain)[0] >= 0
-            if direct is None:  # the worker's ranker starts on the first block's scaler
-                assert worker.ranker is not None
-                direct = OnlineRanker(algo=algo, scaler=worker.ranker.scaler, **params)
+            if direct is None:  # the worker's ranker starts on the first block's scaler,
+                assert worker.ranker is not None  # anchored at Uni-Con over its candidates
+                scaler = worker.ranker.scaler
+                direct = OnlineRanker(algo=algo, scaler=scaler, **params)
+                direct.anchor_towards(uni_con_direction(scaler, clicks.phi))
             learn_many_together(
                 [direct], clicks.phi, clicks.p1, clicks.p2, clicks.y(), clicks.weight,
                 clicks=True,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rankstream.ranking.online import OnlineRanker, learn_many_together
+from rankstream.ranking.online import OnlineRanker, learn_many_together, uni_con_direction
 from rankstream.ranking.scaling import Standardizer
 from rankstream.ranking.triplets import TripletBlock, pair_table
 from rankstream.stream.store import Fence, ModelStore, StoredModel, check_kind, fenced_save
@@ -170,6 +170,9 @@ class TrackedModel:
             np.vstack([r.phi[r.p1] for r in held_rows] + [r.phi[r.p2] for r in held_rows])
         )
         self.ranker = OnlineRanker(algo=self.algo, scaler=scaler, **self.params)
+        # click triplets' anchor: Uni-Con over the held messages' candidates (their tables)
+        candidates = np.vstack([np.asarray(r.phi, dtype=np.float64) for r in held_rows])
+        self.ranker.anchor_towards(uni_con_direction(scaler, candidates))
         held, self._held, self._held_rows = self._held, [], 0
         updates = 0
         for h in held:
