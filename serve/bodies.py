@@ -83,6 +83,10 @@ ERROR_CODES = {
     503: "unavailable",
 }
 UNKNOWN_FIELD = "unknown_field"
+# Judged candidates per feedback over HTTP: the triplets grow with their square (1,000 with
+# 128 grades: ~500,000 triplets, ~2 s); 2,000 missed the 5 s deadline, and 10,000 (~50M
+# triplets) kept a thread busy long after its 503.
+MAX_JUDGED = 1000
 
 
 class BadRequest(Exception):  # noqa: N818 (an HTTP answer, not a program error)
@@ -490,6 +494,10 @@ def _grades(grades: object) -> np.ndarray:
         if not 0 <= grade <= MAX_GRADE:
             raise BadRequest(422, f"relevance: grade {grade} at {at} outside 0..{MAX_GRADE} "
                              "(null = not judged)", "relevance")  # fmt: skip
+    judged = len(grades) - grades.count(None)
+    if judged > MAX_JUDGED:
+        raise BadRequest(422, f"relevance: {judged} judged candidates; at most {MAX_JUDGED} "
+                         "per feedback (null the rest)", "relevance")  # fmt: skip
     return np.asarray([UNJUDGED if g is None else g for g in grades], dtype=np.int64)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from rankstream.producers.candidate_checks import ENGINE_SCORES, MAX_CANDIDATES, MAX_GRADE
 from rankstream.selection.engine_ranking import ENGINE
-from rankstream.serve.bodies import ERROR_CODES, FEEDBACK_RENAMED, UNKNOWN_FIELD
+from rankstream.serve.bodies import ERROR_CODES, FEEDBACK_RENAMED, MAX_JUDGED, UNKNOWN_FIELD
 from rankstream.stream.settings import Settings
 
 _ERROR = {
@@ -266,9 +266,9 @@ _FEEDBACK: dict[str, Any] = {
         "relevance": {"type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES,
                       PER_CANDIDATE: "candidate_ids",
                       "items": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_GRADE},
-                      "contains": {"type": "integer"},
+                      "contains": {"type": "integer"}, "maxContains": MAX_JUDGED,
                       "description": "the user's grade per candidate (as many as "
-                                     "candidate_ids, at least one not null); null = not "
+                                     f"candidate_ids, 1..{MAX_JUDGED} not null); null = not "
                                      "judged. Every pair of judged candidates with different "
                                      "grades becomes a triplet"},
         "model": _MODEL_NAME,

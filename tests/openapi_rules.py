@@ -3,8 +3,9 @@ states beside its JSON Schemas, because JSON Schema cannot (`serve.openapi`'s `x
 applied to the bodies the tester sends as valid, so that a refusal of one is a finding.
 
 * `x-one-per-item-of: <field>`: the array holds one item per item of that array of the
-  body. A generated body is extended to the longest of them: the named array with new
-  distinct integers, the others by repeating their items (so `contains` still holds).
+  body. A generated body is brought to the longest length all of them can take and stay
+  valid: the named array cut or extended with new distinct integers, the others cut or
+  extended by repeating their items.
 * `x-distinct-field: <field>`: no two items carry the same value of it; later ones are dropped.
 * `x-stored-model`: a stored model's name (`GET /v1/models`): a name no model is stored
   under is replaced by a stored one (dropped while none is), a `{name: version}` object
@@ -21,6 +22,7 @@ import time
 import urllib.request
 from typing import Any
 
+import jsonschema_rs  # schemathesis' own validator
 import schemathesis
 
 PER_ITEM, DISTINCT, STORED = "x-one-per-item-of", "x-distinct-field", "x-stored-model"
@@ -88,14 +90,26 @@ def _one_per_item(properties: dict[str, Any], body: dict[str, Any]) -> None:
         arrays = [body.get(target), *(body[k] for k in followers)]
         if not all(isinstance(a, list) and a for a in arrays):
             continue
-        n = max(len(a) for a in arrays)
-        ids = list(body[target])
+        # the longest length every array can take and stay valid (relevance's maxContains
+        # may forbid repeating its grades that far)
+        for n in sorted({len(a) for a in arrays}, reverse=True):
+            resized = {key: _resized(body[key], n) for key in followers}
+            if all(_valid(properties[key], resized[key]) for key in followers):
+                break
+        ids = list(body[target])[:n]
         taken = set(ids)
         fresh = (i for i in range(-(2**62), 2**62) if i not in taken)
         body[target] = ids + [next(fresh) for _ in range(n - len(ids))]
-        for key in followers:
-            items = body[key]
-            body[key] = [items[i % len(items)] for i in range(n)]
+        body.update(resized)
+
+
+def _resized(items: list[Any], n: int) -> list[Any]:
+    """`items` cut to `n`, or repeated up to `n`."""
+    return [items[i % len(items)] for i in range(n)]
+
+
+def _valid(schema: dict[str, Any], value: Any) -> bool:
+    return bool(jsonschema_rs.validator_for(schema).is_valid(value))
 
 
 def _stored_name(body: dict[str, Any], key: str, url: str) -> None:
