@@ -1,8 +1,9 @@
 """The README's engine quickstarts run as written against a fresh `rankstream serve`.
 
 The blocks are read from README.md (the fenced blocks tagged `python quickstart`, judged
-feedback, and `python clicks-quickstart`, clicks), so the README and this test cannot drift
-apart; only their URL is pointed at this test's server.
+feedback over raw HTTP, and `python clicks-quickstart`, clicks through the Python client),
+so the README and this test cannot drift apart; only their URL is pointed at this test's
+server.
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ def quickstart(tag: str = "quickstart") -> str:
     return blocks[0]
 
 
-def test_the_quickstarts_are_about_fifteen_lines_and_need_no_rankstream() -> None:
-    for code in (quickstart(), quickstart("clicks-quickstart")):
+def test_the_quickstarts_are_short_and_the_raw_http_one_needs_no_rankstream() -> None:
+    judged, clicks = quickstart(), quickstart("clicks-quickstart")
+    for code in (judged, clicks):
         assert len(code.strip().splitlines()) <= 18 and URL in code
-        assert "rankstream" not in code
+    assert "rankstream" not in judged, "the raw-HTTP example stands for other languages"
+    assert "from rankstream.client import" in clicks and "engine_scores" in clicks
 
 
-def test_the_readme_quickstart_ranks_and_sends_feedback(
-    embedded_settings: Settings, tmp_path: Path
-) -> None:
+def run_block(tag: str, settings: Settings, tmp_path: Path, settled) -> tuple[str, dict]:
+    """The README block `tag` against a fresh embedded serve on a free port; then polls
+    /v1/models (at most 60 s) until `settled(listing)`. Returns what the block printed and
+    the last listing."""
     port = free_port()
-    env = settings_env(embedded_settings, RANKSTREAM_API_PORT=str(port))
+    env = settings_env(settings, RANKSTREAM_API_PORT=str(port))
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "rankstream", "serve"], env=env, stdout=log, stderr=log
@@ -54,61 +58,49 @@ def test_the_readme_quickstart_ranks_and_sends_feedback(
                 assert time.monotonic() < deadline, "rankstream serve did not start"
                 time.sleep(0.1)
         done = subprocess.run(
-            [sys.executable, "-c", quickstart().replace(URL, url)],
+            [sys.executable, "-c", quickstart(tag).replace(URL, url)],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         deadline = time.monotonic() + 60
-        while True:  # all 100 judged queries reached the evaluator (in the server's process)
+        while True:
             with urllib.request.urlopen(url + "/v1/models") as reply:
                 listing = json.load(reply)
-            if listing["queries_evaluated"] >= 100 or time.monotonic() > deadline:
+            if settled(listing) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
     finally:
         server.terminate()
         server.wait(timeout=60)
+    return done.stdout.strip(), listing
+
+
+def test_the_readme_quickstart_ranks_and_sends_feedback(
+    embedded_settings: Settings, tmp_path: Path
+) -> None:
+    """All 100 judged queries reach the evaluator (in the server's process)."""
+    printed, listing = run_block(
+        "quickstart", embedded_settings, tmp_path, lambda m: m["queries_evaluated"] >= 100
+    )
     assert listing["queries_evaluated"] == 100
-    assert done.stdout.strip() in {m["name"] for m in listing["models"]}
+    assert printed in {m["name"] for m in listing["models"]}
     assert "uni_con" in {m["name"] for m in listing["models"]}
 
 
 def test_the_readme_clicks_quickstart_posts_clicks_the_join_learns_from(
     embedded_settings: Settings, tmp_path: Path
 ) -> None:
-    """The clicks block against a fresh embedded serve: every post taken, every session
-    closed by the block's empty list, so the in-process click join teaches PDGD, which it
-    publishes as the model `pdgd` (no click window to wait for)."""
-    port = free_port()
-    env = settings_env(embedded_settings, RANKSTREAM_API_PORT=str(port))
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rankstream", "serve"], env=env, stdout=log, stderr=log
+    """The clicks block (the Python client, the engine's own scores) against a fresh
+    embedded serve: every post taken, every session closed by `session_over`, so the
+    in-process click join teaches PDGD, which it publishes as the model `pdgd` (no click
+    window to wait for); the engine's ranking is listed as the model `engine`, the
+    incumbent."""
+
+    def names(listing: dict) -> set[str]:
+        return {m["name"] for m in listing["models"]}
+
+    printed, listing = run_block(
+        "clicks-quickstart", embedded_settings, tmp_path, lambda m: "pdgd" in names(m)
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "rankstream serve did not start"
-                time.sleep(0.1)
-        done = subprocess.run(
-            [sys.executable, "-c", quickstart("clicks-quickstart").replace(URL, url)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-        deadline = time.monotonic() + 60
-        while True:  # the join closed the sessions and published what PDGD learned
-            with urllib.request.urlopen(url + "/v1/models") as reply:
-                names = {m["name"] for m in json.load(reply)["models"]}
-            if "pdgd" in names or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-    assert "pdgd" in names, sorted(names)
-    assert done.stdout.strip() in names
+    assert {"pdgd", "engine"} <= names(listing), sorted(names(listing))
+    assert printed in names(listing)
