@@ -26,6 +26,7 @@ import numpy as np
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.selection.click_race import InterleavingRace
+from rankstream.selection.engine_ranking import ENGINE_ARRIVED
 from rankstream.selection.judged_race import CHAMPION_RECORD
 from rankstream.stream.store import ModelStore
 from rankstream.workers.simulator import StepResult
@@ -76,15 +77,28 @@ class ClickHistory:
         if race.incumbent != self.champion:
             record = self.store.load(CHAMPION_RECORD)
             decision = {} if record is None else dict(record.meta)
-            evidence = decision.get("evidence", {})
-            before = dict(self._race.get("challengers", {}))
-            winner = evidence.get("challenger", race.incumbent)
-            before[winner] = {k: v for k, v in evidence.items() if k != "challenger"}
-            self.spells.append(ChampionSpell(race.incumbent, n + 1, n, decision, before))
-            self._statistics(n, before)
+            if decision.get("decided_by") == ENGINE_ARRIVED:
+                self._engine_arrived(race.incumbent, n, decision)
+            else:
+                evidence = decision.get("evidence", {})
+                before = dict(self._race.get("challengers", {}))
+                winner = evidence.get("challenger", race.incumbent)
+                before[winner] = {k: v for k, v in evidence.items() if k != "challenger"}
+                self.spells.append(ChampionSpell(race.incumbent, n + 1, n, decision, before))
+                self._statistics(n, before)
         if result.team_models or race.incumbent != self._race.get("incumbent"):
             self._race = race.summary()
             self._statistics(n, self._race.get("challengers", {}))
+
+    def _engine_arrived(self, engine: str, impression: int, decision: dict[str, Any]) -> None:
+        """The engine's first query made it the champion (`selection.engine_ranking`): no
+        race decided it, and it served that very impression (adopted before serving), so
+        its spell begins there; a champion before it that served nothing is replaced."""
+        spell = ChampionSpell(engine, impression, None, decision, {})
+        if self.spells[-1].first_impression == impression:
+            self.spells[-1] = spell
+        else:
+            self.spells.append(spell)
 
     def _statistics(self, impression: int, challengers: dict[str, Any]) -> None:
         for model, seen in challengers.items():

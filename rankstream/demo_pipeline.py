@@ -74,6 +74,7 @@ from rankstream.harness.generator import TripletGenerator
 from rankstream.ranking import learners
 from rankstream.ranking.baselines import UNI_CON as BASELINE
 from rankstream.ranking.batch_models import BATCH_KINDS, CMDSDMLParams, RankMKLParams
+from rankstream.selection.engine_ranking import ENGINE
 from rankstream.simulators.click_models import FEEDBACK_JUDGED, feedback_click_model
 from rankstream.simulators.engine_rankers import NO_ENGINE
 from rankstream.simulators.images import CandidateRetriever, ImageCollection
@@ -401,7 +402,9 @@ class DemoPipeline:
                 transport=self.transport,
                 store=self.store,
             )
-        self.models = report_models()
+        # with an engine ranker, the engine's own order is scored and reported beside them
+        engine = (ENGINE,) if options.engine_ranker != NO_ENGINE else ()
+        self.models = (*report_models(), *engine)
         self.clock = LearningClock(self.models)
         self.first_call: dict[str, float] = {}  # the learners' compile or cache load
         self.refit_seconds = dict.fromkeys(BATCH_MODELS, 0.0)  # CPU seconds per batch model

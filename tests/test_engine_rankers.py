@@ -245,3 +245,38 @@ def test_judged_queries_carry_the_engines_scores_in_served_order(embedded_settin
         assert judged.served_by == "engine"  # the incumbent ranks: its scores fall
         assert (np.diff(judged.engine_scores) <= 0).all()
     simulation.close()
+
+
+# -- both demos with an engine ranker ------------------------------------------------------
+
+
+def test_both_demos_race_the_engine_and_report_its_true_ndcg() -> None:
+    """The judged demo: the engine arrives as the champion on the first query, serves
+    until the judged race moves it, and is scored on every query like any model. The
+    click demo: the engine is the incumbent its challengers are interleaved with."""
+    from test_click_demo import TINY as CLICKED
+    from test_demo import TINY as JUDGED
+
+    from rankstream.click_demo import run_click_demo
+    from rankstream.demo_pipeline import run_demo
+    from rankstream.selection.engine_ranking import ENGINE
+
+    collection = build_collection(n_images=JUDGED["images"], seed=0, progress=False)
+    index = CandidateIndex.build(collection, seed=0, progress=False)
+    judged = run_demo(
+        DemoOptions(queries=12, refit_every=6, engine_ranker="single-descriptor", **JUDGED),
+        collection=collection, index=index, progress=False,
+    ).report()  # fmt: skip
+    assert judged["engine_ranker"] == "single-descriptor:0"
+    assert 0 < judged["engine_ndcg_at_50"] < 1
+    assert judged["served_by"].get(ENGINE, 0) >= 1  # the first query: the engine's order
+    assert judged["scored_queries"].get(ENGINE, 0) >= 1  # the evaluator scores its order
+    clicked = run_click_demo(
+        DemoOptions(**{**CLICKED, "queries": 20}, engine_ranker="grades-noise:0.5"),
+        collection=collection, index=index, progress=False,
+    )  # fmt: skip
+    report = clicked.report()
+    assert report["engine_ranker"] == "grades-noise:0.5"
+    assert report["champions"][0]["champion"] == ENGINE
+    assert report["served_by"] == {ENGINE: 20}  # nothing beats grades plus noise in 20
+    assert report["engine_ndcg_at_50"] > report["true_ndcg_at_50"]["shown"] - 1e-9

@@ -198,7 +198,11 @@ def _report_clicks(result: ClickDemoResult, out: Path, as_json: bool) -> int:
             plot_click_demo(
                 history.shown_ndcg,
                 history.statistics,
-                [(s["decided_at_impression"], s["champion"]) for s in report["champions"][1:]],
+                [
+                    (s["decided_at_impression"], s["champion"])
+                    for s in report["champions"]
+                    if "decided_at_impression" in s
+                ],
                 history.threshold,
                 out / "click_demo.png",
                 title=f"Click demo ({report['feedback']}, no judgments): {served}",
@@ -256,7 +260,8 @@ def _print_clicks(report: dict) -> None:
             f"{s['decided_at_impression']}",
             s["race"],
         )
-        for s in report["champions"][1:]
+        for s in report["champions"]
+        if "decided_at_impression" in s  # the engine's arrival is no race's decision
     ]
     races.append((f"race now, against {model_label(report['champion'])}",
                   report["interleaving"].get("challengers", {})))  # fmt: skip
