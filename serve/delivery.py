@@ -15,7 +15,8 @@ then ends one of three ways:
 
 * the broker acknowledged within the deadline: the answer replaces the claim;
 * publishing failed before anything was handed over: the claim is released, a retry
-  may publish;
+  may publish (the producer is opened before the key is claimed, so a broker that does
+  not answer the bootstrap holds no key: its retries get 503, not 409);
 * the broker did not answer within the deadline (a stall): the request answers 503,
   but its messages sit in the producer and may still be delivered, so the claim is
   handed to a settler thread that waits for the producer's outcome: delivered, the
@@ -133,6 +134,11 @@ class FeedbackDesk:
         """The answer for this feedback: its receipt once on the broker, or the first
         answer for `key` marked duplicate. Raises InProgress, or a TRANSIENT error when
         the broker or the store did not answer within the deadline."""
+        # Opened before the key is claimed: opening (bootstrap, topics) can outlast the
+        # request's deadline by the client's request timeout while the broker does not
+        # answer, and a claim held meanwhile would answer the client's retries 409 "in
+        # progress" for an attempt that was answered 503 and has handed nothing over.
+        producer = self._open()
         token = PENDING + uuid.uuid4().hex.encode()
         retention = self.settings.idempotency_retention_s
         held = self.store.claim_key(key, token, min(PENDING_CLAIM_S, retention))
@@ -140,11 +146,6 @@ class FeedbackDesk:
             if held.startswith(PENDING):
                 raise InProgress(f"feedback with key {key!r} is being delivered")
             return {**orjson.loads(held), "duplicate": True}
-        try:
-            producer = self._open()
-        except BaseException:
-            self._release(key, token)  # nothing was queued
-            raise
         failures_before = _failures(producer)
         answer: dict[str, Any] | None = None
         try:

@@ -441,20 +441,30 @@ def test_two_serve_processes_on_one_redis_publish_one_feedback_once(
         _serving(service_settings, tmp_path, "one") as one,
         _serving(service_settings, tmp_path, "two") as two,
     ):
+        refused: list[int] = []
 
         def post(url: str) -> dict:
+            deadline = time.monotonic() + RESUME_WITHIN_S  # only guards a hang
             with httpx.Client(timeout=CLIENT_TIMEOUT_S) as http:
-                while True:  # a 409: the other is still delivering it; retry as told
+                while True:
                     reply = http.post(url + "/v1/feedback", json=_feedback(4242),
                                       headers={"Idempotency-Key": "engine-7:4242"})  # fmt: skip
-                    if reply.status_code != 409:
+                    # a 409: the other is still delivering it; a 503: this serve's first
+                    # producer took longer than the deadline to open (a loaded machine).
+                    # Either way the engine retries with the same key, as told.
+                    if reply.status_code not in (409, 503) or time.monotonic() > deadline:
                         assert reply.status_code == 200, reply.text
                         return reply.json()
+                    if reply.status_code == 503:
+                        refused.append(503)
                     time.sleep(float(reply.headers["retry-after"]))
 
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(post, [one.url, two.url]))
-    assert sorted(a["duplicate"] for a in answers) == [False, True]
+    duplicates = sorted(a["duplicate"] for a in answers)
+    # an attempt answered 503 but delivered after its deadline leaves its answer to the
+    # retries: both then read it as a duplicate; otherwise one of the two published it
+    assert duplicates == [False, True] or (refused and duplicates == [True, True]), answers
     assert answers[0]["triplets"] == answers[1]["triplets"] == 3
     counts = _triplets_per_query(service_settings, {4242})
     assert counts == {4242: 3}
