@@ -71,14 +71,18 @@ class ServeProcess:
         )  # fmt: skip
 
     def wait_ready(self, seconds: float = 60.0) -> dict:
+        """/readyz's answer once it is 200, asked again until `seconds` have passed. One
+        ask may take a while: /readyz probes the broker, then the store, up to 2.5 s each
+        (the first probe imports the clients), and a loaded machine adds to that; a slow
+        answer is asked again like a refused connection, not an error."""
         deadline = time.monotonic() + seconds
         while True:
             if self.process.poll() is not None:
                 raise RuntimeError(f"rankstream serve exited with {self.process.returncode}")
             try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as reply:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=10) as reply:
                     return json.load(reply)
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
