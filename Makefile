@@ -58,11 +58,13 @@ lock:
 test-fast: $(STAMP) datasets
 	$(BIN)/python -m pytest -q -m "not services and not long" tests
 
-# The long evaluations `make test` leaves out to stay within CI's 30 minutes (pytest
-# marker `long`): CMDSDMLCV at its defaults against Euclidean kNN on rotated digits,
-# digits' ink quintiles and PubFig (tests/test_dml_defaults_vs_euclidean.py, ~4-9 min:
-# an inner cross-validation per split). The CV's choices are unit-tested in make test
-# (tests/test_dml_model_selection.py); this is the issue's whole eval protocol.
+# The long runs `make test` leaves out to stay within CI's 30 minutes (pytest marker
+# `long`): CMDSDMLCV at its defaults against Euclidean kNN on rotated digits, digits' ink
+# quintiles and PubFig (tests/test_dml_defaults_vs_euclidean.py, ~4-9 min: an inner
+# cross-validation per split; the CV's choices are unit-tested in make test,
+# tests/test_dml_model_selection.py), and the short chaos on the replicated set
+# (tests/test_chaos_cluster.py, ~2-3 min: three KRaft JVMs, Redis under three Sentinels;
+# `make chaos` runs its long form; make test keeps the one-node chaos, tests/test_chaos.py).
 long-test: $(STAMP) datasets
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m long --durations=0 tests
 

@@ -7,7 +7,8 @@ broker session timeout, the Redis primary SIGKILLed (Sentinel failover), a serve
 process SIGKILLed under an engine retrying once on the other. The producer is not
 paused for any of them. Premises hold on every run: the stream's tail waits until
 every fault has been injected (so none is missed however slow the machine), and the
-recovery deadlines only guard against a hang. `make chaos` runs the long form.
+recovery deadlines only guard against a hang. `make long-test` runs it (not `make
+test`: minutes of start-up and faults on two cores); `make chaos` runs the long form.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import pytest
 from rankstream.harness.chaos import CLUSTER_EVENTS, ChaosPlan, run_chaos
 from rankstream.stream.settings import Settings, parse_sentinel_url
 
-pytestmark = pytest.mark.services
+# Three JVMs, three Redis and three Sentinels on CI's two cores: `make long-test` (and
+# the long form, `make chaos`), not `make test`.
+pytestmark = [pytest.mark.services, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from rankstream.ranking.dml import CMDSDML, CMDSDMLCV, OrdinalKNNRegressor
 from rankstream.ranking.metrics import mae
 from rankstream.simulators.ordinal import load_ordinal, per_label_split
 
-pytestmark = pytest.mark.slow
+# The whole eval protocol, minutes long: `make long-test`, not `make test`.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 ROTATION_STEP_DEGREES = 20.0
 
