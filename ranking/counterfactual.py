@@ -152,13 +152,15 @@ class Terms:
 def policy_terms(
     clicked: Sequence[np.ndarray],
     ranks: Sequence[np.ndarray],
-    propensities: np.ndarray,
+    propensities: np.ndarray | list[np.ndarray],
     k: int = DEFAULT_K,
     min_propensity: float = DEFAULT_MIN_PROPENSITY,
 ) -> Terms:
     """The terms of a policy over a log: per impression its clicks (bool, displayed order)
     and the policy's ranks of its shown results (`rerank` of its scores; the logged
-    ranking itself is `np.arange(n)`). One pass over the whole log's arrays."""
+    ranking itself is `np.arange(n)`). One pass over the whole log's arrays.
+    `propensities`: one array for every impression, or a list of one per impression (a
+    live log whose estimate moved between impressions), each at least as long as it."""
     if len(clicked) != len(ranks):
         raise ValueError(f"{len(clicked)} impressions' clicks but {len(ranks)} rankings")
     n = len(clicked)
@@ -177,6 +179,16 @@ def policy_terms(
     if not in_range.all() or distinct != flat_ranks.shape[0]:
         raise ValueError("ranks must be a permutation of 0..n-1 (a reranking of what was shown)")
     at, who = position[flat_clicked], impression[flat_clicked]
+    if isinstance(propensities, list):  # one per impression: index their shown prefixes
+        if len(propensities) != n:
+            raise ValueError(f"{n} impressions but {len(propensities)} propensity arrays")
+        if any(len(p) < m for p, m in zip(propensities, lengths.tolist(), strict=True)):
+            raise ValueError("an impression's propensities are shorter than what it showed")
+        propensities = np.concatenate(
+            [np.zeros(0), *(np.asarray(p)[:m] for p, m in zip(propensities, lengths.tolist(),
+                                                             strict=True))]
+        )  # fmt: skip
+        at = np.flatnonzero(flat_clicked)
     weight = ips_weights(at, propensities, min_propensity)
     clipped = int((np.asarray(propensities, dtype=np.float64)[at] < min_propensity).sum())
     gain = gains(flat_ranks[flat_clicked], k) * weight

@@ -15,12 +15,12 @@ The policies:
 
 * `logged`: the order the users saw (what the logging policy earned);
 * every stored model that has a scorer (`selection.scoring`), at its newest stored
-  version when the session closes (`LiveEstimates.refresh` at each join checkpoint):
-  a version that has not learned from the session, whose pairs leave the join only
-  once it is closed. A model's estimate therefore follows the model as it learns (the
-  versions it covers are kept beside it, `versions`), as the evaluator's rolling
-  NDCG@50 does; a fixed kept version over a recording is `rankstream eval
-  counterfactual --model NAME@VERSION`;
+  version as of the join's last checkpoint before the session is added
+  (`LiveEstimates.refresh` at each checkpoint): a version that has not learned from the
+  session, whose pairs leave the join only at a checkpoint after it closed. A model's
+  estimate therefore follows the model as it learns (the versions it covers are kept
+  beside it, `versions`), as the evaluator's rolling NDCG@50 does; a fixed kept version
+  over a recording is `rankstream eval counterfactual --model NAME@VERSION`;
 * `engine` (`selection.engine_ranking.ENGINE`): the engine's own order, on the
   impressions that carry its scores (`Impression.engine_scores`), reranked by them.
 
@@ -41,7 +41,7 @@ is estimated on its deterministic ranking by its scores, not on its samples.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,33 +152,31 @@ class LiveEstimates:
         self.scorers = scorers
 
     # --- sessions -----------------------------------------------------------------------
-    def add(
-        self,
-        sessions: Sequence[tuple[Impression, np.ndarray]],
-        propensities: Callable[[int], np.ndarray],
-    ) -> None:
-        """Closed sessions (impression, clicked per shown result in displayed order) into
-        every policy's moments; `propensities(n)` gives P(examined) at ranks 1..n."""
+    def add(self, sessions: Sequence[tuple[Impression, np.ndarray, np.ndarray]]) -> None:
+        """Closed sessions (impression, clicked per shown result in displayed order, and
+        P(examined) at ranks 1..n as its pairs were weighted) into every policy's moments.
+        Each session keeps its own propensities, so how sessions are batched (the join adds
+        them in batches, for speed) changes nothing but the sums' rounding."""
         if not sessions:
             return
-        clicked = [np.asarray(c, dtype=bool) for _, c in sessions]
-        p = propensities(max(len(c) for c in clicked))
+        clicked = [np.asarray(c, dtype=bool) for _, c, _ in sessions]
+        p = [np.asarray(q, dtype=np.float64) for _, _, q in sessions]
         logged = self._terms(clicked, [np.arange(len(c), dtype=np.int64) for c in clicked], p)
         self._tally(self.policies, LOGGED, logged, None)
-        engine_rows = [i for i, (imp, _) in enumerate(sessions) if imp.engine_scores is not None]
+        engine_rows = [i for i, (imp, _, _) in enumerate(sessions) if imp.engine_scores is not None]
         engine = None
         if engine_rows:
             engine = self._terms(
                 [clicked[i] for i in engine_rows],
                 [rerank(sessions[i][0].engine_scores) for i in engine_rows],
-                p,
+                [p[i] for i in engine_rows],
             )
             self._tally(self.policies, ENGINE, engine, None)
             paired = Moments.of_difference(engine, _rows(logged, engine_rows, engine.clipped))
             self._tally(self.differences, f"{ENGINE} - {LOGGED}", paired, None)
         if not self.scorers:
             return
-        phi = np.concatenate([imp.phi for imp, _ in sessions])
+        phi = np.concatenate([imp.phi for imp, _, _ in sessions])
         ends = np.cumsum([len(c) for c in clicked])[:-1]
         for name, (version, scorer) in self.scorers.items():
             try:
@@ -195,7 +193,9 @@ class LiveEstimates:
                 paired = Moments.of_difference(_rows(terms, engine_rows, engine.clipped), engine)
                 self._tally(self.differences, f"{name} - {ENGINE}", paired, version)
 
-    def _terms(self, clicked: list[np.ndarray], ranks: list[np.ndarray], p: np.ndarray) -> Terms:
+    def _terms(
+        self, clicked: list[np.ndarray], ranks: list[np.ndarray], p: list[np.ndarray]
+    ) -> Terms:
         return policy_terms(clicked, ranks, p, self.k, self.min_propensity)
 
     @staticmethod

@@ -64,7 +64,7 @@ def test_the_live_estimates_are_the_batch_estimator_over_the_same_sessions() -> 
     live.scorers = {"taste": (3, taste), "broken": (2, Broken())}
     sessions = _sessions(300, seed=1)
     for start in range(0, 300, 37):  # batches of any size give the same moments
-        live.add(sessions[start : start + 37], lambda n: P[:n])
+        live.add([(imp, c, P) for imp, c in sessions[start : start + 37]])
     clicked = [c for _, c in sessions]
     phi = [imp.phi for imp, _ in sessions]
 
@@ -106,6 +106,23 @@ def test_the_live_estimates_are_the_batch_estimator_over_the_same_sessions() -> 
     restored = LiveEstimates(k=5)
     restored.restore(json.loads(json.dumps(live.to_state())))
     assert restored.summary() == summary
+
+
+def test_each_impression_may_bring_its_own_propensities() -> None:
+    """A live log's propensity estimate moves between impressions: the terms with one
+    array per impression are each impression's own terms with its array."""
+    sessions = _sessions(40, seed=3)
+    rng = np.random.default_rng(4)
+    own = [np.r_[np.sort(rng.uniform(0.3, 1.0, 4))[::-1], np.full(4, 0.05)] for _ in sessions]
+    clicked = [c for _, c in sessions]
+    ranks = [rerank(imp.phi[:, 0]) for imp, _ in sessions]
+    together = policy_terms(clicked, ranks, own, k=5)
+    alone = [policy_terms([c], [r], p, k=5) for c, r, p in zip(clicked, ranks, own, strict=True)]
+    np.testing.assert_allclose(together.x, [t.x[0] for t in alone], rtol=1e-15)
+    np.testing.assert_allclose(together.w, [t.w[0] for t in alone], rtol=1e-15)
+    assert together.clipped == sum(t.clipped for t in alone) > 0
+    with pytest.raises(ValueError, match="shorter"):
+        policy_terms(clicked[:1], ranks[:1], [own[0][:2]], k=5)
 
 
 def test_the_click_join_publishes_and_keeps_its_estimates_across_a_restart() -> None:
@@ -173,7 +190,7 @@ def test_v1_models_shows_each_models_estimate_and_the_kill_switch_gauge() -> Non
     live = LiveEstimates()
     live.refresh(store, 3)
     assert set(live.scorers) == {"uni_con"}  # the engine's record has no scorer
-    live.add(_sessions(100, seed=2), lambda n: P[:n])
+    live.add([(imp, c, P) for imp, c in _sessions(100, seed=2)])
     summary = json.loads(json.dumps(live.summary()))
     fenced_save(store, COUNTERFACTUAL_RECORD, Fence(), kind=COUNTERFACTUAL_KIND,
                 meta={"counterfactual": summary}, arrays={}, offsets={})  # fmt: skip
