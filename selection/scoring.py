@@ -229,11 +229,18 @@ class ScorerCache:
         return scorer
 
     def learn_kinds(self, names: list[str]) -> None:
-        """Load each unknown name once (its latest version) to learn its kind."""
+        """Load each unknown name once (its latest version) to learn its kind. A model that
+        cannot score here (another width, an unusable state) is only not cached: `get`
+        raises its ValueError to the caller that asks for it, so one bad model never stops
+        the others being learned."""
         for name in names:
             if name not in self.kinds:
                 stored = self.store.load(name)
                 if stored is not None:
                     self.kinds[name] = stored.kind
                     if stored.kind in SCORERS:
-                        self._entries[(name, stored.version)] = scorer_for(stored, self.width)
+                        try:
+                            scorer = scorer_for(stored, self.width)
+                        except ValueError:
+                            continue
+                        self._entries[(name, stored.version)] = scorer
