@@ -413,12 +413,8 @@ class DemoPipeline:
 
     def start(self) -> None:
         """Topics, Uni-Con, each worker's stored state (none: a fresh store), compiled learners."""
-        self.simulation.start()
-        self.online.start()
-        self.batch.start()
-        for worker in (self.evaluator, self.join):
-            if worker is not None:
-                worker.start()
+        for worker in self._workers():
+            worker.start()
         self.first_call = compile_learners(self.online.options.algos)
 
     @property
@@ -484,12 +480,13 @@ class DemoPipeline:
 
     def close(self) -> None:
         """Close every worker's consumer and producer (their state is already saved)."""
-        self.online.close()
-        self.batch.close()
-        self.simulation.close()
-        for worker in (self.evaluator, self.join):
-            if worker is not None:
-                worker.close()
+        for worker in self._workers():
+            worker.close()
+
+    def _workers(self) -> list[Simulation | OnlineWorker | BatchWorker | Evaluator | ClickJoin]:
+        """This run's workers, the simulator first (it creates the topics the others read)."""
+        workers = (self.simulation, self.online, self.batch, self.evaluator, self.join)
+        return [worker for worker in workers if worker is not None]
 
     def score_curves(self, metric: str = "ndcg") -> dict[str, np.ndarray]:
         """Per-query NDCG@50 ("ndcg") or AP over the candidates ("ap") of every report
