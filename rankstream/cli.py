@@ -10,11 +10,13 @@ Its commands (`COMMANDS`, the one list; tests/test_cli.py checks this one agains
     record, replay            logged streams to Parquet and back (or trained from)
     model show|list|pin|unpin|history
                               the stored models
-    eval cbir|dml|mkl|stream|clicks|propensities|champion|interleaving|http-engine|counterfactual
+    eval cbir|dml|mkl|stream|clicks|propensities|champion|interleaving
+    eval http-engine|counterfactual|adoption
                               the papers' experiments, learning from clicks, propensity
                               estimates, the champion test, interleaving vs A/B on clicks,
                               an outside engine's clicks over HTTP, stored models'
-                              click-DCG estimated from a recording
+                              click-DCG estimated from a recording, an engine's own
+                              ranking as the incumbent (shadow, race, estimates)
     bench learners|pipeline|scaleout|replay|serve|ingest|clicks
                               the benchmarks (one JSON object each)
     services up|down|status   local Kafka, Redis and Prometheus
@@ -65,6 +67,9 @@ _HELP: dict[tuple[str, ...], str] = {
     ),
     ("eval", "counterfactual"): (
         "stored models' click-DCG@k from a recording's impressions and clicks (IPS, SNIPS)"
+    ),
+    ("eval", "adoption"): (
+        "an engine's own ranking as the incumbent: shadow, race, counterfactual estimates"
     ),
     ("bench", "learners"): "sequential throughput of the online learners",
     ("bench", "pipeline"): "produce -> Kafka -> learn -> checkpoint throughput",

@@ -399,3 +399,22 @@ def plot_propensity_errors(report: Mapping, path: str | Path) -> Path:
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
     return _save(fig, plt, path)
+
+
+def plot_shadow_learning(shadow: Mapping, path: str | Path) -> Path:
+    """`eval adoption`: each stored model's true NDCG@50 on held-out queries at the shadow
+    run's checkpoints (users saw only the engine's order), the engine's as a line."""
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(7.0, 4.2))
+    at = np.asarray(shadow["checkpoints"])
+    for name, values in sorted(shadow["true_ndcg_held_out"].items()):
+        y = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        axis.plot(at, y, marker=".", **_style(name))
+    axis.axhline(shadow["engine_true_ndcg_held_out"], color="black", linestyle="--",
+                 linewidth=1.2, label=f"engine ({shadow['engine_ranker']})")  # fmt: skip
+    axis.set_xlabel("impressions in shadow mode (users saw the engine's order)")
+    axis.set_ylabel("true NDCG@50, held-out queries")
+    axis.set_title(f"Shadow mode: learning from clicks on the engine's rankings "
+                   f"({shadow['users']} users)", fontsize=10)  # fmt: skip
+    axis.legend(fontsize=7, loc="best")
+    return _save(fig, plt, path)
