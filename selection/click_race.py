@@ -464,10 +464,23 @@ class Interleaver:
         `champion_ranked`: what serving computed already) with the challengers' on `phi`."""
         rankings = [champion_order, *(served_order(c.scorer, c.scorer.score(phi), self.rng)
                                       for c in challengers)]  # fmt: skip
-        drafted = team_draft(rankings, len(champion_order), self.rng)
+        team_models = (champion.name, *(c.name for c in challengers))
+        return self.draft(team_models, rankings, len(champion_order), champion_ranked)
+
+    def draft(
+        self,
+        team_models: tuple[str, ...],
+        rankings: list[np.ndarray],
+        length: int,
+        scores: np.ndarray | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> InterleavedList:
+        """The team draft of rankings already made (the champion's first), `length` long;
+        `rng` the draw's generator (this interleaver's by default)."""
+        drafted = team_draft(rankings, length, self.rng if rng is None else rng)
         return InterleavedList(
             order=drafted.items,
             teams=drafted.teams.astype(np.int8),
-            team_models=(champion.name, *(c.name for c in challengers)),
-            scores=champion_ranked,
+            team_models=team_models,
+            scores=np.empty(0) if scores is None else scores,
         )

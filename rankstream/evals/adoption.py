@@ -48,9 +48,8 @@ from typing import Any
 import numpy as np
 
 from rankstream.ranking.counterfactual import Moments, gains, policy_terms, rerank
-from rankstream.ranking.interleaving import credit, outcome, team_draft
 from rankstream.ranking.metrics import NDCG_K
-from rankstream.selection.click_race import Interleaver, InterleavingRace
+from rankstream.selection.click_race import Interleaver, InterleavingRace, session_outcomes
 from rankstream.selection.engine_ranking import ENGINE, engine_order
 from rankstream.selection.judged_race import ChampionPolicy
 from rankstream.selection.scoring import ScorerCache
@@ -255,8 +254,8 @@ def race_run(
         if challengers:
             names = (champion, *(c.name for c in challengers))
             lists = [own[ENGINE] if n == ENGINE else rankings[n][query] for n in names]
-            merged = team_draft(lists, SHOWN, rng)
-            shown = merged.items
+            merged = interleaver.draft(names, lists, SHOWN, rng=rng)
+            shown = merged.order
         else:
             shown = champion_list[:SHOWN]
         clicks = users.clicks(relevance[shown], rng)
@@ -266,9 +265,10 @@ def race_run(
         log_engine.append(scores[shown])
         if not challengers:
             continue
-        credits = credit(merged.teams, clicks, len(names))
         name = names[1]
-        won = race.observe(name, [int(outcome(credits, challenger=1))], version=1)
+        won = race.observe(
+            name, [int(session_outcomes(names, merged.teams, clicks)[name])], version=1
+        )
         if champion == ENGINE and name not in decisions:
             if won is not None:
                 decisions[name] = (1, t + 1)
