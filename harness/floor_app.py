@@ -34,8 +34,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-ARROW = "application/vnd.apache.arrow.stream"
-JSON = "application/json"
+from rankstream.serve.bodies import ARROW, JSON  # the media types serve answers in
+
 KINDS = ("starlette", "asgi")
 ANSWERS_PATH = "/floor/answers"
 
