@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+from join_runs import run_to_end
 
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
@@ -126,15 +127,7 @@ def _join_all(settings: Settings, transport, store) -> ClickJoin:
     join = ClickJoin(settings, JoinOptions(checkpoint_seconds=None, checkpoint_records=7,
                                            learn=("none",)),
                      transport=transport, store=store)  # fmt: skip
-    ends = {t: transport.end_offsets(t) for t in (settings.impressions_topic,
-                                                  settings.clicks_topic)}  # fmt: skip
-
-    def done(runtime) -> bool:
-        offsets = runtime.handler.offsets
-        return all(offsets.get(t, {}).get(p) == e for t, pe in ends.items() for p, e in pe.items())
-
-    assert join.run(until=done) == 0
-    return join
+    return run_to_end(join, settings)
 
 
 def _click_race(champion: str, challenger: str, winner: int, n: int = 80) -> tuple:

@@ -8,6 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
+from join_runs import run_to_end
 
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.sequential import PairedTest, first_switch
@@ -169,15 +170,7 @@ def _produce(transport, settings: Settings, first: int, last: int, version: int)
 def _join_all(settings: Settings, transport, store) -> ClickJoin:
     join = ClickJoin(settings, JoinOptions(checkpoint_seconds=None, checkpoint_records=7),
                      transport=transport, store=store)  # fmt: skip
-    ends = {t: transport.end_offsets(t) for t in (settings.impressions_topic,
-                                                  settings.clicks_topic)}  # fmt: skip
-
-    def done(runtime) -> bool:
-        offsets = runtime.handler.offsets
-        return all(offsets.get(t, {}).get(p) == e for t, pe in ends.items() for p, e in pe.items())
-
-    assert join.run(until=done) == 0
-    return join
+    return run_to_end(join, settings)
 
 
 def test_the_join_reopens_a_refused_challenger_once_a_new_version_learned_twice_as_much() -> None:

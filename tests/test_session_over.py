@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from join_runs import run_to_end
 from starlette.testclient import TestClient
 
 from rankstream.producers.click_producer import ClickProducer, sessions_over
@@ -55,15 +56,7 @@ def _ranked(settings: Settings, clicks_body=None, **post) -> tuple[str, list[int
 def _join(settings: Settings) -> tuple[ClickJoin, list[tuple[int, int]]]:
     """The join run over every impression and click message; its (winner, loser) ids."""
     join = ClickJoin(settings, JoinOptions(learn=(NONE,)), store=EmbeddedModelStore())
-    transport = join.transport
-    ends = {t: transport.end_offsets(t) for t in (settings.impressions_topic,
-                                                  settings.clicks_topic)}  # fmt: skip
-
-    def done(runtime) -> bool:
-        offsets = runtime.handler.offsets
-        return all(offsets.get(t, {}).get(p) == e for t, pe in ends.items() for p, e in pe.items())
-
-    assert join.run(until=done) == 0
+    run_to_end(join, settings)
     reader = open_transport(settings)
     consumer = reader.consumer(None)
     consumer.assign([(settings.triplets_topic, 0)])
