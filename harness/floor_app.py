@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from rankstream.harness.serve_process import stop_child
 from rankstream.serve.bodies import ARROW, JSON  # the media types serve answers in
 
 KINDS = ("starlette", "asgi")
@@ -175,12 +176,7 @@ class FloorProcess:
             return {"ranked": float(json.load(reply)["answered"]), "interleaved": 0.0}
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process)
         self._log.close()
 
 

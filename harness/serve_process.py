@@ -125,10 +125,15 @@ class ServeProcess:
         return counts
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process)
         self._log.close()
+
+
+def stop_child(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 30 s: a child server that ignores its grace still ends."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
