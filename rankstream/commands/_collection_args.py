@@ -77,15 +77,26 @@ def collection_checked() -> Iterator[None]:
 
 def run_collection_eval(
     args: argparse.Namespace,
-    evaluate: Callable[[Path, dict[str, Any]], dict[str, Any]],
+    evaluate: Callable[..., dict[str, Any]],
     summary: Callable[[dict[str, Any]], None],
+    plot_path: str,
+    **arguments: Any,
 ) -> int:
-    """An eval over `--collection`, one way for each: `evaluate(cache, options)` gets where
-    collections are cached and the given collection options (`loader_options`); a
-    collection whose data is missing is refused in one line; the report is printed as
-    JSON or by `summary`, and the plot it names is announced on stderr."""
+    """An eval over `--collection`, one way for each: `evaluate(collection, cache_dir=,
+    options=, progress=True, plot_path=, **arguments)` gets where collections are cached,
+    the given collection options (`loader_options`), progress bars on stderr (so `--json`
+    keeps stdout to the object) and `--plot`, else `plot_path`; a collection whose data is
+    missing is refused in one line; the report is printed as JSON or by `summary`, and the
+    plot it names is announced on stderr."""
     with collection_checked():
-        result = evaluate(collections_cache(), loader_options(args))
+        result = evaluate(
+            args.collection,
+            cache_dir=collections_cache(),
+            options=loader_options(args),
+            progress=True,
+            plot_path=args.plot or plot_path,
+            **arguments,
+        )
     code = print_report(args, result, summary)
     if "plot" in result:
         print(f"wrote {result['plot']}", file=sys.stderr)

@@ -111,19 +111,14 @@ def run(args: argparse.Namespace) -> int:
     model = args.click_model.replace(":", "-")
     return run_collection_eval(
         args,
-        lambda cache, options: evaluate_clicks(
-            args.collection,
-            args.click_model,
-            args.seeds,
-            cache,
-            impressions=args.impressions,
-            progress=True,  # on stderr: --json keeps stdout to the object
-            options=options,
-            plot_path=args.plot or f"report/clicks_{args.collection}_{model}.png",
-            jobs=args.jobs,
-            intervention_share=DEFAULT_INTERVENTION_SHARE
-            if args.intervention_share is None
-            else args.intervention_share,
-        ),
+        evaluate_clicks,
         print_summary,
+        f"report/clicks_{args.collection}_{model}.png",
+        model=args.click_model,
+        seeds=args.seeds,
+        impressions=args.impressions,
+        jobs=args.jobs,
+        intervention_share=DEFAULT_INTERVENTION_SHARE
+        if args.intervention_share is None
+        else args.intervention_share,
     )

@@ -90,27 +90,22 @@ def run(args: argparse.Namespace) -> int:
 
     return run_collection_eval(
         args,
-        lambda cache, options: evaluate_interleaving(
-            args.collection,
-            click_models(args.click_model, DEFAULT_CLICK_MODELS),
-            cache,
-            ChampionPolicy.from_settings(Settings.from_env()).test,
-            runs=args.runs,
-            aa_runs=args.aa_runs,
-            targets=args.differences,
-            horizons={
-                method: limit
-                for method, limit in (
-                    ("interleaving", args.interleaving_horizon),
-                    ("ab", args.ab_horizon),
-                )
-                if limit is not None
-            },
-            seed=args.seed,
-            pool_queries=args.queries,
-            options=options,
-            progress=True,  # on stderr: --json keeps stdout to the object
-            plot_path=args.plot or f"report/interleaving_{args.collection}.png",
-        ),
+        evaluate_interleaving,
         print_summary,
+        f"report/interleaving_{args.collection}.png",
+        models=click_models(args.click_model, DEFAULT_CLICK_MODELS),
+        test=ChampionPolicy.from_settings(Settings.from_env()).test,
+        runs=args.runs,
+        aa_runs=args.aa_runs,
+        targets=args.differences,
+        horizons={
+            method: limit
+            for method, limit in (
+                ("interleaving", args.interleaving_horizon),
+                ("ab", args.ab_horizon),
+            )
+            if limit is not None
+        },
+        seed=args.seed,
+        pool_queries=args.queries,
     )

@@ -78,20 +78,15 @@ def run(args: argparse.Namespace) -> int:
 
     return run_collection_eval(
         args,
-        lambda cache, options: evaluate_propensities(
-            args.collection,
-            args.click_model,
-            args.seeds,
-            cache,
-            intervention=args.intervention,
-            impressions=args.impressions,
-            share=DEFAULT_INTERVENTION_SHARE if args.share is None else args.share,
-            check_every=args.check_every,
-            tolerance=args.tolerance,
-            pool_queries=args.queries,
-            progress=True,  # on stderr: --json keeps stdout to the object
-            options=options,
-            plot_path=args.plot or "report/propensities.png",
-        ),
+        evaluate_propensities,
         print_summary,
+        "report/propensities.png",
+        models=args.click_model,
+        seeds=args.seeds,
+        intervention=args.intervention,
+        impressions=args.impressions,
+        share=DEFAULT_INTERVENTION_SHARE if args.share is None else args.share,
+        check_every=args.check_every,
+        tolerance=args.tolerance,
+        pool_queries=args.queries,
     )
