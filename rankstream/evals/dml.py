@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ import numpy as np
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
+from rankstream.evals.dml_options import DmlEvalConfig
 from rankstream.plots import plot_ordinal_metrics
 from rankstream.ranking.dml import CMDSDML, CMDSDMLCV, LDMLR
 from rankstream.ranking.dml.model_selection import (
@@ -72,19 +72,6 @@ METHODS = ("cmds_dml", "ldmlr", "ldmlr_paper_t_max", "euclidean_knn")
 # eval reports LDMLR at 50 (mu and step validated) beside the T_max-validated LDMLR, so
 # the paper's comparison and the fair one are both on the table.
 PAPER_T_MAX = 50
-
-
-@dataclass(frozen=True)
-class DmlEvalConfig:
-    dataset: str = "digits"
-    attribute: str | None = None
-    n_train: int = 10  # per label, as in Tables 3 and 6
-    ks: tuple[int, ...] = (5,)
-    s: int | None = None  # None: embedding_dimension(number of labels)
-    repeats: int = 20
-    pca_components: int | None = None  # None: DEFAULT_PCA[dataset]
-    validation_splits: int = 10
-    seed: int = 0
 
 
 def pca_dimension(config: DmlEvalConfig) -> int:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rankstream.evals.mkl_options import MKLEvalConfig
 from rankstream.ranking.metrics import pairwise_accuracy
 from rankstream.ranking.mkl import RankMKL, concat_groups
 from rankstream.ranking.pairs import preference_pairs, sample_pairs
@@ -62,20 +63,6 @@ def paper_accuracy(method: str, attribute: str) -> float | None:
     if attribute not in PAPER_ATTRIBUTE_ORDER:
         return None
     return PAPER_TABLE1[method][PAPER_ATTRIBUTE_ORDER.index(attribute)]
-
-
-@dataclass(frozen=True)
-class MKLEvalConfig:
-    attributes: tuple[str, ...] | None = None  # None = all 11
-    max_train_pairs: int = 20_000
-    max_test_pairs: int | None = None  # None = every test pair
-    cv_folds: int = 3
-    cv_max_pairs: int = 5_000  # pairs per cross-validation fit (keeps the grid affordable)
-    c_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
-    gamma_scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
-    lam: float = 1.0  # RankMKL's lam while C is chosen (irrelevant for one group)
-    lam_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0, 100.0)
-    seed: int = 0
 
 
 def category_pairs(

@@ -5,40 +5,12 @@ from __future__ import annotations
 import argparse
 
 from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._options import add_options, chosen
+from rankstream.evals.dml_options import DmlEvalConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        choices=["digits", "pubfig"],
-        default="digits",
-        help="ordinal labels: digits (ink quintiles) or pubfig (an attribute's ranks)",
-    )
-    parser.add_argument("--attribute", default=None, help="PubFig attribute (default: Young)")
-    parser.add_argument("--repeats", type=int, default=20, help="random train/test splits")
-    parser.add_argument("--n-train", type=int, default=10, help="training images per label")
-    parser.add_argument(
-        "--k", type=int, nargs="+", default=[5], help="target neighbours K (e.g. --k 4 5 6)"
-    )
-    parser.add_argument(
-        "--s",
-        type=int,
-        default=None,
-        help="cMDS-DML embedding dimension (default: max(3, labels - 1), see Algorithm 1)",
-    )
-    parser.add_argument(
-        "--pca",
-        type=int,
-        default=None,
-        help="PCA dimension (default: PubFig 150 as in the paper, digits 40)",
-    )
-    parser.add_argument(
-        "--validation-splits",
-        type=int,
-        default=10,
-        help="extra random splits that choose each learner's settings (by mean MAE)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random splits")
+    add_options(parser, DmlEvalConfig, json_when=None)
     parser.add_argument(
         "--plot",
         default=None,
@@ -84,25 +56,15 @@ def _print_table(report: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from rankstream.evals.dml import DmlEvalConfig, run_dml_eval
+    from rankstream.evals.dml import run_dml_eval
 
-    config = DmlEvalConfig(
-        dataset=args.dataset,
-        attribute=args.attribute,
-        n_train=args.n_train,
-        ks=tuple(args.k),
-        s=args.s,
-        repeats=args.repeats,
-        pca_components=args.pca,
-        validation_splits=args.validation_splits,
-        seed=args.seed,
-    )
+    config = chosen(DmlEvalConfig, args)
     with Progress(transient=True, console=_stderr_console()) as progress:
         task = progress.add_task("eval dml", total=config.repeats * len(config.ks))
         report = run_dml_eval(
             config,
             progress=lambda: progress.advance(task),
-            plot_path=args.plot or f"report/dml_{args.dataset}.png",
+            plot_path=args.plot or f"report/dml_{config.dataset}.png",
         )
     print_report(args, report, _print_table)
     _stderr_console().print(f"wrote {report['plot']}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rankstream.commands._json_output import add_json_argument, print_report
+from rankstream.commands._json_output import print_report
+from rankstream.commands._options import add_options, chosen
+from rankstream.evals.mkl_options import MKLEvalConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,51 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="pubfig",
         help="relative attributes: pubfig (Parikh & Grauman's split)",
     )
-    parser.add_argument(
-        "--attributes", default=None, help="comma-separated attribute names (default: all 11)"
-    )
-    parser.add_argument(
-        "--max-train-pairs",
-        type=int,
-        default=20_000,
-        help="category-level training pairs per attribute, sampled down to this many",
-    )
-    parser.add_argument(
-        "--max-test-pairs", type=int, default=None, help="subsample test pairs (default: all)"
-    )
-    parser.add_argument(
-        "--cv-folds",
-        type=int,
-        default=3,
-        help="folds (stratified by category) that choose C, the bandwidth and lam",
-    )
-    parser.add_argument(
-        "--cv-max-pairs",
-        type=int,
-        default=5_000,
-        help="training pairs per cross-validation fit (keeps the grid affordable)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the pair sampling and folds")
-    add_json_argument(parser)
-
-
-def _config(args: argparse.Namespace):
-    from rankstream.evals.mkl import MKLEvalConfig
-
-    attributes = None
-    if args.attributes:
-        attributes = tuple(a.strip() for a in args.attributes.split(",") if a.strip())
-    for name in ("max_train_pairs", "cv_folds", "cv_max_pairs"):
-        if getattr(args, name) < (2 if name == "cv_folds" else 1):
-            raise ValueError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
-    return MKLEvalConfig(
-        attributes=attributes,
-        max_train_pairs=args.max_train_pairs,
-        max_test_pairs=args.max_test_pairs,
-        cv_folds=args.cv_folds,
-        cv_max_pairs=args.cv_max_pairs,
-        seed=args.seed,
-    )
+    add_options(parser, MKLEvalConfig)
 
 
 def _print_table(report: dict) -> None:
@@ -93,12 +51,11 @@ def _print_table(report: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from rankstream.commands._usage import UsageError, options_checked
+    from rankstream.commands._usage import UsageError
     from rankstream.evals.mkl import evaluate_pubfig
     from rankstream.stream.settings import Settings
 
-    with options_checked():
-        config = _config(args)
+    config = chosen(MKLEvalConfig, args)
     with Progress(transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("PubFig", total=None)
 
