@@ -152,3 +152,14 @@ def test_refusals_say_why(recorded, capsys, monkeypatch, tmp_path):
     assert code == 1 and "no recording at" in err
     code, _, err = _run(capsys, monkeypatch, prefix, directory, "--k", "0")
     assert (code, err) == (2, "rankstream: k must be >= 1, got 0\n")
+
+
+def test_the_engine_is_undefined_on_impressions_without_its_scores(recorded, capsys, monkeypatch):
+    """No impression here carries engine_scores: not in the default set (above); named as
+    the baseline it is reported null, every impression counted as undefined for it."""
+    prefix, directory, _, _ = recorded
+    code, report, _ = _run(capsys, monkeypatch, prefix, directory, "--baseline", "engine")
+    assert code == 0 and report["policies"]["engine"] is None
+    assert report["undefined"]["engine"]["impressions"] == report["impressions"] == N
+    assert report["differences"] == {"logged - engine": None, "taste@1 - engine": None}
+    assert report["policies"]["taste@1"]["impressions"] == N  # the others are still estimated

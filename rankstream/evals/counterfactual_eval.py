@@ -10,11 +10,23 @@ the window merged by event time (an impression's time, a click's time or its mes
 timestamp), impressions first on a tie, and every session is closed at the end.
 
 Each joined impression is then reranked by every policy under evaluation: `logged` (the
-order the users saw) or a stored model (`name` for its newest version, `name@version` for
-a kept one) scoring the impression's phi (`selection.scoring`: the scorer serve uses; a
-Plackett-Luce model's deterministic ranking by its scores, not its sampled one), and
-`ranking.counterfactual` gives its IPS and SNIPS click-DCG@k with intervals, and each
-policy's paired difference from a baseline.
+order the users saw), `engine` (the engine's own order, from the `engine_scores` logged with
+the impression: `selection.engine_ranking.engine_order`, higher first, ties in the order the
+impression holds them, its displayed order, since the request's own order is not logged) or
+a stored model (`name` for its newest version, `name@version` for a kept one) scoring the
+impression's phi (`selection.scoring`: the scorer serve uses; a Plackett-Luce model's
+deterministic ranking by its scores, not its sampled one), and `ranking.counterfactual`
+gives its IPS and SNIPS click-DCG@k with intervals, and each policy's paired difference
+from a baseline.
+
+The engine is a policy only where the engine's scores were logged. Rule: its estimate
+covers the impressions that carry `engine_scores`, and a difference with it is paired on
+those impressions alone (the other policy's terms there); the impressions without them are
+counted under `undefined` (`{"engine": {"impressions": n, "reason": ...}}`), never
+dropped silently. It is in the default set of policies when at least one joined impression
+carries engine scores; named (`--model engine`, `--baseline engine`) it is always reported,
+null where it covers no impression. The store's `engine` record (the engine's arrival) is
+not a stored model here: it has no scorer, the impressions hold its scores.
 
 Propensities: the stored `propensities` model (what the click join estimated and
 published), or estimated from the recording's own randomized impressions by a
@@ -45,9 +57,10 @@ from rankstream.ranking.counterfactual import (
     rerank,
 )
 from rankstream.ranking.propensity import PropensityEstimator
+from rankstream.selection.engine_ranking import ENGINE, engine_order
 from rankstream.selection.live_estimates import LOGGED  # the logged order's one name
 from rankstream.selection.scoring import Scorer, scorer_for
-from rankstream.stream.click_schema import decode_clicks, decode_impressions
+from rankstream.stream.click_schema import Impression, decode_clicks, decode_impressions
 from rankstream.stream.click_window import ClickWindow, Closed, PendingClick
 from rankstream.stream.recording_reader import ReadCounts, iter_messages
 from rankstream.stream.store import ModelStore
@@ -55,6 +68,7 @@ from rankstream.workers.click_join import PROPENSITIES_MODEL  # the join's publi
 from rankstream.workers.click_join_options import JoinOptions
 
 PROPENSITY_SOURCES = ("auto", "store", "recording")
+ENGINE_UNDEFINED = "no engine_scores logged with the impression"
 _CHUNK = 4096  # sessions reranked per policy_terms call
 
 
@@ -150,28 +164,36 @@ def joined_sessions(
 
 @dataclass(frozen=True)
 class Policy:
-    """A ranking under evaluation: `logged`, or a stored model's version as a scorer."""
+    """A ranking under evaluation: `logged`, `engine`, or a stored model's version as a
+    scorer."""
 
     name: str
-    scorer: Scorer | None  # None: the logged order
+    scorer: Scorer | None  # None: the logged order, or the engine's (by name)
 
-    def ranks(self, phi: np.ndarray) -> np.ndarray:
+    def ranks(self, impression: Impression) -> np.ndarray | None:
+        """The policy's 0-based rank of each shown result (displayed order in); None where
+        the policy is undefined: the engine on an impression without engine_scores."""
+        if self.name == ENGINE and self.scorer is None:
+            if impression.engine_scores is None:
+                return None
+            return np.argsort(engine_order(impression.engine_scores))  # order -> ranks
         if self.scorer is None:
-            return np.arange(phi.shape[0], dtype=np.int64)
-        return rerank(self.scorer.score(phi))
+            return np.arange(impression.phi.shape[0], dtype=np.int64)
+        return rerank(self.scorer.score(impression.phi))
 
 
 def resolve_policies(
     store: ModelStore, names: Sequence[str] | None, width: int
 ) -> tuple[list[Policy], dict[str, str]]:
-    """The policies named (`logged`, `name`, `name@version`), or without names `logged`
-    and every stored model's newest version that has a scorer; and the stored models left
-    out, with why. A named model that is missing or cannot score raises ValueError."""
+    """The policies named (`logged`, `engine`, `name`, `name@version`), or without names
+    `logged`, `engine` and every stored model's newest version that has a scorer; and the
+    stored models left out, with why. A named model that is missing or cannot score raises
+    ValueError."""
     if names:
         policies = []
         for name in names:
-            if name == LOGGED:
-                policies.append(Policy(LOGGED, None))
+            if name in (LOGGED, ENGINE):
+                policies.append(Policy(name, None))
                 continue
             model, _, version = name.partition("@")
             if version and not version.isdigit():
@@ -181,9 +203,9 @@ def resolve_policies(
                 raise ValueError(f"no stored model {name}")
             policies.append(Policy(f"{model}@{stored.version}", scorer_for(stored, width)))
         return policies, {}
-    policies, left_out = [Policy(LOGGED, None)], {}
+    policies, left_out = [Policy(LOGGED, None), Policy(ENGINE, None)], {}
     for model in sorted(store.latest_versions()):
-        stored = store.load(model)
+        stored = None if model == ENGINE else store.load(model)
         if stored is None:
             continue
         try:
@@ -236,12 +258,13 @@ def evaluate_recording(
     the propensities used and what was skipped (one JSON-able dict)."""
     policies, left_out = resolve_policies(store, models, options.width)
     names = [p.name for p in policies]
-    if options.baseline == LOGGED and LOGGED not in names:
-        policies.insert(0, Policy(LOGGED, None))
+    if options.baseline in (LOGGED, ENGINE) and options.baseline not in names:
+        policies.insert(0, Policy(options.baseline, None))
     chosen = [n for n in names if options.baseline in (n, n.partition("@")[0])]
-    if options.baseline != LOGGED and len(chosen) != 1:
+    if options.baseline not in (LOGGED, ENGINE) and len(chosen) != 1:
         raise ValueError(f"baseline {options.baseline!r} names none or several of {names}")
-    base = chosen[0] if options.baseline != LOGGED else LOGGED
+    base = chosen[0] if options.baseline not in (LOGGED, ENGINE) else options.baseline
+    engine_named = options.baseline == ENGINE or (models is not None and ENGINE in models)
     estimator, source = None, options.propensities
     if source in ("auto", "store"):
         estimator = stored_propensities(store)
@@ -258,9 +281,9 @@ def evaluate_recording(
         for closed in sessions(Skipped(), _reads()):
             estimator.observe(closed.impression.intervention, closed.clicked)
     skipped, reads = Skipped(), _reads()
-    terms = _policy_terms(sessions(skipped, reads), policies, estimator, options)
-    baseline = terms[base]
-    longest = max((len(t.x) for t in terms.values()), default=0)
+    found = _policy_terms(sessions(skipped, reads), policies, estimator, options)
+    if ENGINE in found.terms and not engine_named and not len(found.terms[ENGINE]):
+        del found.terms[ENGINE]  # default set: no impression carries the engine's scores
     result: dict[str, Any] = {
         "recording": str(directory),
         "k": options.k,
@@ -273,21 +296,26 @@ def evaluate_recording(
             "values": [round(p, 6) for p in estimator.propensities(options.k).tolist()],
             "randomized_impressions": estimator.intervened,
         },
-        "impressions": longest,
-        "clicks": int(baseline.c.sum()) if len(baseline) else 0,
+        "impressions": found.impressions,
+        "clicks": found.clicks,
         "skipped": skipped.as_dict(reads),
         "models_left_out": left_out,
+        "undefined": {},
         "policies": {},
         "differences": {},
     }
-    if not len(baseline):
-        result["policies"] = {name: None for name in terms}
+    if ENGINE in found.terms:
+        unscored = found.impressions - len(found.terms[ENGINE])
+        result["undefined"][ENGINE] = {"impressions": unscored, "reason": ENGINE_UNDEFINED}
+    if not found.impressions:
+        result["policies"] = {name: None for name in found.terms}
         return result
-    for name, t in terms.items():
-        result["policies"][name] = estimate(t, options.level).as_dict()
+    for name, t in found.terms.items():
+        result["policies"][name] = estimate(t, options.level).as_dict() if len(t) else None
         if name != base:
-            paired = difference(t, baseline, options.level)
-            result["differences"][f"{name} - {base}"] = paired.as_dict()
+            a, b = found.paired(name, base)
+            paired = difference(a, b, options.level).as_dict() if len(a) else None
+            result["differences"][f"{name} - {base}"] = paired
     return result
 
 
@@ -295,15 +323,46 @@ def _reads() -> dict[str, ReadCounts]:
     return {"impressions": ReadCounts(), "clicks": ReadCounts()}
 
 
+@dataclass
+class PolicyTerms:
+    """Every policy's terms over the joined impressions: a total policy's on all of them,
+    the engine's on those that carry engine_scores (`scored`, their indices)."""
+
+    terms: dict[str, Terms]
+    scored: np.ndarray  # indices of the impressions carrying engine_scores
+    impressions: int
+    clicks: int
+
+    def paired(self, a: str, b: str) -> tuple[Terms, Terms]:
+        """Both policies' terms on the impressions where both are defined (the engine's
+        when either is the engine: clipping depends on the displayed ranks alone, so the
+        engine's clipped count is any policy's there)."""
+        ta, tb = self.terms[a], self.terms[b]
+        if ENGINE not in (a, b) or a == b:
+            return ta, tb
+        engine = ta if a == ENGINE else tb
+
+        def there(t: Terms) -> Terms:
+            if t is engine:
+                return t
+            rows = self.scored
+            return Terms(t.x[rows], t.w[rows], t.c[rows], engine.clipped)
+
+        return there(ta), there(tb)
+
+
 def _policy_terms(
     sessions: Iterator[Closed],
     policies: Sequence[Policy],
     estimator: PropensityEstimator,
     options: CounterfactualOptions,
-) -> dict[str, Terms]:
-    """Each policy's terms over the sessions, reranked a chunk at a time."""
+) -> PolicyTerms:
+    """Each policy's terms over the sessions, reranked a chunk at a time; a policy
+    undefined on an impression (the engine without its scores) has no term there."""
     parts: dict[str, list[Terms]] = {p.name: [] for p in policies}
     cache: dict[int, np.ndarray] = {}
+    scored: list[np.ndarray] = []
+    seen = {"impressions": 0, "clicks": 0}
 
     def propensities(n: int) -> np.ndarray:
         if n not in cache:
@@ -313,16 +372,27 @@ def _policy_terms(
     def flush(chunk: list[Closed]) -> None:
         longest = max(len(c.clicked) for c in chunk)
         p = propensities(longest)
-        clicked = [c.clicked for c in chunk]
+        carries = [c.impression.engine_scores is not None for c in chunk]
+        scored.append(seen["impressions"] + np.flatnonzero(carries))
+        seen["impressions"] += len(chunk)
+        seen["clicks"] += sum(int(c.clicked.sum()) for c in chunk)
         for policy in policies:
-            ranks = [policy.ranks(c.impression.phi) for c in chunk]
-            parts[policy.name].append(
-                policy_terms(clicked, ranks, p, options.k, options.min_propensity)
-            )
+            ranked = [(c.clicked, policy.ranks(c.impression)) for c in chunk]
+            defined = [(c, r) for c, r in ranked if r is not None]
+            if defined:
+                clicked, ranks = zip(*defined, strict=True)
+                parts[policy.name].append(
+                    policy_terms(list(clicked), list(ranks), p, options.k, options.min_propensity)
+                )
 
     for chunk in _batches(sessions, _CHUNK):
         flush(chunk)
-    return {name: _concatenate(found) for name, found in parts.items()}
+    return PolicyTerms(
+        {name: _concatenate(found) for name, found in parts.items()},
+        np.concatenate([np.zeros(0, dtype=np.int64), *scored]).astype(np.int64),
+        seen["impressions"],
+        seen["clicks"],
+    )
 
 
 def _batches(items: Iterator[Closed], size: int) -> Iterator[list[Closed]]:

@@ -1,11 +1,13 @@
 """`rankstream eval counterfactual DIR`: stored models' click-DCG@k from a recording.
 
 Replays the recording's impressions and clicks (`rankstream record`), joined by the click
-join's rules, against stored models (the configured model store: RANKSTREAM_REDIS_URL) or
-the logged ranking itself, and prints each one's IPS and SNIPS estimate with its interval,
-its paired difference from `--baseline`, the propensities used, the impressions and
-clicks used, and what was skipped and why (`rankstream.evals.counterfactual_eval`; the
-estimator and what it assumes: `rankstream.ranking.counterfactual`).
+join's rules, against stored models (the configured model store: RANKSTREAM_REDIS_URL), the
+engine's own order (from the engine_scores logged with each impression; undefined, and
+counted, on impressions without them) or the logged ranking itself, and prints each one's
+IPS and SNIPS estimate with its interval, its paired difference from `--baseline`, the
+propensities used, the impressions and clicks used, and what was skipped and why
+(`rankstream.evals.counterfactual_eval`; the estimator and what it assumes:
+`rankstream.ranking.counterfactual`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME[@VERSION]",
         help="a policy to estimate, repeatable: a stored model (its newest version, or a kept "
-        "one), or `logged`, the order the users saw (default: logged and every stored model "
-        "with a scorer)",
+        "one), `logged`, the order the users saw, or `engine`, the engine's own order from the "
+        "engine_scores logged with each impression (default: logged, every stored model with a "
+        "scorer, and engine when impressions carry its scores)",
     )
     parser.add_argument(
         "--baseline",
         default="logged",
         metavar="NAME",
-        help="differences are each policy minus this one, paired per impression (default: logged)",
+        help="differences are each policy minus this one, paired per impression: logged, engine "
+        "(on the impressions that carry its scores) or a stored model (default: logged)",
     )
     parser.add_argument("--k", type=int, default=10, help="DCG@k's cut-off")
     parser.add_argument("--level", type=float, default=0.95, help="the intervals' level")
@@ -68,6 +72,8 @@ def print_summary(report: dict[str, Any]) -> None:
                 f"{heading[:-1] if heading == 'differences' else 'policy'} {name}: "
                 f"IPS {found['ips']:.4f} [{low_high[0]:.4f}, {low_high[1]:.4f}]  SNIPS {snips}"
             )
+    for name, found in report["undefined"].items():
+        print(f"{name}: undefined on {found['impressions']} impressions ({found['reason']})")
     p = report["propensities"]
     print(
         f"{report['impressions']} impressions, {report['clicks']} clicks; DCG@{report['k']}; "
