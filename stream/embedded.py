@@ -27,7 +27,14 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rankstream.stream.transport import Message, RebalanceCallback, TopicPartition
+from rankstream.stream.transport import (
+    Consumer,
+    Message,
+    Producer,
+    Rebalance,
+    TopicPartition,
+    check_topic_name,
+)
 
 _DEFAULT_AUTO_PARTITIONS = 1
 
@@ -70,7 +77,7 @@ class EmbeddedTransport:
         """Create missing topics; an existing topic keeps its partitions (like Kafka)."""
         with self._cond:
             for name, partitions in topics.items():
-                _check_topic_name(name)
+                check_topic_name(name)
                 if int(partitions) < 1:
                     raise ValueError(f"topic {name!r}: partitions must be >= 1, got {partitions}")
                 if name not in self._logs:
@@ -81,7 +88,7 @@ class EmbeddedTransport:
         """Drop these topics' logs; unknown names are ignored (like the Kafka transport)."""
         with self._cond:
             for name in topics:
-                _check_topic_name(name)
+                check_topic_name(name)
                 self._logs.pop(name, None)
             self._cond.notify_all()
 
@@ -116,13 +123,9 @@ class EmbeddedTransport:
         value: bytes,
         round_robin: itertools.count,
     ) -> None:
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(f"value must be bytes, got {type(value).__name__}")
-        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
-            raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
+        """Append one message `Producer.send` has checked."""
         with self._cond:
             if topic not in self._logs:
-                _check_topic_name(topic)
                 self._logs[topic] = [[] for _ in range(_DEFAULT_AUTO_PARTITIONS)]
             logs = self._logs[topic]
             if partition is None:
@@ -178,12 +181,7 @@ class EmbeddedTransport:
             return group.generation, share
 
 
-def _check_topic_name(name: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"topic name must be a non-empty string, got {name!r}")
-
-
-class EmbeddedProducer:
+class EmbeddedProducer(Producer):
     """Appends synchronously, so `flush` has nothing to wait for."""
 
     def __init__(self, transport: EmbeddedTransport) -> None:
@@ -192,13 +190,8 @@ class EmbeddedProducer:
         self._closed = False
         self.delivered = 0  # rows (`send`'s records) in the log, ever
 
-    def send(
-        self,
-        topic: str,
-        value: bytes,
-        key: bytes | None = None,
-        partition: int | None = None,
-        records: int = 1,
+    def _send(
+        self, topic: str, value: bytes, key: bytes | None, partition: int | None, records: int
     ) -> None:
         if self._closed:
             raise RuntimeError("producer is closed")
@@ -212,7 +205,7 @@ class EmbeddedProducer:
         self._closed = True
 
 
-class EmbeddedConsumer:
+class EmbeddedConsumer(Consumer):
     """Reads assigned partitions from its own positions; never commits anything."""
 
     def __init__(self, transport: EmbeddedTransport, group_id: str | None) -> None:
@@ -222,8 +215,7 @@ class EmbeddedConsumer:
         self._positions: dict[TopicPartition, int] = {}
         self._subscribed = False
         self._generation = -1
-        self._on_assign: RebalanceCallback | None = None
-        self._on_revoke: RebalanceCallback | None = None
+        self._rebalance = Rebalance()
         self._next_start = 0  # round-robin start among partitions, for fairness
         self._closed = False
 
@@ -232,18 +224,11 @@ class EmbeddedConsumer:
             raise RuntimeError("consumer is subscribed to a group; cannot also assign")
         self._positions = {(t, int(p)): 0 for t, p in partitions}
 
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        on_assign: RebalanceCallback | None = None,
-        on_revoke: RebalanceCallback | None = None,
-    ) -> None:
-        if self._group_id is None:
-            raise ValueError("subscribe needs a consumer opened with a group_id")
+    def _subscribe(self, topics: list[str], rebalance: Rebalance) -> None:
         if self._positions and not self._subscribed:
             raise RuntimeError("consumer has manual assignments; cannot also subscribe")
         self._subscribed = True
-        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._rebalance = rebalance
         self._transport._join(self._group_id, self._member, tuple(topics))
 
     def assignment(self) -> list[TopicPartition]:
@@ -313,11 +298,9 @@ class EmbeddedConsumer:
         old = sorted(self._positions)
         if set(share) == set(old):
             return
-        if self._on_revoke is not None and old:
-            self._on_revoke(old)
+        self._rebalance.revoked(old)
         self._positions = {tp: 0 for tp in share}
-        if self._on_assign is not None:
-            self._on_assign(sorted(share))
+        self._rebalance.assigned(share)
 
     def _assigned(self, topic: str, partition: int) -> TopicPartition:
         self._rebalance_if_needed()

@@ -49,7 +49,7 @@ from rankstream.stream.errors import (
     translating,
 )
 from rankstream.stream.schema import MAX_MESSAGE_BYTES
-from rankstream.stream.transport import Message, RebalanceCallback
+from rankstream.stream.transport import Consumer, Message, Producer, Rebalance
 
 if TYPE_CHECKING:
     from rankstream.stream.settings import Settings
@@ -308,7 +308,7 @@ class KafkaTransport:
 
 
 @_translated
-class KafkaTransportProducer:
+class KafkaTransportProducer(Producer):
     """Asynchronous sends; the first delivery failure is raised by the next call."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
@@ -317,13 +317,8 @@ class KafkaTransportProducer:
         self.failures = 0  # rows (`send`'s records) not delivered after retries, ever
         self.delivered = 0  # rows the broker acknowledged, ever
 
-    def send(
-        self,
-        topic: str,
-        value: bytes,
-        key: bytes | None = None,
-        partition: int | None = None,
-        records: int = 1,
+    def _send(
+        self, topic: str, value: bytes, key: bytes | None, partition: int | None, records: int
     ) -> None:
         self._raise_failure()
         if len(value) > MAX_MESSAGE_BYTES:
@@ -362,20 +357,20 @@ class KafkaTransportProducer:
 
 
 class _Listener(ConsumerRebalanceListener):
-    def __init__(self, on_assign: RebalanceCallback | None, on_revoke: RebalanceCallback | None):
-        self._on_assign, self._on_revoke = on_assign, on_revoke
+    """kafka-python's rebalance events, as (topic, partition) pairs, to a `Rebalance`."""
+
+    def __init__(self, rebalance: Rebalance) -> None:
+        self._rebalance = rebalance
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        if self._on_revoke is not None and revoked:
-            self._on_revoke(sorted((tp.topic, tp.partition) for tp in revoked))
+        self._rebalance.revoked((tp.topic, tp.partition) for tp in revoked)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        if self._on_assign is not None:
-            self._on_assign(sorted((tp.topic, tp.partition) for tp in assigned))
+        self._rebalance.assigned((tp.topic, tp.partition) for tp in assigned)
 
 
 @_translated
-class KafkaTransportConsumer:
+class KafkaTransportConsumer(Consumer):
     """kafka-python's consumer behind the `Consumer` protocol; positions are explicit."""
 
     def __init__(self, config: Mapping[str, Any], group_id: str | None) -> None:
@@ -389,21 +384,14 @@ class KafkaTransportConsumer:
         except IllegalStateError as exc:
             raise RuntimeError(f"cannot assign: {exc}") from exc
 
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        on_assign: RebalanceCallback | None = None,
-        on_revoke: RebalanceCallback | None = None,
-    ) -> None:
-        if self._group_id is None:
-            raise ValueError("subscribe needs a consumer opened with a group_id")
+    def _subscribe(self, topics: list[str], rebalance: Rebalance) -> None:
         for topic in topics:
             # Fill the metadata cache first: a group leader whose first join lacks the
             # topic's partitions assigns nothing (kafka-python warns "No partition
             # metadata"), and a member left with nothing was seen to stall its rebalance.
             self._consumer.partitions_for_topic(topic)
         try:
-            self._consumer.subscribe(list(topics), listener=_Listener(on_assign, on_revoke))
+            self._consumer.subscribe(topics, listener=_Listener(rebalance))
         except IllegalStateError as exc:
             raise RuntimeError(f"cannot subscribe: {exc}") from exc
 

@@ -9,7 +9,8 @@ away, `CredentialsError` when it refuses us), never as a client library's except
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +30,31 @@ class Message:
     timestamp_ms: int
 
 
+def check_topic_name(name: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"topic name must be a non-empty string, got {name!r}")
+
+
+def _count(what: str, value: int) -> int:
+    """`value` as an int >= 0 (numpy integers too); TypeError or ValueError otherwise."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}") from None
+    if number < 0:
+        raise ValueError(f"{what} must be >= 0, got {number}")
+    return number
+
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
 class Producer(Protocol):
+    """What every producer offers. Both transports' producers subclass it to share
+    `send`'s argument checks (a protocol's default implementation, PEP 544), so a bad
+    argument is refused the same way, before anything is sent, on either transport; each
+    puts the checked message on its log or broker its own way (`_send`)."""
+
     def send(
         self,
         topic: str,
@@ -39,7 +64,25 @@ class Producer(Protocol):
         records: int = 1,
     ) -> None:
         """Queue one message; `records`: the rows it carries, what a producer that counts
-        its undelivered messages (`failures`) adds when this one is not delivered."""
+        its undelivered messages (`failures`) adds when this one is not delivered.
+
+        Refused here: a topic that is not a non-empty string (ValueError); a value, or a
+        key other than None, that is not bytes (TypeError); a partition or `records`
+        that is not an integer (TypeError) or is negative (ValueError). A partition the
+        topic does not have is the transport's to refuse.
+        """
+        check_topic_name(topic)
+        if not isinstance(value, _BYTES):
+            raise TypeError(f"value must be bytes, got {type(value).__name__}")
+        if key is not None and not isinstance(key, _BYTES):
+            raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
+        partition = None if partition is None else _count("partition", partition)
+        self._send(topic, value, key, partition, _count("records", records))
+
+    def _send(
+        self, topic: str, value: bytes, key: bytes | None, partition: int | None, records: int
+    ) -> None:
+        """`send` once its arguments are checked."""
         ...
 
     def flush(self, timeout: float | None = None) -> None: ...
@@ -49,7 +92,33 @@ class Producer(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Rebalance:
+    """A group member's callbacks and the one rule both transports call them by: on a
+    change of share, `on_revoke` with the partitions taken away (not called when there
+    were none), then `on_assign` with the new share (called even when it is empty),
+    each sorted."""
+
+    on_assign: RebalanceCallback | None = None
+    on_revoke: RebalanceCallback | None = None
+
+    def revoked(self, partitions: Iterable[TopicPartition]) -> None:
+        taken = sorted(partitions)
+        if self.on_revoke is not None and taken:
+            self.on_revoke(taken)
+
+    def assigned(self, partitions: Iterable[TopicPartition]) -> None:
+        if self.on_assign is not None:
+            self.on_assign(sorted(partitions))
+
+
 class Consumer(Protocol):
+    """What every consumer offers. Both transports' consumers subclass it to share
+    `subscribe`'s checks and its callbacks' rule (`Rebalance`); each joins its group its
+    own way (`_subscribe`)."""
+
+    _group_id: str | None  # the group `subscribe` joins; None: a consumer that only assigns
+
     def assign(self, partitions: Sequence[TopicPartition]) -> None: ...
 
     def subscribe(
@@ -57,7 +126,20 @@ class Consumer(Protocol):
         topics: Sequence[str],
         on_assign: RebalanceCallback | None = None,
         on_revoke: RebalanceCallback | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Join the consumer's group for a share of `topics`' partitions, told of every
+        change of share through the callbacks (`Rebalance`). ValueError for a consumer
+        opened without a group_id, or a topic name that is not a non-empty string."""
+        if self._group_id is None:
+            raise ValueError("subscribe needs a consumer opened with a group_id")
+        names = list(topics)
+        for name in names:
+            check_topic_name(name)
+        self._subscribe(names, Rebalance(on_assign, on_revoke))
+
+    def _subscribe(self, topics: list[str], rebalance: Rebalance) -> None:
+        """`subscribe` once its arguments are checked."""
+        ...
 
     def assignment(self) -> list[TopicPartition]: ...
 

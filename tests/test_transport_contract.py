@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from rankstream.stream.connect import open_transport
 from rankstream.stream.embedded import reset_embedded
-from rankstream.stream.transport import Message, Transport
+from rankstream.stream.transport import Message, Rebalance, Transport
 
 
 @pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.services)])
@@ -149,6 +150,58 @@ def test_a_lone_group_member_is_assigned_every_partition(transport):
     assert sorted(consumer.assignment()) == [(topic, 0), (topic, 1)]
     consumer.close()
     producer.close()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        ({"topic": ""}, ValueError, "topic name must be a non-empty string"),
+        ({"value": "text"}, TypeError, "value must be bytes, got str"),
+        ({"value": None}, TypeError, "value must be bytes, got NoneType"),
+        ({"key": "k"}, TypeError, "key must be bytes or None, got str"),
+        ({"partition": -1}, ValueError, "partition must be >= 0, got -1"),
+        ({"partition": 0.5}, TypeError, "partition must be an integer, got float"),
+        ({"records": -2}, ValueError, "records must be >= 0, got -2"),
+    ],
+)
+def test_bad_send_arguments_are_refused_alike_and_nothing_is_sent(
+    transport, arguments, error, words
+):
+    topic = _topic(transport, "refused")
+    transport.ensure_topics({topic: 1})
+    producer = transport.producer()
+    call = {"topic": topic, "value": b"v", **arguments}
+    with pytest.raises(error, match=words):
+        producer.send(call.pop("topic"), call.pop("value"), **call)
+    producer.send(topic, b"kept", partition=np.int64(0), records=np.int64(3))
+    producer.flush()
+    assert transport.end_offsets(topic) == {0: 1}  # only the good message
+    assert producer.delivered == 3
+    producer.close()
+
+
+def test_subscribe_refuses_a_consumer_without_a_group_and_an_empty_topic(transport):
+    with pytest.raises(ValueError, match="group_id"):
+        transport.consumer().subscribe([_topic(transport, "x")])
+    consumer = transport.consumer(group_id=f"{transport.prefix}-e")  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="topic name"):
+        consumer.subscribe([_topic(transport, "x"), ""])
+    consumer.close()
+
+
+def test_rebalance_revokes_only_what_there_was_and_always_assigns():
+    calls: list[tuple[str, list]] = []
+    rebalance = Rebalance(
+        on_assign=lambda tps: calls.append(("assign", tps)),
+        on_revoke=lambda tps: calls.append(("revoke", tps)),
+    )
+    rebalance.revoked([])
+    rebalance.assigned([])
+    rebalance.revoked(iter([("t", 1), ("t", 0)]))
+    rebalance.assigned({("t", 2)})
+    assert calls == [("assign", []), ("revoke", [("t", 0), ("t", 1)]), ("assign", [("t", 2)])]
+    Rebalance().revoked([("t", 0)])  # no callbacks: nothing to call
+    Rebalance().assigned([("t", 0)])
 
 
 def test_seek_in_the_assign_callback_resumes_from_a_stored_offset(transport):
