@@ -84,6 +84,15 @@ def _check_curves(curves: Mapping[str, np.ndarray]) -> int:
     return int(next(iter(shapes))[0])
 
 
+def _stream_axes(axes: Sequence, n: int, xlabel: str = "queries", grid: str = "major") -> None:
+    """The x axis of a figure over the stream (queries or impressions 1..n, at least 2
+    wide) on every panel, each with its grid (`grid`: which ticks), `xlabel` under the last."""
+    for axis in axes:
+        axis.grid(True, which=grid, alpha=0.3)
+        axis.set_xlim(1, max(n, 2))
+    axes[-1].set_xlabel(xlabel)
+
+
 def _style(name: str) -> dict:
     style: dict = {"label": model_label(name), "linewidth": 1.6}
     colour = model_colour(name)
@@ -127,10 +136,7 @@ def plot_ndcg(
     top.set_ylabel("cumulative mean NDCG@50")
     top.set_title(title)
     bottom.set_ylabel(f"NDCG@50 - {model_label(baseline)}\n(cumulative mean)")
-    bottom.set_xlabel("queries")
-    for axis in (top, bottom):
-        axis.grid(True, alpha=0.3)
-        axis.set_xlim(1, max(n, 2))
+    _stream_axes((top, bottom), n)
     top.legend(loc="lower right", ncol=2, fontsize=9)
     bottom.legend(loc="lower right", ncol=2, fontsize=9)
     return _save(fig, plt, path)
@@ -140,7 +146,6 @@ def plot_learning_time(
     cumulative_seconds: Mapping[str, np.ndarray],
     path: str | Path,
     title: str = "Online cumulative time cost",
-    ylabel: str = "cumulative learning CPU time (s, log scale)",
 ) -> Path:
     """Fig. 4: cumulative learning seconds per model over the queries (log axis).
 
@@ -160,11 +165,9 @@ def plot_learning_time(
         # log axis: leave out the zero prefix (nothing learned yet) instead of clipping it
         axis.plot(queries, np.where(values > 0, values, np.nan), **_style(name))
     axis.set_yscale("log")
-    axis.set_xlabel("queries")
-    axis.set_ylabel(ylabel)
+    axis.set_ylabel("cumulative learning CPU time (s, log scale)")
     axis.set_title(title)
-    axis.grid(True, which="both", alpha=0.3)
-    axis.set_xlim(1, max(n, 2))
+    _stream_axes((axis,), n, grid="both")
     axis.legend(loc="lower right", ncol=2, fontsize=9)
     return _save(fig, plt, path)
 
@@ -318,8 +321,7 @@ def plot_click_demo(
     for axis in (top, bottom):
         for at, _ in switches:
             axis.axvline(at, color="grey", linestyle=":", linewidth=1.2)
-        axis.grid(True, alpha=0.3)
-        axis.set_xlim(1, max(n, 2))
+    _stream_axes((top, bottom), n, "impressions")
     for at, champion in switches:
         top.annotate(f"champion: {model_label(champion)}", (at, 1.0), fontsize=8,
                      xycoords=("data", "axes fraction"), xytext=(3, -12),
@@ -328,7 +330,6 @@ def plot_click_demo(
     top.set_title(title)
     top.legend(loc="lower right", fontsize=8)
     bottom.set_ylabel("interleaving test: log statistic\n(vs the champion of the time)")
-    bottom.set_xlabel("impressions")
     if bottom.get_legend_handles_labels()[0]:  # no challenger raced yet: nothing to name
         bottom.legend(loc="upper left", ncol=3, fontsize=8)
     return _save(fig, plt, path)
