@@ -22,10 +22,29 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 
+from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
 from rankstream.ranking import learners
+from rankstream.workers.options import option
 
 TOPIC = "bench.triplets"
+
+
+@dataclass(frozen=True)
+class ReplayBenchOptions:
+    """What `rankstream bench replay` can be told."""
+
+    triplets: int = option(3_000_000, "triplets in the log")
+    repeats: int = option(3, "timed runs (median reported)")
+    queries_per_message: int = option(
+        QUERIES_PER_MESSAGE, "judged queries per message, as the simulator sends them"
+    )
+    seed: int = option(0, "seed of the triplet generator")
+
+    def __post_init__(self) -> None:
+        if min(self.triplets, self.repeats, self.queries_per_message) < 1:
+            raise ValueError("triplets, repeats and queries_per_message must be >= 1")
 
 
 def write_log(
