@@ -1,10 +1,16 @@
-"""Arguments several commands share, declared once: `--seeds` (the evals' paired seeds),
-`--click-model` given as several simulated users, and `--skip-bad` (reading a recording)."""
+"""Arguments several commands share, declared once: `--seed` (one run's seed), `--seeds`
+(the evals' paired seeds), `--click-model` given as several simulated users, and
+`--skip-bad` (reading a recording)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+
+
+def add_seed_argument(parser: argparse.ArgumentParser, help: str = "default 0") -> None:
+    """`--seed`: the one run's seed (default 0); `help` says what it seeds."""
+    parser.add_argument("--seed", type=int, default=0, help=help)
 
 
 def add_seeds_argument(parser: argparse.ArgumentParser) -> None:

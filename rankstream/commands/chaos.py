@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._shared_args import add_seed_argument
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--triplets", type=int, default=3_000_000, metavar="N", help="triplets produced"
     )
-    parser.add_argument("--seed", type=int, default=0, help="stream and fault schedule seed")
+    add_seed_argument(parser, "stream and fault schedule seed")
     _add_join_arguments(parser)
     for kind, what in _FAULTS.items():
         parser.add_argument(

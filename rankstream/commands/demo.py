@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rankstream.commands._collection_args import add_collection_arguments, collection_fields
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._shared_args import add_seed_argument
 from rankstream.simulators.click_models import CLICK_MODELS, FEEDBACK_JUDGED
 from rankstream.simulators.engine_rankers import ENGINE_RANKER_METAVAR, NO_ENGINE
 from rankstream.workers.options import add_hyperparameter_arguments, hyperparameter_values
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also stop once at least N triplets were produced",
     )
     add_collection_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="query stream seed (default 0)")
+    add_seed_argument(parser, "query stream seed (default 0)")
     parser.add_argument(
         "--refit-every",
         type=int,

@@ -8,13 +8,14 @@ from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
 from rankstream.commands._kernels import add_kernels_argument, use_kernels
+from rankstream.commands._shared_args import add_seed_argument
 from rankstream.ranking import DEFAULT_PHI_DIM
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triplets", type=int, default=3_000_000, help="rows per pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per learner")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random stream")
+    add_seed_argument(parser, "seed of the random stream")
     add_kernels_argument(parser)
     add_json_argument(parser)
 

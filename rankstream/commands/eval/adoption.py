@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
-from rankstream.commands._shared_args import click_models
+from rankstream.commands._shared_args import add_seed_argument, click_models
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--images", type=int, default=20_000, help="synthetic collection size (default 20,000)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="default 0")
+    add_seed_argument(parser)
     parser.add_argument("--plot", default=None, help="the shadow learning curve PNG")
     parser.add_argument("--detail", action="store_true", help="every run in the JSON")
     add_json_argument(parser)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rankstream.commands._json_output import add_json_argument, print_json
+from rankstream.commands._shared_args import add_seed_argument
 from rankstream.evals.cbir_datasets import DATASETS
 
 
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="digits",
         help=f"the test bed: {', '.join(DATASETS)}",
     )
-    parser.add_argument("--seed", type=int, default=0, help="splits, sampling and stream order")
+    add_seed_argument(parser, "splits, sampling and stream order")
     parser.add_argument(
         "--seeds",
         type=int,

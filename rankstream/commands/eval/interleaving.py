@@ -7,7 +7,11 @@ from typing import Any
 
 from rankstream.commands._collection_args import add_collection_arguments, run_collection_eval
 from rankstream.commands._json_output import add_json_argument
-from rankstream.commands._shared_args import add_click_models_argument, click_models
+from rankstream.commands._shared_args import (
+    add_click_models_argument,
+    add_seed_argument,
+    click_models,
+)
 
 DEFAULT_CLICK_MODELS = ("informational", "navigational")
 
@@ -47,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="impressions per A/B run at most, both arms (default 1,000,000)",
     )
     parser.add_argument("--queries", type=int, default=500, help="the users' query pool (500)")
-    parser.add_argument("--seed", type=int, default=0, help="default 0")
+    add_seed_argument(parser)
     parser.add_argument(
         "--plot", default=None, help="the plot (default report/interleaving_<collection>.png)"
     )
