@@ -138,7 +138,8 @@ class ImpressionLog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="impression-log", daemon=True)
         self._thread.start()
-        metrics.IMPRESSIONS_WAITING.set_function(self._queue.qsize)  # read when scraped
+        if not metrics.MULTIPROCESS:  # else the writer thread writes it (`_drain`)
+            metrics.IMPRESSIONS_WAITING.set_function(self._queue.qsize)  # read when scraped
 
     # --- the ranking's side: never blocks --------------------------------------------------
     def offer(self, make: Callable[[], Impression]) -> bool:
@@ -163,6 +164,8 @@ class ImpressionLog:
         """Write until closed and empty (what was queued before `close` still goes): each
         pass takes what is queued (up to `BATCH_MAX`) and writes it as few messages."""
         while True:
+            if metrics.MULTIPROCESS:  # the scrape reads a file: write the queue's size
+                metrics.IMPRESSIONS_WAITING.set(self._queue.qsize())
             try:
                 makes = [self._queue.get(timeout=0.1)]
             except queue.Empty:

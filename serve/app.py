@@ -593,6 +593,7 @@ def serve(
     poll_seconds: float = 1.0,
     workers: bool = False,
     on_listening: Callable[[str, int], None] | None = None,
+    sockets: list[socket.socket] | None = None,
 ) -> int:
     """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT,
     then stop within `settings.api_grace_s`: half of it to drain requests, the rest to
@@ -600,7 +601,8 @@ def serve(
     is still waiting on a stalled service.
 
     `on_listening(host, port)` is called once the socket is bound and the app started
-    (the port is the real one when settings.api_port is 0).
+    (the port is the real one when settings.api_port is 0). `sockets`: listen on these,
+    bound already, instead (one of several serving processes, `serve.processes`).
     """
     app = create_app(settings, poll_seconds=poll_seconds, workers=workers)
     grace = settings.api_grace_s
@@ -631,7 +633,7 @@ def serve(
         timeout_graceful_shutdown=max(grace / 2, 0.1),
     )
     server = Server(config)
-    server.run()
+    server.run(sockets=sockets)
     return 0 if server.started else 1
 
 

@@ -92,6 +92,7 @@ def _ranged(
 
 _port = _ranged(_integer, lambda n: 0 <= n <= 65535, "an integer port 0-65535 (0: any free port)")
 _positive_int = _ranged(_integer, lambda n: n >= 1, "an integer >= 1")
+_processes = _ranged(_integer, lambda n: 0 <= n <= 1024, "an integer 0-1024 (0: one per core)")
 # an error rate: strictly between 0 and 1
 _fraction = _ranged(_number, lambda n: 0.0 < n < 1.0, "a number between 0 and 1 (exclusive)")
 # a share of traffic: 0 (none) up to, not including, 1
@@ -275,6 +276,9 @@ class Settings:
     api_body_deadline_s: float = 10.0
     # SIGTERM: the longest `rankstream serve` takes to stop, however stalled its services.
     api_grace_s: float = 10.0
+    # Serving processes sharing the API's port (`serve.processes`); 0: one per usable core.
+    # One only where state lives in one process (the embedded transport, store or workers).
+    api_processes: int = 0
     # How long a POST /v1/feedback Idempotency-Key is remembered (its first answer replayed).
     idempotency_retention_s: float = 24 * 3600.0
     # The width d of phi(query, image) this deployment learns from: every message,
@@ -390,6 +394,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "api_deadline_s": ("API_DEADLINE_SECONDS", _positive_seconds),
     "api_body_deadline_s": ("API_BODY_DEADLINE_SECONDS", _positive_seconds),
     "api_grace_s": ("API_GRACE_SECONDS", _positive_seconds),
+    "api_processes": ("API_PROCESSES", _processes),
     "idempotency_retention_s": ("IDEMPOTENCY_RETENTION_SECONDS", _positive_seconds),
     "phi_dim": ("PHI_DIM", _positive_int),
     "champion_alpha": ("CHAMPION_ALPHA", _fraction),

@@ -12,7 +12,20 @@ never become labels.
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from collections.abc import Iterable
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+    values,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import RestrictedRegistry
 
 from rankstream.stream.settings import Settings
 
@@ -34,6 +47,12 @@ DEAD_LETTER_REASONS: frozenset[str] = frozenset(
         "other",
     }
 )
+
+# prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR set before it was imported:
+# one of several serving processes, `serve.processes`): every value is written to a file the
+# parent's exporter sums, so a value read only when scraped (`Gauge.set_function`) must be
+# written instead. A gauge's `multiprocess_mode` says how the processes' values combine.
+MULTIPROCESS: bool = values.ValueClass is not values.MutexValue
 
 _CHECKPOINT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _REFIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -204,6 +223,7 @@ SERVING_MODEL_INFO = Gauge(
     "rankstream_serving_model_info",
     "1 for the model the simulated search engine currently ranks with, 0 for the others.",
     ["model"],
+    multiprocess_mode="livemostrecent",
 )
 SERVING_SWITCHES = Counter(
     "rankstream_serving_switches_total",
@@ -238,17 +258,20 @@ CHALLENGER_SHARE = Gauge(
     "Share of the last 1,000 rankings served for the champion drafted with this challenger: "
     "what the challenger costs the users (0 once its click race refused it).",
     ["challenger"],
+    multiprocess_mode="livemostrecent",
 )
 SERVING_MODEL_VERSION = Gauge(
     "rankstream_serving_model_version",
     "The version the HTTP API serves for a model by default (its newest, or its pin).",
     ["model"],
+    multiprocess_mode="livemostrecent",
 )
 MODEL_PINNED = Gauge(
     "rankstream_model_pinned",
     "1 while a model is pinned (`rankstream model pin`: served at its pinned version), else "
     "0; for `engine` the kill switch: champion requests get the engine's own order.",
     ["model"],
+    multiprocess_mode="livemostrecent",
 )
 SERVING_RELOAD_LAG = Histogram(
     "rankstream_serving_reload_lag_seconds",
@@ -331,6 +354,7 @@ IMPRESSIONS_DROPPED = Counter(
 IMPRESSIONS_WAITING = Gauge(
     "rankstream_impressions_waiting",
     "Impressions queued for the writer thread (at most RANKSTREAM_IMPRESSION_QUEUE).",
+    multiprocess_mode="livesum",
 )
 CLICKS_PRODUCED = Counter(
     "rankstream_clicks_produced_total",
@@ -357,6 +381,39 @@ def bounded_reason(reason: str) -> str:
     return reason if reason in DEAD_LETTER_REASONS else "other"
 
 
+class _Exported(CollectorRegistry):
+    """What the /metrics server shows: this process's metrics, or, in the parent of serving
+    processes (`export_processes`), the sum over the files of its processes, the dead ones'
+    counters included (a total never goes back when a process is replaced)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_describe=False)
+        self.processes: CollectorRegistry | None = None
+
+    def _source(self) -> CollectorRegistry:
+        return REGISTRY if self.processes is None else self.processes
+
+    def collect(self) -> Iterable[Metric]:
+        return self._source().collect()
+
+    def restricted_registry(self, names: Iterable[str]) -> RestrictedRegistry:
+        return self._source().restricted_registry(names)
+
+
+EXPORTED = _Exported()
+
+
+def export_processes(directory: str | None) -> None:
+    """From now on /metrics shows the sum over the processes writing to `directory`
+    (prometheus_client's multiprocess mode); None: this process's own again."""
+    if directory is None:
+        EXPORTED.processes = None
+        return
+    processes = CollectorRegistry(auto_describe=False)
+    MultiProcessCollector(processes, path=directory)
+    EXPORTED.processes = processes
+
+
 def start_metrics_server(settings: Settings) -> int | None:
     """Serve /metrics on settings.metrics_host:metrics_port; return the bound port.
 
@@ -366,7 +423,7 @@ def start_metrics_server(settings: Settings) -> int | None:
     if settings.metrics_port is None:
         return None
     server, _thread = start_http_server(
-        settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY
+        settings.metrics_port, addr=settings.metrics_host, registry=EXPORTED
     )
     return int(server.server_address[1])
 

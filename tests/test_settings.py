@@ -91,6 +91,7 @@ BAD = {
     "RANKSTREAM_API_TOKEN": ("   ", "non-blank text"),
     "RANKSTREAM_API_DEADLINE_SECONDS": ("nan", "a number of seconds > 0"),
     "RANKSTREAM_API_GRACE_SECONDS": ("-1", "a number of seconds > 0"),
+    "RANKSTREAM_API_PROCESSES": ("-1", "an integer 0-1024 (0: one per core)"),
     "RANKSTREAM_IMPRESSION_LOGGING": ("yes", "on or off"),
     "RANKSTREAM_IMPRESSION_QUEUE": ("0", "an integer >= 1"),
     "RANKSTREAM_INTERVENTION": ("randtop", "one of shuffle, swap"),

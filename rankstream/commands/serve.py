@@ -53,6 +53,15 @@ class Serving:
 
             with options_checked():
                 embedded_options()
+        from rankstream.serve.processes import serving_processes
+
+        self.processes = serving_processes(self.settings, self.workers)
+        if self.settings.api_processes > 1 and self.processes == 1:
+            print(
+                "note: one serving process (RANKSTREAM_API_PROCESSES is for Kafka and Redis; "
+                "the embedded transport, store and workers live in one process)",
+                file=sys.stderr,
+            )
         if embedded:
             print(
                 "note: no RANKSTREAM_KAFKA_BOOTSTRAP / RANKSTREAM_REDIS_URL: embedded transport "
@@ -61,7 +70,8 @@ class Serving:
             )
 
     def install_signal_handlers(self) -> None:
-        """uvicorn installs its own (see `serve.app.serve`)."""
+        """uvicorn installs its own (see `serve.app.serve`), the parent of several serving
+        processes its own (`serve.processes`)."""
 
     def listening(self, host: str, port: int) -> None:
         url = f"http://{host}:{port}"
@@ -75,12 +85,22 @@ class Serving:
                 "port": port,
                 "metrics_port": self.launch.metrics_port,
                 "workers": self.workers,
+                "processes": self.processes,
                 "transport": "kafka" if self.settings.kafka_bootstrap else "embedded",
                 "store": "redis" if self.settings.redis_url else "embedded",
             }
         )
 
     def run(self) -> int:
+        if self.processes > 1:
+            from rankstream.serve.processes import serve_processes
+
+            return serve_processes(
+                self.settings,
+                self.processes,
+                poll_seconds=self.launch.options.poll_seconds,
+                on_listening=self.listening,
+            )
         from rankstream.serve.app import serve
 
         return serve(
