@@ -28,11 +28,20 @@ class ServeBenchOptions:
         "the same rounds (0.2: the share planned for compose and the click demo; 1: all)",
         metavar="S",
     )
+    compare_processes: int = option(
+        0,
+        "also a logging server on N serving processes (RANKSTREAM_API_PROCESSES), against "
+        "the one-process reference in the same rounds (0: none; every other server, the "
+        "floors included, runs one process)",
+        metavar="N",
+    )
     connections: int = option(8, cli=False)
 
     def __post_init__(self) -> None:
         if min(self.arrow_rate, self.json_rate, self.seconds, self.reload_seconds) <= 0:
             raise ValueError("arrow_rate, json_rate, seconds and reload_seconds must be > 0")
+        if self.compare_processes == 1 or not 0 <= self.compare_processes <= 1024:
+            raise ValueError("compare_processes: 0 (none) or 2-1024")
         if min(self.repeats, self.connections) < 1:
             raise ValueError("repeats and connections must be >= 1")
         if not all(0 < share <= 1 for share in self.interleaving_share):

@@ -38,6 +38,11 @@ drained (no run pays for a backlog the one before it left, e.g. wrk's flood):
   /metrics: interleaved / all /v1/rank answers over the runs (the reference's count of
   interleaved answers is reported too: 0).
 
+With `compare_processes` N, one more logging server in the same rounds runs N serving
+processes on its port (`serve.processes`; every other server here runs one): `processes`
+gives its figures and, against the one-process reference, `cost` (paired per round as
+above); its CPU per answer sums its processes'.
+
 The floor, in the same rounds: the same bodies answered by `harness.floor_app`'s two
 endpoints on the same server stack (uvicorn as serve runs it), which only parse the body
 into arrays and answer a fixed ranking: `floor` a Starlette route, `floor asgi` a bare
@@ -265,14 +270,35 @@ def _settled(server: ServeProcess, seconds: float = 120.0) -> None:
 
 
 def _cpu_seconds(server: ServeProcess | FloorProcess) -> float | None:
-    """The serve process's CPU time so far (user + system, every thread), from Linux's
-    /proc; None elsewhere."""
-    try:
-        stat = Path(f"/proc/{server.process.pid}/stat").read_text()
-    except OSError:
+    """The serve process's CPU time so far (user + system, every thread), its serving
+    processes' included (`serve.processes`), from Linux's /proc; None elsewhere."""
+    stats = _stats()
+    root = server.process.pid
+    if root not in stats:
         return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree = {root}
+    while True:  # the pids whose parent is in the tree, until none is added
+        grown = tree | {pid for pid, (ppid, _) in stats.items() if ppid in tree}
+        if grown == tree:
+            break
+        tree = grown
+    ticks = sum(stats[pid][1] for pid in tree)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _stats() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, user + system clock ticks) of every process in /proc."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
+        stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return stats
 
 
 def _cpu_per_request(
@@ -361,6 +387,10 @@ def _share_label(share: float) -> str:
     return f"interleaved {share:g}"
 
 
+def _processes_label(processes: int) -> str:
+    return f"{processes} processes"
+
+
 def run_serve_bench(
     settings: Settings, options: ServeBenchOptions, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -371,14 +401,15 @@ def run_serve_bench(
     rng = np.random.default_rng(0)
     directory = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     _publish(store, rng)
+    one = {"RANKSTREAM_API_PROCESSES": "1"}  # one serving process unless compared
     servers: dict[str, ServeProcess | FloorProcess] = {  # "on", "off": no interleaving
         "on": ServeProcess(
             bench, directory / "serve-on.log", RANKSTREAM_IMPRESSION_LOGGING="on",
-            RANKSTREAM_INTERLEAVING_SHARE="0",
+            RANKSTREAM_INTERLEAVING_SHARE="0", **one,
         ),
         "off": ServeProcess(
             bench, directory / "serve-off.log", RANKSTREAM_IMPRESSION_LOGGING="off",
-            RANKSTREAM_INTERLEAVING_SHARE="0",
+            RANKSTREAM_INTERLEAVING_SHARE="0", **one,
         ),
     }  # fmt: skip
     for share in options.interleaving_share:  # the champion drafted with Uni-Con
@@ -387,7 +418,15 @@ def run_serve_bench(
             directory / f"serve-interleaved-{share:g}.log",
             RANKSTREAM_IMPRESSION_LOGGING="on",
             RANKSTREAM_INTERLEAVING_SHARE=repr(share),
+            **one,
         )
+    processes = _processes_label(options.compare_processes)
+    if options.compare_processes:  # "on" on several processes
+        servers[processes] = ServeProcess(
+            bench, directory / "serve-processes.log", RANKSTREAM_IMPRESSION_LOGGING="on",
+            RANKSTREAM_INTERLEAVING_SHARE="0",
+            RANKSTREAM_API_PROCESSES=str(options.compare_processes),
+        )  # fmt: skip
     for mode, kind in FLOORS.items():
         servers[mode] = FloorProcess(kind, free_port(), directory / f"{kind}-floor.log")
     logging = [s for name, s in servers.items() if isinstance(s, ServeProcess) and name != "off"]
@@ -460,6 +499,12 @@ def run_serve_bench(
                 "impression_logging_cost": _cost(on, summaries["off"]),
                 "interleaving": interleaving,
             }
+            if options.compare_processes:
+                results[kind]["processes"] = {
+                    "processes": options.compare_processes,
+                    **summaries[processes],
+                    "cost": _cost(summaries[processes], on),  # both log impressions
+                }
         reloader.stop.set()
         reloader.join()
         results["impressions"] = reference.impression_counts()

@@ -59,6 +59,14 @@ def test_the_interleaving_shares_are_checked_and_named() -> None:
     assert _share_label(0.2) == "interleaved 0.2" and _share_label(1.0) == "interleaved 1"
 
 
+def test_several_processes_are_compared_only_when_asked_and_only_as_several() -> None:
+    assert ServeBenchOptions().compare_processes == 0  # none: every server one process
+    assert ServeBenchOptions(compare_processes=2).compare_processes == 2
+    for bad in (1, -1, 1025):
+        with pytest.raises(ValueError, match="compare_processes"):
+            ServeBenchOptions(compare_processes=bad)
+
+
 def test_each_serve_is_reported_against_each_floor_of_the_same_rounds() -> None:
     serve = _summary([_run(1, 4, 600.0), _run(1, 6, 900.0)], [100.0, 50.0])
     starlette = _summary([_run(1, 2, 300.0), _run(1, 2, 300.0)], [400.0, 400.0])

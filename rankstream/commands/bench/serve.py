@@ -28,6 +28,14 @@ def _print_summary(result: dict[str, Any]) -> None:
             f"on/off p99 x{cost['p99_ratio']} (paired rounds x"
             f"{cost['p99_ratio_paired_median']}); {interleaving}"
         )
+        if "processes" in r:
+            several = r["processes"]
+            print(
+                f"{kind}, {several['processes']} serving processes: sustained "
+                f"{several['sustained_rps']} req/s, x{several['cost']['sustained_ratio']} of one "
+                f"(paired rounds x{several['cost']['sustained_ratio_paired_median']}); p99 "
+                f"{several['p99_ms']} ms at {r['rate']:g} req/s"
+            )
     print(f"reload lag p99 {result['reload']['lag_p99_s']} s")
 
 
