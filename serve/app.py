@@ -500,12 +500,17 @@ async def readyz(request: Request, state: ServeState) -> tuple[Response, str]:
     return json_response(document, 503 if problems else 200), "-"
 
 
+def _document(settings: Settings) -> dict[str, Any]:
+    """The OpenAPI document of this deployment: its width, shadow mode and token."""
+    return openapi_document(settings.phi_dim, settings.shadow, bool(settings.api_token))
+
+
 async def openapi(request: Request, state: ServeState) -> tuple[Response, str]:
-    return json_response(openapi_document(state.settings.phi_dim, state.settings.shadow)), "-"
+    return json_response(_document(state.settings)), "-"
 
 
 async def docs(request: Request, state: ServeState) -> tuple[Response, str]:
-    page = docs_page(openapi_document(state.settings.phi_dim, state.settings.shadow))
+    page = docs_page(_document(state.settings))
     return Response(page, media_type="text/html; charset=utf-8"), "-"
 
 

@@ -62,6 +62,7 @@ from rankstream.producers.feedback_producer import Feedback
 from rankstream.ranking.judgments import UNJUDGED
 from rankstream.selection.engine_ranking import ENGINE
 from rankstream.stream.click_schema import Click, InvalidRecordError
+from rankstream.stream.store import check_name
 
 JSON = "application/json"
 ARROW = "application/vnd.apache.arrow.stream"
@@ -152,10 +153,17 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return document
 
 
+_FLOAT_INT_BOUND = 2.0**63  # orjson reads an integer beyond 64 bits as a rounded float
+
+
 def whole(value: object) -> object:
     """A JSON number with no fractional part (`2.0`, `1e3`) as an int, as JSON Schema counts
-    it an integer; any other value unchanged, for the caller's check to refuse."""
-    return int(value) if type(value) is float and value.is_integer() else value
+    it an integer; any other value unchanged, for the caller's check to refuse. A float
+    at or beyond +-2**63 stays a float (refused): it may be an integer literal outside
+    int64 that the parser rounded into range (-9223372036854775809 reads as -2**63)."""
+    if type(value) is float and value.is_integer() and abs(value) < _FLOAT_INT_BOUND:
+        return int(value)
+    return value
 
 
 def _refuse_unknown(document: dict[str, Any], known: tuple[str, ...], at: str = "") -> None:
@@ -203,8 +211,8 @@ def _model_choice(
     if version is not None:
         if text and isinstance(version, str) and version.isascii() and version.isdigit():
             version = int(version)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise BadRequest(422, "version: must be an integer >= 1", "version")
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 2**63:
+            raise BadRequest(422, "version: must be an integer >= 1", "version")  # < 2**63
         if model in (None, "champion"):
             raise BadRequest(422, "version: needs a model name (a champion has none)", "version")
     return model, version  # type: ignore[return-value]
@@ -274,6 +282,8 @@ def _rows_of_floats(rows: list) -> np.ndarray:
 
 def _ids(values: object) -> np.ndarray:
     if isinstance(values, list) and any(type(v) is float for v in values):
+        if any(type(v) is float and v.is_integer() and abs(v) >= _FLOAT_INT_BOUND for v in values):
+            raise BadRequest(422, "candidate_ids: ids must fit in 64 bits", "candidate_ids")
         values = [whole(v) for v in values]
     if not isinstance(values, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in values
@@ -445,7 +455,9 @@ _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's 
 def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, tuple[str, ...]]:
     """A feedback body and the old names it used; relevance holds a grade 0..127 or null
     (unjudged) per candidate; `model` and the keys of `model_versions` must be among
-    `stored`, the stored models' names."""
+    `stored`, the stored models' names: another model name is a 404 (no such model, as in
+    /v1/rank; checked once the body's form is, which is a 422 when wrong), what cannot be a
+    model name (`stream.store.check_name`) a 422."""
     document = parse_json(body)
     deprecated = tuple(old for old in FEEDBACK_RENAMED if old in document)
     for old in deprecated:
@@ -459,13 +471,12 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
         raise BadRequest(422, "query_id: must be an integer", "query_id")
     relevance = _grades(_required(document, "relevance"))
     model = document.get("model", "unknown")  # absent: an engine ranking on its own
-    if "model" in document and (not isinstance(model, str) or model not in (*stored, ENGINE)):
-        raise BadRequest(422, f"model: {model!r} is not a stored model; stored: "
-                         f"{', '.join(sorted(stored))}", "model")  # fmt: skip
+    if "model" in document and not _is_name(model):
+        raise BadRequest(422, f"model: {str(model)[:40]!r} is not a model name", "model")
     version = whole(document.get("version", 0))
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**63:
         raise BadRequest(422, f"version: must be an integer >= 0, got {version!r}", "version")
-    versions = _model_versions(document.get("model_versions", {}), stored)
+    versions = _model_versions(document.get("model_versions", {}))
     ids = _ids(_required(document, "candidate_ids"))
     feedback = Feedback(
         query_id=query_id,
@@ -477,6 +488,13 @@ def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, 
         model_versions=versions,
         engine_scores=_engine_scores(document.get(ENGINE_SCORES), ids.shape[0]),
     )
+    if "model" in document and model not in (*stored, ENGINE):
+        raise BadRequest(404, f"model: no stored model {model[:80]!r}; stored: "
+                         f"{', '.join(sorted(stored))}", "model")  # fmt: skip
+    for name in versions:
+        if name not in stored:
+            raise BadRequest(404, f"model_versions: no stored model {name[:80]!r}",
+                             "model_versions")  # fmt: skip
     return feedback, deprecated
 
 
@@ -501,19 +519,28 @@ def _grades(grades: object) -> np.ndarray:
     return np.asarray([UNJUDGED if g is None else g for g in grades], dtype=np.int64)
 
 
-def _model_versions(versions: object, stored: Collection[str]) -> dict[str, int]:
+def _model_versions(versions: object) -> dict[str, int]:
     if not isinstance(versions, dict):
         raise BadRequest(422, "model_versions: must be an object {model: version}",
                          "model_versions")  # fmt: skip
     versions = {name: whole(version) for name, version in versions.items()}
     for name, version in versions.items():
-        if name not in stored:
-            raise BadRequest(422, f"model_versions: {name!r} is not a stored model",
+        if not _is_name(name):
+            raise BadRequest(422, f"model_versions: {name[:40]!r} is not a model name",
                              "model_versions")  # fmt: skip
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 2**63:
             raise BadRequest(422, f"model_versions: {name!r}: {version!r} is not a stored "
                              "version (an integer >= 1)", "model_versions")  # fmt: skip
     return versions
+
+
+def _is_name(name: object) -> bool:
+    """A string that can name a stored model (`stream.store.check_name`)."""
+    try:
+        check_name(name)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True
 
 
 # --- clicks -------------------------------------------------------------------------------
@@ -521,7 +548,8 @@ def clicks_from_json(body: bytes) -> list[Click]:
     """`{"impression_id", "clicks": [...], "session_over"?}` or `{"impressions": [those]}`
     as Click rows (an empty `clicks` list: the impression's no-click row; `session_over`
     true: its session-over row after its clicks); 422 naming the field otherwise, e.g.
-    `impressions[1].clicks[0].position`."""
+    `impressions[1].clicks[0].position`. A batch is its entries in order, as if posted
+    one after another: an impression may come more than once (as rows may in Arrow)."""
     document = parse_json(body)
     if "impressions" in document:
         _refuse_unknown(document, ("impressions",))
@@ -533,7 +561,6 @@ def clicks_from_json(body: bytes) -> list[Click]:
     else:
         entries, places = [document], [""]
     clicks: list[Click] = []
-    seen: set[str] = set()
     for entry, at in zip(entries, places, strict=True):
         if not isinstance(entry, dict):
             raise BadRequest(422, f"{at[:-1]}: must be an object {{impression_id, clicks}}",
@@ -544,11 +571,6 @@ def clicks_from_json(body: bytes) -> list[Click]:
         if not isinstance(rows, list):
             raise BadRequest(422, f"{at}clicks: must be a list (empty: nothing was clicked)",
                              f"{at}clicks")  # fmt: skip
-        if isinstance(impression_id, str) and impression_id in seen:
-            message = f"{at}impression_id: {impression_id[:80]!r} twice; one entry each"
-            raise BadRequest(422, message, f"{at}impression_id")
-        if isinstance(impression_id, str):
-            seen.add(impression_id)
         over = _session_over(entry, rows, at)
         found = [] if rows else [_click(at, "", impression_id, None)]
         for j, row in enumerate(rows):

@@ -3,14 +3,18 @@
 Written by hand (the app is plain Starlette, `serve.app`); a test checks that it
 names exactly the app's routes and methods, so the two cannot drift apart. It is the
 contract: every answer (status, headers, body) is described, with a token and without
-one, and what its schemas call valid is accepted; an OpenAPI-driven tester checks both
-against a running serve (tests/test_openapi_contract.py). The few rules JSON Schema cannot
-state (one phi row per candidate, stored model names, one entry per impression) are
-stated beside the schemas as `x-` keys (`PER_CANDIDATE`, `STORED_MODEL`, `DISTINCT`).
+one (the document a serve gives describes that serve: the bearer scheme and its 401s only
+when a token is configured), and what its schemas call valid is accepted; an
+OpenAPI-driven tester checks both against a running serve (tests/test_openapi_contract.py).
+Every rule the server applies is a JSON Schema rule of the document but one, which JSON
+Schema cannot state: one item per candidate in phi, engine_scores and relevance (a
+`PER_CANDIDATE` key beside the schema; 422 otherwise). A name no model is stored under is
+a 404 (no such model), as in /v1/rank, not a refusal of the request's form.
 """
 
 from __future__ import annotations
 
+import sys
 from html import escape
 from typing import Any
 
@@ -50,8 +54,10 @@ _WHY = {
 }
 _VISIBLE = "^[\\x21-\\x7e]{1,200}$"  # a request id, impression id, Idempotency-Key
 _INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
-_FLOAT32 = 3.4e38  # phi beyond float32's range would overflow to Inf: refused
-_FLOAT64 = 1.7e308  # a JSON number beyond a double's range is refused as malformed
+# phi is read as float32: a number from this on (its overflow threshold, round to nearest)
+# becomes Inf and is refused, one below it is the largest float32
+_FLOAT32_OVERFLOW = 3.4028235677973366e38
+_FLOAT64 = sys.float_info.max  # a JSON number beyond a double's range is refused as malformed
 _NAME = "^[A-Za-z0-9_.\\-]{1,200}$"  # a stored model's name (`stream.store.check_name`)
 _REQUEST_ID = {
     "name": "X-Request-ID", "in": "header", "required": False, "schema": {"type": "string"},
@@ -83,13 +89,9 @@ _ERROR_HEADERS: dict[int, dict[str, Any]] = {
 }  # fmt: skip
 
 
-# A rule JSON Schema cannot state, said in the document for people and testers: this array
-# holds one item per item of the named array of the same body (422 otherwise).
+# The rule JSON Schema cannot state, said in the document for people and testers: this
+# array holds one item per item of the named array of the same body (422 otherwise).
 PER_CANDIDATE = "x-one-per-item-of"
-# ... and: these names must be stored models' (`GET /v1/models`; 422 otherwise).
-STORED_MODEL = "x-stored-model"
-# ... and: no two items of this array carry the same value of the named field (422).
-DISTINCT = "x-distinct-field"
 
 
 def _phi(width: int) -> dict[str, Any]:
@@ -99,7 +101,8 @@ def _phi(width: int) -> dict[str, Any]:
                        "(as many rows as candidate_ids; numbers within float32's range)",
         "minItems": 1, "maxItems": MAX_CANDIDATES, PER_CANDIDATE: "candidate_ids",
         "items": {"type": "array", "minItems": width, "maxItems": width,
-                  "items": {"type": "number", "minimum": -_FLOAT32, "maximum": _FLOAT32}},
+                  "items": {"type": "number", "exclusiveMinimum": -_FLOAT32_OVERFLOW,
+                            "exclusiveMaximum": _FLOAT32_OVERFLOW}},
     }  # fmt: skip
 
 
@@ -112,12 +115,15 @@ _IDS = {
     "uniqueItems": True,
 }
 _ENGINE_SCORES = {
-    "type": "array", "minItems": 1, "maxItems": MAX_CANDIDATES, PER_CANDIDATE: "candidate_ids",
+    "type": ["array", "null"], "minItems": 1, "maxItems": MAX_CANDIDATES,
+    PER_CANDIDATE: "candidate_ids",
     "items": {"type": "number", "minimum": -_FLOAT64, "maximum": _FLOAT64},
     "description": "the engine's own ranking: one number per candidate (as many as "
                    "candidate_ids), higher first (an engine with only an order sends "
-                   "-position); ties keep the candidates' order. Logged with the impression",
+                   "-position); ties keep the candidates' order; null is as absent. Logged "
+                   "with the impression",
 }  # fmt: skip
+_HAS_ENGINE_SCORES = {"required": [ENGINE_SCORES], "properties": {ENGINE_SCORES: {"type": "array"}}}
 _VERSIONS = {
     "type": "object",
     "propertyNames": {"pattern": _NAME},
@@ -130,25 +136,29 @@ _RANK_REQUEST: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "candidate_ids": _IDS,
-        "model": {"type": "string", "minLength": 1, "default": "champion",
+        "model": {"type": ["string", "null"], "minLength": 1, "default": "champion",
                   "description": "'champion' (the evaluator's best) or a model name "
-                                 "(404 when no model of that name is stored)"},
-        "version": {**_INT64, "minimum": 1,
+                                 "(404 when no model of that name is stored); null is as "
+                                 "absent"},
+        "version": {**_INT64, "type": ["integer", "null"], "minimum": 1,
                     "description": "an exact stored version of `model` (default: its newest, "
                                    "or its pinned version); needs a model name, not "
-                                   "'champion' (404 when not kept)"},
-        "query_id": {**_INT64, "description": "yours: echoed, and logged with the impression"},
-        "request_id": {"type": "string", "pattern": _VISIBLE,
+                                   "'champion' (404 when not kept); null is as absent"},
+        "query_id": {**_INT64, "type": ["integer", "null"],
+                     "description": "yours: echoed, and logged with the impression; null is "
+                                    "as absent"},
+        "request_id": {"type": ["string", "null"], "pattern": _VISIBLE,
                        "description": "yours, 1-200 visible ASCII characters (default: the "
                                       "X-Request-ID you sent): echoed, and logged with the "
-                                      "impression"},
+                                      "impression; null is as absent"},
         ENGINE_SCORES: {**_ENGINE_SCORES, "description": _ENGINE_SCORES["description"]
                         + f"; required with model '{ENGINE}' (which ranks by them) and, in "
                           "shadow mode, with the champion"},
     },
-    "dependentSchemas": {"version": {
-        "required": ["model"], "properties": {"model": {"not": {"const": "champion"}}},
-    }},
+    # a version needs a model name, not 'champion'
+    "if": {"required": ["version"], "properties": {"version": {"type": "integer"}}},
+    "then": {"required": ["model"],
+             "properties": {"model": {"type": "string", "not": {"const": "champion"}}}},
 }  # fmt: skip
 _RANKING = {
     "type": "object",
@@ -172,12 +182,13 @@ _RANKING = {
 }  # fmt: skip
 # model 'engine' ranks by the request's engine_scores: it needs them
 _ENGINE_NEEDS_SCORES = {
-    "anyOf": [{"properties": {"model": {"not": {"const": ENGINE}}}}, {"required": [ENGINE_SCORES]}]
+    "anyOf": [{"properties": {"model": {"not": {"const": ENGINE}}}}, _HAS_ENGINE_SCORES]
 }
 # shadow mode answers champion requests with the engine's order: they need engine_scores
 _SHADOW_NEEDS_SCORES = {"anyOf": [
-    {"required": [ENGINE_SCORES]},
-    {"required": ["model"], "properties": {"model": {"not": {"const": "champion"}}}},
+    _HAS_ENGINE_SCORES,
+    {"required": ["model"], "properties": {"model": {"type": "string",
+                                                     "not": {"const": "champion"}}}},
 ]}  # fmt: skip
 _CLICK = {
     "type": "object",
@@ -233,8 +244,10 @@ _CLICKS: dict[str, Any] = {
         _IMPRESSION_CLICKS,
         {"type": "object", "required": ["impressions"], "additionalProperties": False,
          "properties": {"impressions": {"type": "array", "minItems": 1,
-                                        "items": _IMPRESSION_CLICKS, DISTINCT: "impression_id",
-                                        "description": "one entry per impression_id"}}},
+                                        "items": _IMPRESSION_CLICKS,
+                                        "description": "taken in order, as if posted one "
+                                                       "after another (an impression may "
+                                                       "come more than once)"}}},
     ],
 }  # fmt: skip
 _CLICKS_RECEIPT = {
@@ -251,9 +264,8 @@ _CLICKS_RECEIPT = {
 _MODEL_NAME = {
     "type": "string",
     "pattern": _NAME,
-    STORED_MODEL: True,
     "description": "echo /v1/rank's: the stored model that ranked the query, or "
-    f"'{ENGINE}' (default: unknown; a name no model is stored under is refused)",
+    f"'{ENGINE}' (default: unknown; 404 when no model of that name is stored)",
 }
 _FEEDBACK: dict[str, Any] = {
     "type": "object",
@@ -273,9 +285,9 @@ _FEEDBACK: dict[str, Any] = {
                                      "grades becomes a triplet"},
         "model": _MODEL_NAME,
         "version": {**_INT64, "minimum": 0, "description": "echo /v1/rank's"},
-        "model_versions": {**_VERSIONS, STORED_MODEL: True,
-                           "description": "echo /v1/rank's: names of stored models; default: "
-                                          "the versions current now"},
+        "model_versions": {**_VERSIONS,
+                           "description": "echo /v1/rank's: names of stored models (404 when "
+                                          "one is not); default: the versions current now"},
         "served_by": {**_MODEL_NAME, "deprecated": True,
                       "description": "old name of model (not both)"},
         "served_version": {**_INT64, "minimum": 0, "deprecated": True,
@@ -345,14 +357,14 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _answers(
-    ok: dict[str, Any], *errors: int, public: bool = False, deprecation: bool = False
+    ok: dict[str, Any], *errors: int, guarded: bool = False, deprecation: bool = False
 ) -> dict[str, Any]:
     """200 and every error the route can answer (each route: 404 and 405 from routing,
-    500; 401 unless public), each with its headers; `deprecation`: the 200 may say the
-    request used old names."""
+    500; 401 when `guarded`: a token is configured and the route needs it), each with its
+    headers; `deprecation`: the 200 may say the request used old names."""
     headers = {**_HEADERS, **(_DEPRECATION if deprecation else {})}
     answers = {"200": {"description": "OK", "headers": headers, **ok}}
-    for status in sorted({*errors, 404, 405, 500, *(() if public else (401,))}):
+    for status in sorted({*errors, 404, 405, 500, *((401,) if guarded else ())}):
         answers[str(status)] = {"description": _WHY[status],
                                 "headers": {**_HEADERS, **_ERROR_HEADERS.get(status, {})},
                                 **_json(_ERROR)}  # fmt: skip
@@ -364,24 +376,27 @@ def _with_phi(schema: dict[str, Any], width: int) -> dict[str, Any]:
     return {**schema, "properties": {**schema["properties"], "phi": _phi(width)}}
 
 
-def openapi_document(width: int, shadow: bool = False) -> dict[str, Any]:
+def openapi_document(width: int, shadow: bool = False, token: bool = False) -> dict[str, Any]:
     """The document for a deployment whose phi has `width` columns (`Settings.phi_dim`),
-    in shadow mode or not (`Settings.shadow`: a champion ranking needs engine_scores)."""
+    in shadow mode or not (`Settings.shadow`: a champion ranking needs engine_scores),
+    with an API token or not (`Settings.api_token`: then every route but the public ones
+    needs it as a bearer token, and may answer 401; without one nothing is asked)."""
+    bearer = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+    security = {"components": bearer, "security": [{"bearer": []}]} if token else {}
     return {
         "openapi": "3.1.0",
         "info": {"title": "rankstream", "version": "1",
                  "description": "Rank with the models rankstream learns; send back feedback "
                                 "and clicks."},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"bearer": []}],
+        **security,
         "paths": {
-            **_posts(width, shadow),
-            **_gets(),
+            **_posts(width, shadow, token),
+            **_gets(token),
         },
     }  # fmt: skip
 
 
-def _posts(width: int, shadow: bool) -> dict[str, Any]:
+def _posts(width: int, shadow: bool, guarded: bool) -> dict[str, Any]:
     """/v1/rank and /v1/feedback, their bodies at the deployment's width."""
     arrow = "application/vnd.apache.arrow.stream"
     rules = [_ENGINE_NEEDS_SCORES, *([_SHADOW_NEEDS_SCORES] if shadow else [])]
@@ -407,7 +422,7 @@ def _posts(width: int, shadow: bool) -> dict[str, Any]:
                                                 "model, version, impression_id (query_id, "
                                                 "request_id when sent); when Accept "
                                                 "asks"}}}},
-                400, 408, 413, 415, 422, 503, deprecation=True),
+                400, 408, 413, 415, 422, 503, guarded=guarded, deprecation=True),
         }},
         "/v1/feedback": {"post": {
             "summary": "A judged query: produced as triplets + judged query once "
@@ -415,7 +430,7 @@ def _posts(width: int, shadow: bool) -> dict[str, Any]:
             "parameters": [_REQUEST_ID, _idempotency_key("the query_id")],
             "requestBody": {"required": True, **_json(_with_phi(_FEEDBACK, width))},
             "responses": _answers(_json(_RECEIPT), 400, 408, 409, 413, 415, 422, 503,
-                                  deprecation=True),
+                                  guarded=guarded, deprecation=True),
         }},
         "/v1/clicks": {"post": {
             "summary": "Clicks on impressions (one or a batch): on the clicks topic once the "
@@ -433,7 +448,8 @@ def _posts(width: int, shadow: bool) -> dict[str, Any]:
                                    "if any), optional position int, time and dwell numbers "
                                    "(docs/reference/wire.md's rankstream.clicks message is one)"}},
             }},
-            "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503),
+            "responses": _answers(_json(_CLICKS_RECEIPT), 400, 408, 409, 413, 415, 422, 503,
+                                  guarded=guarded),
         }},
     }  # fmt: skip
 
@@ -447,35 +463,35 @@ def _idempotency_key(default: str) -> dict[str, Any]:
                            f"(default key: {default})"}  # fmt: skip
 
 
-def _gets() -> dict[str, Any]:
+def _gets(guarded: bool) -> dict[str, Any]:
+    public = {"security": []} if guarded else {}  # open to all even with a token
     return {
         "/v1/models": {"get": {"summary": "Every stored model", "parameters": [_REQUEST_ID],
-                               "responses": _answers(_json(_MODELS))}},
+                               "responses": _answers(_json(_MODELS), guarded=guarded)}},
         "/v1/models/{name}": {"get": {
             "summary": "One stored model and its kept versions",
             "parameters": [_REQUEST_ID,
                            {"name": "name", "in": "path", "required": True,
                             "schema": {"type": "string"}}],
-            "responses": _answers(_json({"type": "object"}), 503),
+            "responses": _answers(_json({"type": "object"}), 503, guarded=guarded),
         }},
-        "/healthz": {"get": {"summary": "Live", "security": [], "parameters": [_REQUEST_ID],
-                             "responses": _answers({}, public=True)}},
+        "/healthz": {"get": {"summary": "Live", **public, "parameters": [_REQUEST_ID],
+                             "responses": _answers({})}},
         "/readyz": {"get": {"summary": "The broker and the store answer, and a champion "
                                        "is loaded or no Uni-Con is stored yet (the first "
                                        "ranking publishes it); 503 otherwise, with the "
                                        "problems",
-                            "security": [], "parameters": [_REQUEST_ID],
-                            "responses": {**_answers(_json(_READY), public=True),
+                            **public, "parameters": [_REQUEST_ID],
+                            "responses": {**_answers(_json(_READY)),
                                           "503": {"description": "not ready",
                                                   "headers": _HEADERS,
                                                   **_json(_READY)}}}},
-        "/docs": {"get": {"summary": "This document as a page", "security": [],
+        "/docs": {"get": {"summary": "This document as a page", **public,
                           "parameters": [_REQUEST_ID],
-                          "responses": _answers({"content": {"text/html": {}}}, public=True)}},
-        "/openapi.json": {"get": {"summary": "This document", "security": [],
+                          "responses": _answers({"content": {"text/html": {}}})}},
+        "/openapi.json": {"get": {"summary": "This document", **public,
                                   "parameters": [_REQUEST_ID],
-                                  "responses": _answers(_json({"type": "object"}),
-                                                        public=True)}},
+                                  "responses": _answers(_json({"type": "object"}))}},
     }  # fmt: skip
 
 

@@ -61,7 +61,7 @@ def routes() -> str:
     from rankstream.serve.openapi import openapi_document
     from rankstream.stream.settings import Settings
 
-    document = openapi_document(Settings().phi_dim)
+    document = openapi_document(Settings().phi_dim, token=True)  # `public`: open even then
     rows = ["| method | route | what it does |", "|---|---|---|"]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
