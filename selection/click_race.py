@@ -7,14 +7,39 @@ are joined, gives one outcome for the challenger: +1 (its team got more clicks),
 (fewer) or 0 (as many, no clicks included). Those outcomes are the race's paired
 differences, decided by the *same* test as the judged race
 (`ranking.sequential.PairedTest`, the deployment's `ChampionPolicy`): the same alpha,
-and delta read on the outcome's own scale, the preference margin P(win) - P(loss): a
+held by the whole family of challengers ("The family", below), and delta read on the
+outcome's own scale, the preference margin P(win) - P(loss): a
 challenger whose margin is surely below delta is refused (a margin of 0.005 is one more
 win than loss per 200 impressions). The outcomes lie in [-1, 1], so the test by betting
 is exact for them as for NDCG differences. A challenger switches in once its wealth
-against "margin <= 0" reaches 1/alpha (its lower confidence bound >= 0); every
+against "margin <= 0" reaches k/alpha, k the challengers raced (its lower confidence
+bound at level alpha/k >= 0); every
 race starts over when the champion changes. Ties count as 0, not dropped: a challenger
 that only ties is no better, and dropping them would make the test's n the clicked
 impressions only.
+
+The family. Several challengers race the same incumbent at once, and any one of them
+switching moves the champion, so the error to bound is the family's: the champion leaves
+an incumbent no challenger beats in at most alpha of races, not alpha per challenger
+(with k challengers each at alpha that is up to k alpha: six challengers behind an engine
+better than all of them left it in 4 of 480 simulated runs, each switch on an early
+streak of wins, docs/results/adoption.md). So each challenger's switch is tested at alpha
+/ k (Bonferroni: its wealth must reach k / alpha, `family_test`), k the challengers raced
+against this incumbent (`family`: every one with an outcome in this race, refused ones
+included, since their wealth was at risk while they were drafted). By the union bound
+over the k wealths, each a supermartingale reaching k / alpha with probability at most
+alpha / k (Ville), some no-better challenger switches with probability at most alpha,
+whatever the outcomes' dependence between challengers. k is read at each outcome; with
+serve's team draft every challenger gets its first outcome within the first k interleaved
+impressions (in turn; multileave: all at the first), long before any wealth can reach
+1/alpha (the first bet is 0 and a win multiplies the wealth by at most 1 + MAX_BET, so it
+takes at least 9 outcomes at alpha 0.01), so the bound holds for the challengers present
+at the race's start. A challenger first stored while a race is under way raises k for
+every race from its first outcome on; a switch decided before it arrived was held to the
+family raced then. Only the switch is split: a refusal only delays a challenger
+(REFUSE_ALPHA below), and the refusal, the bounds' bets and the state are the same
+whatever k (the bets do not read alpha), so a race's state is valid for any k. `ci_low`
+is at the same level, so a switch is still exactly `ci_low >= 0`.
 
 Refused challengers are not drafted again until they changed. A challenger whose race says
 refuse (not delta better, with error `REFUSE_ALPHA` = 0.1 rather than the switch's alpha:
@@ -126,6 +151,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 from collections.abc import Collection, Iterable, Mapping
@@ -135,7 +161,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome, team_draft
-from rankstream.ranking.sequential import REFUSE, SWITCH, Evidence, PairedTest
+from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
 from rankstream.selection.judged_race import DECISION_VALUES, ChampionPolicy
 from rankstream.selection.scoring import Scorer, served_order
 from rankstream.stream.settings import MULTILEAVE, Settings
@@ -186,8 +212,32 @@ def refused_challengers(summary: Mapping[str, Any], champion: str) -> frozenset[
     )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=64)
+def family_test(test: ChampionTest, challengers: int) -> ChampionTest:
+    """`test` with its switch's alpha split over a family of `challengers` (module
+    docstring, "The family"): each at alpha / k, so that the champion leaves an incumbent
+    no challenger beats in at most alpha of races. The refusal keeps its own rate (a
+    `PairedTest`'s refuse_alpha, set to the undivided alpha if it had none; a
+    `MixtureSPRT` has one alpha for both and refuses at alpha / k too).
+
+    >>> test = family_test(PairedTest(alpha=0.01, refuse_alpha=0.1), 4)
+    >>> test.alpha, test.refuse_alpha, round(test.threshold, 4)  # log(4 / 0.01)
+    (0.0025, 0.1, 5.9915)
+    """
+    if challengers < 1:
+        raise ValueError(f"a family has at least one challenger, got {challengers!r}")
+    if challengers == 1:
+        return test
+    if isinstance(test, PairedTest) and test.refuse_alpha is None:
+        test = dataclasses.replace(test, refuse_alpha=test.alpha)
+    return dataclasses.replace(test, alpha=test.alpha / challengers)
+
+
 class InterleavingRace:
-    """The incumbent and one interleaving race per challenger (module docstring)."""
+    """The incumbent and one interleaving race per challenger (module docstring); each
+    challenger's switch is tested at alpha / k, k the challengers raced against this
+    incumbent (`family`), so that the champion leaves a better incumbent in at most alpha
+    of runs, not alpha per challenger (module docstring, "The family")."""
 
     def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
         if isinstance(policy.test, PairedTest) and policy.test.refuse_alpha is None:
@@ -202,6 +252,16 @@ class InterleavingRace:
         self.refusals: dict[str, dict[str, Any]] = {}  # refused, not re-opened (docstring)
         self.reopened: dict[str, int] = {}  # times each race was re-opened
         self.versions: dict[str, int] = {}  # the newest version seen raced, per challenger
+
+    @property
+    def family(self) -> int:
+        """k: the challengers raced against this incumbent (an outcome each, refused or not)."""
+        return len(self.races)
+
+    @property
+    def test(self) -> ChampionTest:
+        """The policy's test at this family's alpha / k (`family_test`): what decides."""
+        return family_test(self.policy.test, max(1, self.family))
 
     def follow(self, champion: str) -> bool:
         """The champion changed (this race or the judged one switched): every race starts over."""
@@ -230,10 +290,10 @@ class InterleavingRace:
             metrics.INTERLEAVING_IMPRESSIONS.labels(challenger=challenger).inc()
             metrics.INTERLEAVING_OUTCOMES.labels(challenger, OUTCOME_LABELS[value]).inc()
             state = test.add(state, float(value))
-        self.races[challenger] = state
+        self.races[challenger] = state  # a new challenger joins the family first
         if version is not None:
             self.versions[challenger] = max(int(version), self.versions.get(challenger, 0))
-        evidence = test.evidence(state)
+        evidence = self.test.evidence(state)
         if evidence.decision == REFUSE and challenger not in self.refusals:
             self._refuse(challenger, evidence)
         if evidence.decision != SWITCH:
@@ -280,12 +340,13 @@ class InterleavingRace:
         refusal = self.refusals.get(challenger)
         if refusal is None:
             return False
-        margin = self.policy.test.evidence(self.races[challenger]).mean_difference
+        margin = self.test.evidence(self.races[challenger]).mean_difference
         return bool(refusal["collapsed"]) or margin <= -COLLAPSE_MARGIN
 
     def export(self) -> None:
         """The statistic and decision gauges, per challenger of the current races, and the
-        threshold they share with the judged race (the same test: one gauge)."""
+        test's threshold log(1/alpha), the gauge shared with the judged race (a challenger
+        here needs log(k/alpha): the race's `summary` and each evidence's `threshold`)."""
         metrics.CHAMPION_RACE_THRESHOLD.set(self.policy.test.threshold)
         for gauge in (metrics.INTERLEAVING_STATISTIC, metrics.INTERLEAVING_DECISION):
             gauge.clear()
@@ -296,14 +357,19 @@ class InterleavingRace:
             )
 
     def evidence(self) -> dict[str, Evidence]:
-        return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
+        test = self.test
+        return {m: test.evidence(s) for m, s in sorted(self.races.items())}
 
     def summary(self) -> dict[str, Any]:
-        """Per challenger: impressions, wins/losses/ties, the statistic and the verdict,
-        its refusal (None while drafted), re-openings and whether it collapsed."""
+        """Per challenger: impressions, wins/losses/ties, the statistic, the threshold it
+        needs (log(k / alpha)) and the verdict, its refusal (None while drafted),
+        re-openings and whether it collapsed; the family's size and each challenger's alpha."""
         return {
             "incumbent": self.incumbent,
             **self.policy.describe(),
+            "family": self.family,
+            "challenger_alpha": self.test.alpha,
+            "threshold": self.test.threshold,  # log(k / alpha): what a switch needs here
             "reopen_factor": REOPEN_FACTOR,
             "collapse_margin": COLLAPSE_MARGIN,
             "challengers": {
