@@ -245,7 +245,7 @@ def check_keep_versions(keep_versions: int | None, default: int) -> int:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"model name must match {_NAME.pattern}, got {name!r}")
     return name
 

@@ -210,7 +210,7 @@ def test_bad_saves_raise_value_errors_and_write_nothing(store, kwargs, match):
 
 
 def test_bad_names_are_rejected(store):
-    for name in ["", "a:b", "a b", "x" * 201]:
+    for name in ["", "a:b", "a b", "x" * 201, "arow\n"]:
         with pytest.raises(ValueError, match="model name"):
             _save(store, name, 0)
 
