@@ -344,10 +344,11 @@ class InterleavingRace:
         return bool(refusal["collapsed"]) or margin <= -COLLAPSE_MARGIN
 
     def export(self) -> None:
-        """The statistic and decision gauges, per challenger of the current races, and the
-        test's threshold log(1/alpha), the gauge shared with the judged race (a challenger
-        here needs log(k/alpha): the race's `summary` and each evidence's `threshold`)."""
+        """The statistic and decision gauges, per challenger of the current races, the
+        threshold they need here, log(k/alpha), and the test's log(1/alpha), the gauge
+        shared with the judged race."""
         metrics.CHAMPION_RACE_THRESHOLD.set(self.policy.test.threshold)
+        metrics.INTERLEAVING_THRESHOLD.set(self.test.threshold)
         for gauge in (metrics.INTERLEAVING_STATISTIC, metrics.INTERLEAVING_DECISION):
             gauge.clear()
         for model, seen in self.evidence().items():

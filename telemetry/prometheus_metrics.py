@@ -185,8 +185,8 @@ CHAMPION_RACE_DECISION = Gauge(
 )
 CHAMPION_RACE_THRESHOLD = Gauge(
     "rankstream_champion_race_threshold",
-    "log(1/alpha): the statistic a switch needs, in the judged race (the evaluator) and the "
-    "interleaving race (the click join) alike: they share the test.",
+    "log(1/alpha): the statistic a switch needs in the judged race (the evaluator); the "
+    "interleaving race's challengers need rankstream_interleaving_threshold.",
 )
 CHAMPION_RACE_GAUGES = (
     CHAMPION_RACE_PAIRS,
@@ -209,13 +209,18 @@ INTERLEAVING_OUTCOMES = Counter(
 INTERLEAVING_STATISTIC = Gauge(
     "rankstream_interleaving_log_statistic",
     "log of the interleaving race's wealth against 'no better'; a switch once it reaches "
-    "rankstream_champion_race_threshold.",
+    "rankstream_interleaving_threshold.",
     ["challenger"],
 )
 INTERLEAVING_DECISION = Gauge(
     "rankstream_interleaving_decision",
     "The interleaving race's verdict: 1 switch, 0 undecided, -1 refused.",
     ["challenger"],
+)
+INTERLEAVING_THRESHOLD = Gauge(
+    "rankstream_interleaving_threshold",
+    "log(k/alpha): the statistic an interleaving challenger's switch needs, k the "
+    "challengers raced against the champion (alpha holds for the whole family).",
 )
 
 # --- serving (the simulated search engine) ------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from prometheus_client import REGISTRY
 
 from rankstream.ranking.sequential import MixtureSPRT, PairedTest
 from rankstream.selection.click_race import REFUSE_ALPHA, InterleavingRace, family_test
@@ -79,6 +80,8 @@ def test_the_summary_shows_the_family_and_its_threshold() -> None:
         assert seen["threshold"] == pytest.approx(math.log(300))
     restored = InterleavingRace.from_state(ChampionPolicy(), race.to_state())
     assert restored.family == 3 and restored.summary() == summary
+    exported = REGISTRY.get_sample_value("rankstream_interleaving_threshold")
+    assert exported == pytest.approx(math.log(300))  # the gauge Grafana draws it with
 
 
 def test_a_refused_challenger_stays_in_the_family_until_the_champion_changes() -> None:

@@ -136,11 +136,12 @@ def test_dashboard_shows_what_the_issue_asks_for() -> None:
         "rankstream_join_lag_seconds",
         "rankstream_click_propensity",
         # the interleaving race (issue 27): per challenger impressions, wins/losses/ties,
-        # the test statistic against the threshold it shares with the judged race, decision
+        # the test statistic against its threshold log(k/alpha), decision
         "rankstream_interleaving_impressions_interleaved_total",
         "rankstream_interleaving_outcomes_total",
         "rankstream_interleaving_log_statistic",
         "rankstream_interleaving_decision",
+        "rankstream_interleaving_threshold",
         "rankstream_champion_race_threshold",
         # issue 38: the share of the champion's rankings each challenger takes
         "rankstream_challenger_impression_share",
