@@ -131,8 +131,10 @@ champion's scale; they are not any model's score of the result beside them.
 Serve interleaves only once it has accepted a POST /v1/clicks (`wait_for_clicks`,
 `heard_clicks`): the race lives on clicks, so an engine that posts only judged feedback
 (or nothing yet) would pay for interleaved lists that can never be credited; with the
-default share (0.1, `stream.settings`) such an engine sees none. The simulated engine
-makes its own clicks and does not wait.
+default share (0.1, `stream.settings`) such an engine sees none. Serving processes that
+share a port share the news (`heard_flag`, a file in their group's directory): an engine
+whose clicks reach one process and rankings another is interleaved all the same. The
+simulated engine makes its own clicks and does not wait.
 
 Refused challengers are skipped: `challengers(..., refused=...)` takes the names the click
 race refused against this champion (`selection.click_race.refused_challengers`, read from
@@ -150,10 +152,12 @@ same path as without it. docs/results/serving-cost.md has the measured figures.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import itertools
 import logging
+import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -482,6 +486,7 @@ class Interleaver:
         settings: Settings,
         rng: np.random.Generator | None = None,
         wait_for_clicks: bool = False,
+        heard_flag: str | None = None,
     ) -> None:
         self.share = settings.interleaving_share
         self.multileave = settings.interleaving_method == MULTILEAVE
@@ -489,16 +494,24 @@ class Interleaver:
         self._turn = itertools.count()
         self.shares = ChallengerShare()
         self.clicks_heard = not wait_for_clicks
+        self.heard_flag = heard_flag  # a file shared by the serving processes of one port
 
     def heard_clicks(self) -> None:
-        """Clicks arrived (serve: a POST /v1/clicks accepted): interleaving may begin."""
+        """Clicks arrived (serve: a POST /v1/clicks accepted): interleaving may begin, in
+        every serving process of the port: the first to hear them creates `heard_flag`."""
+        if not self.clicks_heard and self.heard_flag is not None:
+            with contextlib.suppress(OSError):  # the group's directory is gone: stopping
+                open(self.heard_flag, "a").close()
         self.clicks_heard = True
 
     @property
     def enabled(self) -> bool:
-        """The share is > 0 and, where the server waits for them, clicks were posted: an
+        """The share is > 0 and, where the server waits for them, clicks were posted (to
+        this process, or to another serving the same port: `heard_flag` exists): an
         engine that sends only judged feedback gives interleaved lists no outcome, so it
         is never shown one (module docstring)."""
+        if not self.clicks_heard and self.heard_flag is not None and self.share > 0:
+            self.clicks_heard = os.path.exists(self.heard_flag)  # one stat until then
         return self.share > 0 and self.clicks_heard
 
     def challengers(

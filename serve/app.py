@@ -123,7 +123,13 @@ _READY_CACHE_S = 1.0  # /readyz probes the services at most this often
 class ServeState:
     """What the routes share: settings, the model registry and the feedback desk."""
 
-    def __init__(self, settings: Settings, store: ModelStore, poll_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: ModelStore,
+        poll_seconds: float = 1.0,
+        heard_flag: str | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.registry = ModelRegistry(store, poll_seconds=poll_seconds, width=settings.phi_dim)
@@ -131,7 +137,7 @@ class ServeState:
         self.clicks = FeedbackDesk(settings, store, ClickProducer.open, publish_clicks)
         self.impressions = ImpressionLog(settings) if settings.impression_logging else None
         self.interventions = np.random.default_rng()  # the propensity interventions' coin
-        self.interleaver = Interleaver(settings, wait_for_clicks=True)
+        self.interleaver = Interleaver(settings, wait_for_clicks=True, heard_flag=heard_flag)
         self.engine_adopted = False  # the engine's record is known stored (`adopt_engine`)
         self._token = settings.api_token.encode() if settings.api_token else None
         self._probed: tuple[float, list[str]] = (-1e9, [])
@@ -547,12 +553,16 @@ def create_app(
     store: ModelStore | None = None,
     poll_seconds: float = 1.0,
     workers: bool = False,
+    heard_flag: str | None = None,
 ) -> Starlette:
     """The ASGI app; its lifespan starts the model registry (and, with `workers`, the
     embedded online worker and evaluator: `serve.embedded_workers`) and closes them, within
-    `app.state.stop_by` (a `time.monotonic()` the SIGTERM handler sets) or the grace."""
+    `app.state.stop_by` (a `time.monotonic()` the SIGTERM handler sets) or the grace.
+    `heard_flag`: the file the serving processes of one port share the news of clicks by
+    (`selection.click_race.Interleaver`; `serve.processes`)."""
     owned = store is None
-    state = ServeState(settings, store if store is not None else open_store(settings), poll_seconds)
+    store = store if store is not None else open_store(settings)
+    state = ServeState(settings, store, poll_seconds, heard_flag)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -599,6 +609,7 @@ def serve(
     workers: bool = False,
     on_listening: Callable[[str, int], None] | None = None,
     sockets: list[socket.socket] | None = None,
+    heard_flag: str | None = None,
 ) -> int:
     """Run the API on uvicorn (uvloop and httptools when installed) until SIGTERM/SIGINT,
     then stop within `settings.api_grace_s`: half of it to drain requests, the rest to
@@ -607,9 +618,10 @@ def serve(
 
     `on_listening(host, port)` is called once the socket is bound and the app started
     (the port is the real one when settings.api_port is 0). `sockets`: listen on these,
-    bound already, instead (one of several serving processes, `serve.processes`).
+    bound already, instead (one of several serving processes, `serve.processes`), and
+    `heard_flag` the group's file for the news of clicks (`create_app`).
     """
-    app = create_app(settings, poll_seconds=poll_seconds, workers=workers)
+    app = create_app(settings, poll_seconds=poll_seconds, workers=workers, heard_flag=heard_flag)
     grace = settings.api_grace_s
 
     class Server(uvicorn.Server):

@@ -57,6 +57,7 @@ from typing import Any
 from rankstream.stream.settings import Settings
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it at its import
+CLICKS_HEARD = "clicks-heard"  # beside the metrics files, which are *.db
 BACKLOG = 2048  # uvicorn's default
 _TICK_S = 0.2  # how often the parent looks at the clock while it waits
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -116,7 +117,7 @@ def _serving_process(
 
     configure_logging()
     code = serve(settings, poll_seconds, on_listening=lambda h, p: started.send(os.getpid()),
-                 sockets=[sock])  # fmt: skip
+                 sockets=[sock], heard_flag=clicks_heard_flag())  # fmt: skip
     sys.exit(code)
 
 
@@ -207,6 +208,14 @@ class _Group:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(child.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
         return 0 if announced and not self.failed else 1
+
+
+def clicks_heard_flag() -> str | None:
+    """The file by which the first serving process to accept a POST /v1/clicks tells the
+    others that interleaving may begin (`selection.click_race.Interleaver`), in the
+    group's directory (the parent's, inherited)."""
+    directory = os.environ.get(MULTIPROC_DIR)
+    return os.path.join(directory, CLICKS_HEARD) if directory else None
 
 
 @contextlib.contextmanager

@@ -232,3 +232,47 @@ def test_a_killed_process_is_started_again_and_its_counts_kept(
             assert _rank(server)["version"] == version
         assert _requests_counted(server) == counted + 1  # the dead process's two kept
         assert server.process.poll() is None
+
+
+def _save_challenger(settings: Settings) -> None:
+    """`opar1`, a model unlike uni_con's weights: a challenger to draft."""
+    store = open_store(settings)
+    scaler = Standardizer().fit(np.vstack([-np.ones(PHI_DIM), np.ones(PHI_DIM)]))
+    warm = np.linspace(-1.0, 1.0, PHI_DIM)
+    meta, arrays = OnlineRanker("opar1", scaler=scaler, warm_start=warm).to_state()
+    stored = store.load("opar1")
+    store.save("opar1", kind="online", meta=meta, arrays=arrays, offsets={},
+               expected_version=0 if stored is None else stored.version)  # fmt: skip
+    store.close()
+
+
+def _post(server: ServeProcess, path: str, body: dict) -> dict:
+    """One JSON POST, on a new connection."""
+    request = urllib.request.Request(server.url + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=HANG_GUARD_S) as reply:
+        return json.load(reply)
+
+
+def test_clicks_posted_to_one_process_let_every_process_interleave(
+    services, service_settings: Settings, tmp_path: Path
+) -> None:
+    """An engine whose clicks reach one process and rankings another is interleaved all
+    the same (share 1: every champion ranking, once clicks were heard anywhere)."""
+    _save_champion(service_settings, 1.0)
+    _save_challenger(service_settings)
+    query = {"candidate_ids": list(range(K)), "phi": PHI}  # no model named: the champion's
+    log = tmp_path / "serve.log"
+    with _serving(service_settings, log, RANKSTREAM_INTERLEAVING_SHARE="1") as server:
+        hearing, other = _started(server, log)
+        with _only(server, other):
+            _post(server, "/v1/rank", query)
+            assert server.ranking_counts()["interleaved"] == 0  # no click heard yet
+        with _only(server, hearing):
+            shown = _post(server, "/v1/rank", query)
+            session = {"impression_id": shown["impression_id"], "clicks": []}
+            _post(server, "/v1/clicks", {"impressions": [session]})
+        interleaved = server.ranking_counts()["interleaved"]
+        with _only(server, other):
+            _post(server, "/v1/rank", query)
+            assert server.ranking_counts()["interleaved"] == interleaved + 1
