@@ -24,8 +24,9 @@ Supervision, by the parent:
   (`serve.app.serve`), and any still running at the grace is SIGKILLed: the group stops
   within `Settings.api_grace_s`;
 * a process that exits after it started (killed, crashed) is started again on the same
-  socket; the socket stays open in the parent, so connections wait in its backlog
-  meanwhile rather than being refused;
+  socket, at once the first time and after 1, 2, 4 ... 30 s while each new one ends soon
+  after its start (`restart_delay`); the socket stays open in the parent, so connections
+  wait in its backlog meanwhile rather than being refused;
 * a process that exits before it started (the store unreachable, say) stops the group,
   exit code 1, as one process that cannot start exits;
 * the parent killed (SIGKILL): Linux kills the processes with it (PR_SET_PDEATHSIG), so the
@@ -60,6 +61,8 @@ MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it at its 
 CLICKS_HEARD = "clicks-heard"  # beside the metrics files, which are *.db
 BACKLOG = 2048  # uvicorn's default
 _TICK_S = 0.2  # how often the parent looks at the clock while it waits
+RESTART_SETTLED_S = 60.0  # a process that served this long ended for a reason of its own
+RESTART_DELAY_MAX_S = 30.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -126,6 +129,15 @@ class _Child:
     process: BaseProcess
     started: Connection  # the process sends its pid once it serves
     serving: bool = False
+    started_at: float = 0.0  # time.monotonic() at its start
+
+
+def restart_delay(quick_exits: int) -> float:
+    """Seconds before a serving process that ended after it started is started again:
+    at once the first time, then 1, 2, 4, ... up to 30 s while each new one ends within
+    `RESTART_SETTLED_S` of its start, so a crash loop costs an interpreter's start-up every
+    few seconds, not back to back on every core."""
+    return 0.0 if quick_exits <= 1 else min(2.0 ** (quick_exits - 2), RESTART_DELAY_MAX_S)
 
 
 class _Group:
@@ -135,6 +147,8 @@ class _Group:
         self.settings, self.poll_seconds, self.sock = settings, poll_seconds, sock
         self.context = multiprocessing.get_context("spawn")
         self.children: dict[int, _Child] = {}  # slot -> its current process
+        self.restart_at: dict[int, float] = {}  # slot -> when to start it again
+        self.quick_exits: dict[int, int] = {}  # slot -> ends in a row soon after a start
         self.stop_by: float | None = None  # set by SIGTERM/SIGINT
         self.failed = False
 
@@ -146,7 +160,7 @@ class _Group:
         )  # fmt: skip
         process.start()
         sending.close()
-        self.children[slot] = _Child(process, receiving)
+        self.children[slot] = _Child(process, receiving, started_at=time.monotonic())
         if self.stop_by is not None:  # the signal came while it was being started
             os.kill(process.pid, signal.SIGTERM)  # type: ignore[arg-type]
 
@@ -169,7 +183,13 @@ class _Group:
         for slot in range(processes):
             self.start(slot)
         announced = False
-        while self.children:
+        while self.children or self.restart_at:
+            if self.stop_by is not None:
+                self.restart_at.clear()
+            for slot, at in list(self.restart_at.items()):
+                if time.monotonic() >= at:
+                    del self.restart_at[slot]
+                    self.start(slot)
             waited = [c.started for c in self.children.values()]
             waited += [c.process.sentinel for c in self.children.values()]
             ready = wait(waited, timeout=_TICK_S)
@@ -186,11 +206,14 @@ class _Group:
                 del self.children[slot]
                 if self.stop_by is not None:
                     continue
+                quick = time.monotonic() - child.started_at < RESTART_SETTLED_S
+                self.quick_exits[slot] = self.quick_exits.get(slot, 0) + 1 if quick else 1
+                delay = restart_delay(self.quick_exits[slot])
                 log_event(log, "serving process ended", pid=child.process.pid,
                           exit_code=child.process.exitcode, slot=slot,
-                          restarting=child.serving)  # fmt: skip
+                          restarting=child.serving, restart_in_s=delay)  # fmt: skip
                 if child.serving:
-                    self.start(slot)
+                    self.restart_at[slot] = time.monotonic() + delay
                 else:
                     self.failed = True
                     self.stop()

@@ -29,7 +29,7 @@ import pytest
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
-from rankstream.serve.processes import serving_processes, usable_cores
+from rankstream.serve.processes import restart_delay, serving_processes, usable_cores
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
@@ -276,3 +276,7 @@ def test_clicks_posted_to_one_process_let_every_process_interleave(
         with _only(server, other):
             _post(server, "/v1/rank", query)
             assert server.ranking_counts()["interleaved"] == interleaved + 1
+
+
+def test_a_process_that_keeps_ending_soon_after_its_start_is_restarted_ever_later() -> None:
+    assert [restart_delay(n) for n in range(1, 9)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
