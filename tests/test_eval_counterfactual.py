@@ -79,6 +79,13 @@ def recorded(tmp_path_factory):
     topics = {kind: settings.topic(kind) for kind in ("impressions", "clicks")}
     options = RecorderOptions(messages_per_file=100, exit_when_idle=0.3, poll_ms=20)
     assert Recorder(settings, directory, topics, options, transport=transport).run() == 0
+    store_taste_and_prior(prefix)
+    return prefix, directory, clicked, phis
+
+
+def store_taste_and_prior(prefix: str) -> None:
+    """The stored model `taste` (the users' own attractiveness, the best policy) and a
+    `propensities` record of the prior alone (1/rank)."""
     store = embedded_store(prefix)
     model = LinearScorer()
     model.weights_ = TASTE.copy()
@@ -88,7 +95,6 @@ def recorded(tmp_path_factory):
     prior = PropensityEstimator(depth=10, prior_eta=1.0, prior_clicks=10.0)  # no data: 1/rank
     store.save("propensities", kind="propensities", meta={"estimator": prior.to_state()},
                arrays={}, offsets={}, expected_version=0)  # fmt: skip
-    return prefix, directory, clicked, phis
 
 
 def _run(capsys, monkeypatch, prefix, *args) -> tuple[int, dict | None, str]:

@@ -21,18 +21,15 @@ import pytest
 from starlette.testclient import TestClient
 
 from rankstream.cli import main
-from rankstream.ranking.baselines import LinearScorer
 from rankstream.ranking.counterfactual import difference, estimate, policy_terms, rerank
-from rankstream.ranking.propensity import PropensityEstimator
 from rankstream.serve.app import create_app
 from rankstream.stream.connect import open_transport
 from rankstream.stream.embedded_store import embedded_store
 from rankstream.stream.settings import Settings
-from rankstream.stream.store import WIDTH_KEY
 from rankstream.workers.recorder import Recorder, RecorderOptions
+from tests.test_eval_counterfactual import TASTE, D, store_taste_and_prior
 
-D, SHOWN, SHADOWED, NAMED = 4, 6, 300, 20
-TASTE = np.array([1.5, -1.0, 0.5, 0.0])  # the users' attractiveness: sigmoid(phi . TASTE)
+SHOWN, SHADOWED, NAMED = 6, 300, 20
 PROPENSITIES = 1.0 / np.arange(1, SHOWN + 1)  # examination by displayed rank (the stored prior)
 
 
@@ -49,15 +46,8 @@ def recorded(tmp_path_factory):
     prefix = f"test-cfe-{uuid.uuid4().hex[:8]}"
     data = tmp_path_factory.mktemp("serve")
     settings = Settings(topic_prefix=prefix, phi_dim=D, shadow=True, data_dir=str(data))
+    store_taste_and_prior(prefix)
     store = embedded_store(prefix)
-    model = LinearScorer()
-    model.weights_ = TASTE.copy()
-    meta, arrays = model.to_state()
-    store.save("taste", kind="linear", meta={**meta, WIDTH_KEY: D}, arrays=arrays, offsets={},
-               expected_version=0)  # fmt: skip
-    prior = PropensityEstimator(depth=10, prior_eta=1.0, prior_clicks=10.0)  # no data: 1/rank
-    store.save("propensities", kind="propensities", meta={"estimator": prior.to_state()},
-               arrays={}, offsets={}, expected_version=0)  # fmt: skip
     rng = np.random.default_rng(41)
     shown = []
     with TestClient(create_app(settings, store=store, poll_seconds=0.05)) as client:
