@@ -47,7 +47,8 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class ServeProcess:
-    """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it.
+    """A `rankstream serve --workers off` child; `url`, `metrics_url`; stop() ends it; as
+    a context manager, ready inside and stopped after.
 
     `env` adds RANKSTREAM_* variables (deadlines, say) to what `settings` says; `port`
     keeps a restarted replica's address (else a free one)."""
@@ -125,8 +126,21 @@ class ServeProcess:
         return counts
 
     def stop(self) -> None:
+        """Ends it (at once if it ended already); again is harmless."""
         stop_child(self.process)
         self._log.close()
+
+    def __enter__(self) -> ServeProcess:
+        """Ready (`wait_ready`), or stopped and the error raised."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def stop_child(process: subprocess.Popen) -> None:

@@ -131,15 +131,9 @@ def _started(server: ServeProcess, log: Path, processes: int = PROCESSES) -> lis
     return pids
 
 
-@contextlib.contextmanager
-def _serving(settings: Settings, log: Path, **env: str) -> Iterator[ServeProcess]:
-    server = ServeProcess(settings, log, RANKSTREAM_API_PROCESSES=str(PROCESSES), **env)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        if server.process.poll() is None:
-            server.stop()
+def _serving(settings: Settings, log: Path, **env: str) -> ServeProcess:
+    """Serve on PROCESSES processes: ready inside `with`, stopped after."""
+    return ServeProcess(settings, log, RANKSTREAM_API_PROCESSES=str(PROCESSES), **env)
 
 
 def _requests_counted(server: ServeProcess) -> float:

@@ -74,16 +74,10 @@ def _feedback(query_id: int) -> dict:
             "relevance": relevance, "model": "uni_con", "version": 1}  # fmt: skip
 
 
-@contextlib.contextmanager
-def _serving(settings, tmp_path: Path, name: str = "serve") -> Iterator[ServeProcess]:
-    server = ServeProcess(settings, tmp_path / f"{name}.log",
-                          RANKSTREAM_API_DEADLINE_SECONDS=str(DEADLINE_S))  # fmt: skip
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        if server.process.poll() is None:
-            server.stop()
+def _serving(settings, tmp_path: Path, name: str = "serve") -> ServeProcess:
+    """Serve with the test's deadline: ready inside `with`, stopped after."""
+    return ServeProcess(settings, tmp_path / f"{name}.log",
+                        RANKSTREAM_API_DEADLINE_SECONDS=str(DEADLINE_S))  # fmt: skip
 
 
 @contextlib.contextmanager
