@@ -51,10 +51,18 @@ class ServeProcess:
     a context manager, ready inside and stopped after.
 
     `env` adds RANKSTREAM_* variables (deadlines, say) to what `settings` says; `port`
-    keeps a restarted replica's address (else a free one)."""
+    keeps a restarted replica's address (else a free one); `python` another interpreter
+    whose `rankstream` serves (another install, e.g. an older commit's: `installed_from`),
+    this one's by default."""
 
     def __init__(
-        self, settings: Settings, log: Path, *args: str, port: int | None = None, **env: str
+        self,
+        settings: Settings,
+        log: Path,
+        *args: str,
+        port: int | None = None,
+        python: str | None = None,
+        **env: str,
     ) -> None:
         self.port, self.metrics_port = port or free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -67,7 +75,7 @@ class ServeProcess:
         )
         self._log = log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rankstream", "serve", "--workers", "off", *args],
+            [*_interpreter(python), "-m", "rankstream", "serve", "--workers", "off", *args],
             env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -141,6 +149,26 @@ class ServeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _interpreter(python: str | None) -> list[str]:
+    """How to start `python` (this one when None) so that it imports its own install:
+    another one with -P, which keeps the working directory off its sys.path (`-m` puts
+    it first, and a checkout there, e.g. this one's, would shadow that install)."""
+    return [sys.executable] if python is None else [python, "-P"]
+
+
+def installed_from(python: str | None, env: dict[str, str] | None = None) -> str:
+    """The directory of the `rankstream` package `python` imports (as `ServeProcess`
+    starts it, with `env`): which code a server started with it runs."""
+    done = subprocess.run(
+        [*_interpreter(python), "-c", "import rankstream; print(rankstream.__file__)"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{python or sys.executable} cannot import rankstream: "
+                           f"{done.stderr.strip()[-500:]}")  # fmt: skip
+    return str(Path(done.stdout.strip()).parent)
 
 
 def stop_child(process: subprocess.Popen) -> None:
