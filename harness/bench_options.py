@@ -7,6 +7,7 @@ built from these fields without them (`workers.options`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from rankstream.producers.feedback_batching import QUERIES_PER_MESSAGE
@@ -35,9 +36,21 @@ class ServeBenchOptions:
         "floors included, runs one process)",
         metavar="N",
     )
+    baseline_python: str | None = option(
+        None,
+        "also a server named baseline, started with this python (whose `-m rankstream "
+        "serve` is another install, e.g. an older commit's), in the same rounds: impression "
+        "logging on, interleaving at the first share, one process; the reference and the "
+        "several-process server are reported against it",
+        metavar="PATH",
+    )
     connections: int = option(8, cli=False)
 
     def __post_init__(self) -> None:
+        if self.baseline_python is not None and not (
+            os.path.isfile(self.baseline_python) and os.access(self.baseline_python, os.X_OK)
+        ):
+            raise ValueError(f"baseline_python: {self.baseline_python!r} is not an executable file")
         if min(self.arrow_rate, self.json_rate, self.seconds, self.reload_seconds) <= 0:
             raise ValueError("arrow_rate, json_rate, seconds and reload_seconds must be > 0")
         if self.compare_processes == 1 or not 0 <= self.compare_processes <= 1024:

@@ -57,6 +57,29 @@ spread over rounds), and the impressions the reference wrote and dropped (its /m
 The reference also answers the reload lag's 2-candidate probes (a few a second among
 thousands: they hardly move its CPU per answer).
 
+Interleaving as an engine meets it: serve interleaves only once it has heard clicks
+(`selection.click_race.Interleaver`; a POST /v1/clicks to any of a port's processes), and
+the load posts none, so before any round every logging server ranks once and is posted a
+click on that impression (`_hear_clicks`). Each interleaving server's `share_measured`
+comes with its 99% Clopper-Pearson interval (`share_interval_99`; every champion ranking
+is interleaved with probability S, independently), and a progress line says when S is
+outside it.
+
+With `baseline_python`, one more server `baseline` in the same rounds runs another
+install's serve (that python's `-m rankstream serve`, e.g. the code before a change):
+impression logging on, interleaving at the first share (0 without one), one process (it
+is given only variables this bench's servers all take; Settings ignores the ones it does
+not know, older ones included, so RANKSTREAM_API_PROCESSES=1 is harmless there). Its
+figures are `baseline` per body format, with `cost`: the reference's (`on`) and the
+several-process server's (`processes`) paired ratios to it (`_cost`); the top level's
+`baseline` says which python and which install (`installed_from`) it ran.
+
+After the rounds of each body format, the reference (and the several-process server) run
+once more, open loop at 80% of their median sustained requests/s for `seconds`
+(`at_80_percent`, `_at_rate`): the rate asked and achieved, p50/p99, and the impressions
+logged and dropped meanwhile, from its /metrics before and after (once every logging
+server's queue drained; the reference's count includes the reload lag's probes).
+
 Each is repeated `repeats` times and the medians are reported, with the load average
 seen (the machine is shared). Before the first round of each body format every server
 takes 1 s at the fixed rate, unmeasured (a fresh server's first requests are slow). At
@@ -84,10 +107,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from scipy.stats import binomtest
 
 from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.floor_app import FloorProcess
-from rankstream.harness.serve_process import ServeProcess, free_port
+from rankstream.harness.serve_process import ServeProcess, free_port, installed_from, settings_env
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
 from rankstream.simulators.judged_feedback import SERVED_CANDIDATES
@@ -104,6 +128,9 @@ MODES = {  # the servers compared in the same rounds, besides one per interleavi
     "floor asgi": "the floor: a bare ASGI callable on uvicorn, the same",
 }
 FLOORS = {"floor": "starlette", "floor asgi": "asgi"}  # mode -> harness.floor_app kind
+BASELINE = "baseline"  # the server another install runs (`baseline_python`)
+PROBE = {"candidate_ids": [1, 2], "phi": [[0.5] * PHI_DIM, [0.25] * PHI_DIM]}  # 2 candidates
+AT_RATE = 0.8  # `at_80_percent`: the share of the sustained rate it runs at
 
 
 def _publish(store: ModelStore, rng: np.random.Generator) -> None:
@@ -165,8 +192,7 @@ class Reloader(threading.Thread):
         self.lags: list[float] = []
         self.stop = threading.Event()
         self.rng = np.random.default_rng(1)
-        probe = {"candidate_ids": [1, 2], "phi": [[0.5] * PHI_DIM, [0.25] * PHI_DIM]}
-        self.probe = json.dumps(probe).encode()
+        self.probe = json.dumps(PROBE).encode()
 
     def served_version(self) -> int:
         request = urllib.request.Request(
@@ -391,11 +417,107 @@ def _processes_label(processes: int) -> str:
     return f"{processes} processes"
 
 
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.load(reply)
+
+
+def _hear_clicks(server: ServeProcess) -> None:
+    """Rank once and post a click on that impression, as an engine would: serve
+    interleaves only once it has heard clicks (`selection.click_race.Interleaver`)."""
+    answer = _post_json(server.url + "/v1/rank", PROBE)
+    click = {"candidate_id": answer["candidate_ids"][0], "position": 1}
+    clicks = {"impression_id": answer["impression_id"], "clicks": [click]}
+    _post_json(server.url + "/v1/clicks", clicks)
+
+
+def _share_measured(
+    share: float, before: dict[str, float], after: dict[str, float]
+) -> dict[str, Any]:
+    """A server's interleaved / ranked answers between two `ranking_counts`, with the
+    99% Clopper-Pearson interval of that share (each champion ranking is interleaved
+    with probability `share`, independently: `Interleaver._draft`)."""
+    ranked = round(after["ranked"] - before["ranked"])
+    interleaved = round(after["interleaved"] - before["interleaved"])
+    if ranked <= 0:
+        return {"share_measured": None, "share_interval_99": None}
+    interval = binomtest(interleaved, ranked, share).proportion_ci(0.99, method="exact")
+    return {
+        "share_measured": round(interleaved / ranked, 4),
+        "share_interval_99": [round(interval.low, 4), round(interval.high, 4)],
+    }
+
+
+def _share_line(label: str, share: float, measured: dict[str, Any]) -> str:
+    interval = measured["share_interval_99"]
+    outside = interval is not None and not interval[0] <= share <= interval[1]
+    return (f"{label}: share measured {measured['share_measured']} (99% interval "
+            f"{interval}){'; NOT the share asked' if outside else ''}")  # fmt: skip
+
+
+def _at_rate(
+    server: ServeProcess,
+    sustained_rps: float | None,
+    body: Path,
+    kind: str,
+    options: ServeBenchOptions,
+    logging: list[ServeProcess],
+) -> dict[str, Any]:
+    """`server` open loop at AT_RATE of its sustained requests/s for `options.seconds`,
+    and the impressions it logged and dropped meanwhile: its /metrics before, and after,
+    once every logging server's queue drained."""
+    if not sustained_rps:
+        return {"rate": None, "note": "no sustained rate measured"}
+    rate = round(AT_RATE * sustained_rps, 1)
+    for other in logging:
+        _settled(other)
+    before = server.impression_counts()
+    answered = _load(server.port, body, kind, rate, options)
+    for other in logging:
+        _settled(other)
+    after = server.impression_counts()
+    return {
+        "rate": rate,
+        "achieved_rate": answered["achieved_rate"],
+        "p50_ms": answered["latency_ms"]["p50"],
+        "p99_ms": answered["latency_ms"]["p99"],
+        "errors": answered["errors"],
+        "impressions_logged": round(after["logged"] - before["logged"]),
+        "impressions_dropped": round(after["dropped"] - before["dropped"]),
+        "impressions_waiting": round(after["waiting"]),  # as read (the reload probes go on)
+    }
+
+
+def _baseline_install(python: str, settings: Settings) -> dict[str, Any]:
+    """Which code the baseline runs: where `python` imports rankstream from (as the
+    server is started), and that checkout's commit when it is one; refused when it is
+    this very install (the comparison would be of the code with itself)."""
+    import rankstream
+
+    found = installed_from(python, settings_env(settings))
+    if Path(found).resolve() == Path(rankstream.__file__).parent.resolve():
+        raise ValueError(f"baseline_python {python} runs this very install ({found})")
+    done = subprocess.run(
+        ["git", "-C", found, "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    commit = done.stdout.strip() if done.returncode == 0 else None
+    return {"python": python, "rankstream": found, "commit": commit}
+
+
 def run_serve_bench(
     settings: Settings, options: ServeBenchOptions, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
     bench = replace(
         settings, topic_prefix=f"{settings.topic_prefix}.bench-serve-{uuid.uuid4().hex[:8]}"
+    )
+    baseline = (
+        None
+        if options.baseline_python is None
+        else _baseline_install(options.baseline_python, bench)
     )
     store = open_store(bench)
     rng = np.random.default_rng(0)
@@ -427,9 +549,16 @@ def run_serve_bench(
             RANKSTREAM_INTERLEAVING_SHARE="0",
             RANKSTREAM_API_PROCESSES=str(options.compare_processes),
         )  # fmt: skip
+    baseline_share = options.interleaving_share[0] if options.interleaving_share else 0.0
+    if options.baseline_python is not None:  # another install: only variables it knows
+        servers[BASELINE] = ServeProcess(
+            bench, directory / "serve-baseline.log", python=options.baseline_python,
+            RANKSTREAM_IMPRESSION_LOGGING="on",
+            RANKSTREAM_INTERLEAVING_SHARE=repr(baseline_share), **one,
+        )  # fmt: skip
     for mode, kind in FLOORS.items():
         servers[mode] = FloorProcess(kind, free_port(), directory / f"{kind}-floor.log")
-    logging = [s for name, s in servers.items() if isinstance(s, ServeProcess) and name != "off"]
+    logging = [s for n, s in servers.items() if isinstance(s, ServeProcess) and n != "off"]
     load_before = os.getloadavg()
     wrk_note = ensure_wrk(directory)
     if wrk_note is not None:
@@ -437,6 +566,15 @@ def run_serve_bench(
     try:
         for server in servers.values():
             server.wait_ready()
+        labels = dict(MODES)
+        if baseline is not None:
+            labels[BASELINE] = (f"the baseline ({baseline['rankstream']}), impression logging "
+                                f"on, {_share_label(baseline_share)}")  # fmt: skip
+        for name, server in servers.items():  # so that the interleaving servers interleave
+            if server in logging:
+                progress(f"{name}: rank once and post a click on it (serve interleaves "
+                         "once it heard clicks)")  # fmt: skip
+                _hear_clicks(server)
         bodies = _bodies(directory, rng)
         reference = servers["on"]
         assert isinstance(reference, ServeProcess)
@@ -456,7 +594,7 @@ def run_serve_bench(
                 turn = repeat % len(modes)  # each goes first in turn
                 for mode in modes[turn:] + modes[:turn]:
                     port = servers[mode].port
-                    label = MODES.get(mode, f"impression logging on, {mode}")
+                    label = labels.get(mode, f"impression logging on, {mode}")
                     progress(f"{kind}: run {repeat + 1}/{options.repeats} at {rate:g} req/s, "
                              f"{label} (load average {os.getloadavg()[0]:.1f})")  # fmt: skip
                     run = _load(port, bodies[kind], kind, rate, options)
@@ -475,17 +613,27 @@ def run_serve_bench(
             interleaving = []
             for share in options.interleaving_share:
                 mode = _share_label(share)
-                after = servers[mode].ranking_counts()
-                ranked = after["ranked"] - counted[mode]["ranked"]
-                interleaved = after["interleaved"] - counted[mode]["interleaved"]
+                # what the server did: its interleaved / ranked answers over the runs
+                measured = _share_measured(share, counted[mode], servers[mode].ranking_counts())
+                progress(f"{kind}: " + _share_line(mode, share, measured))
                 interleaving.append(
                     {
                         "share": share,
-                        # what the server did: its interleaved / ranked answers over the runs
-                        "share_measured": round(interleaved / ranked, 4) if ranked else None,
+                        **measured,
                         **summaries[mode],
                         "cost": _cost(summaries[mode], on),  # both log impressions
                     }
+                )
+            at_rate: dict[str, dict[str, Any]] = {}
+            for mode in ["on"] + ([processes] if options.compare_processes else []):
+                server = servers[mode]
+                assert isinstance(server, ServeProcess)
+                sustained_rps = summaries[mode]["sustained_rps"]
+                progress(f"{kind}: {mode} at {AT_RATE:.0%} of its sustained "
+                         f"{sustained_rps} req/s for {options.seconds:g} s (impressions "
+                         f"dropped?; load average {os.getloadavg()[0]:.1f})")  # fmt: skip
+                at_rate[mode] = _at_rate(
+                    server, sustained_rps, bodies[kind], kind, options, logging
                 )
             answered = reference.ranking_counts()
             results[kind] = {
@@ -498,13 +646,26 @@ def run_serve_bench(
                 "impressions_off": summaries["off"],
                 "impression_logging_cost": _cost(on, summaries["off"]),
                 "interleaving": interleaving,
+                "at_80_percent": at_rate["on"],
             }
             if options.compare_processes:
                 results[kind]["processes"] = {
                     "processes": options.compare_processes,
                     **summaries[processes],
                     "cost": _cost(summaries[processes], on),  # both log impressions
+                    "at_80_percent": at_rate[processes],
                 }
+            if baseline is not None:
+                old = summaries[BASELINE]
+                measured = _share_measured(
+                    baseline_share, counted[BASELINE], servers[BASELINE].ranking_counts()
+                )
+                progress(f"{kind}: " + _share_line(BASELINE, baseline_share, measured))
+                cost = {"on": _cost(on, old)}  # the reference against the baseline
+                if options.compare_processes:
+                    cost["processes"] = _cost(summaries[processes], old)
+                results[kind][BASELINE] = {"share": baseline_share, **measured, **old,
+                                           "cost": cost}  # fmt: skip
         reloader.stop.set()
         reloader.join()
         results["impressions"] = reference.impression_counts()
@@ -525,6 +686,8 @@ def run_serve_bench(
         transport = open_transport(bench)
         transport.delete_topics(bench.topics)
         transport.close()
+    if baseline is not None:
+        results[BASELINE] = baseline
     results["candidates"] = SERVED_CANDIDATES
     results["loadavg_before"] = [round(x, 2) for x in load_before]
     results["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]

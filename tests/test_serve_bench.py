@@ -1,18 +1,31 @@
 """`bench serve`'s options and the ratios it reports (`harness.serve_bench`); the bench
-itself runs on real services (docs/results/pipeline.md)."""
+itself runs on real services (docs/results/pipeline.md), once here with tiny options."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from rankstream.harness import serve_bench
 from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.floor_app import Floor
-from rankstream.harness.serve_bench import _cost, _quartiles, _share_label, _summary, _to_floor
+from rankstream.harness.serve_bench import (
+    _baseline_install,
+    _cost,
+    _quartiles,
+    _share_label,
+    _share_measured,
+    _summary,
+    _to_floor,
+    run_serve_bench,
+)
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
+from rankstream.stream.settings import Settings
 
 
 def _run(p50: float, p99: float, cpu: float | None = None) -> dict:
@@ -100,3 +113,45 @@ def test_the_floor_parses_both_formats_and_answers_a_fixed_ranking_of_their_size
     with pytest.raises(ValueError, match="one row of phi per candidate"):
         floor.answer(json.dumps({"candidate_ids": [1], "phi": phi.tolist()}).encode(),
                      arrow_in=False, arrow_out=False)  # fmt: skip
+
+
+def test_the_share_measured_comes_with_its_exact_interval() -> None:
+    measured = _share_measured(
+        0.2, {"ranked": 10, "interleaved": 1}, {"ranked": 110, "interleaved": 21}
+    )
+    assert measured["share_measured"] == 0.2  # 20 of the 100 answers between the two reads
+    low, high = measured["share_interval_99"]
+    assert 0.1 < low < 0.2 < high < 0.33  # Clopper-Pearson: [0.108, 0.321]
+    none = _share_measured(0.2, {"ranked": 0, "interleaved": 0}, {"ranked": 100, "interleaved": 0})
+    assert none["share_measured"] == 0.0 and none["share_interval_99"][1] < 0.2  # not the share
+    unread = _share_measured(0.2, {"ranked": 5, "interleaved": 0}, {"ranked": 5, "interleaved": 0})
+    assert unread == {"share_measured": None, "share_interval_99": None}  # nothing answered
+
+
+def test_a_baseline_must_be_another_install_s_python(tmp_path: Path) -> None:
+    assert ServeBenchOptions().baseline_python is None  # none unless asked
+    with pytest.raises(ValueError, match="baseline_python"):
+        ServeBenchOptions(baseline_python=str(tmp_path / "no-python"))
+    with pytest.raises(ValueError, match="this very install"):
+        _baseline_install(sys.executable, Settings())
+
+
+def test_the_bench_s_interleaving_servers_interleave(
+    service_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Serve interleaves only once it heard clicks; the bench posts one to each logging
+    server first, so its interleaving server measures a share > 0 (0.5: with the tens of
+    answers a round gives at least, none interleaved would be a chance under 1e-9). No
+    package installed from a test: without wrk the sustained rate is not measured."""
+    monkeypatch.setattr(serve_bench, "ensure_wrk", lambda directory: None)
+    lines: list[str] = []
+    options = ServeBenchOptions(arrow_rate=40, json_rate=30, seconds=1, repeats=1,
+                                interleaving_share=(0.5,))  # fmt: skip
+    result = run_serve_bench(service_settings, options, progress=lines.append)
+    for kind in ("arrow", "json"):
+        (interleaved,) = result[kind]["interleaving"]
+        assert interleaved["share_measured"] > 0, lines
+        assert result[kind]["interleaved_answers"] == 0  # the reference: share 0
+        at_80 = result[kind]["at_80_percent"]
+        assert (at_80["rate"] is None) == (result[kind]["sustained_rps"] is None)
+    assert "baseline" not in result and "processes" not in result["arrow"]
