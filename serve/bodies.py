@@ -432,26 +432,6 @@ def ranking_json(
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-_RANKING_FIELDS = pa.schema([("candidate_ids", pa.int64()), ("scores", pa.float64())])
-
-
-def ranking_arrow(
-    ids: np.ndarray, scores: np.ndarray, model: str, version: int, extra: Mapping[str, Any]
-) -> bytes:
-    """The ranking as an Arrow stream: model, version and `extra` (impression_id, the
-    caller's query_id/request_id) as schema metadata text."""
-    metadata = {"model": model, "version": str(version)}
-    metadata.update((name, str(value)) for name, value in extra.items())
-    schema = _RANKING_FIELDS.with_metadata(metadata)
-    batch = pa.RecordBatch.from_arrays([pa.array(ids), pa.array(scores)], schema=schema)
-    # the bytes pyarrow's stream writer writes (schema, batch, end of stream), without
-    # opening a writer per answer
-    return b"".join((schema.serialize(), batch.serialize(), _END_OF_STREAM))
-
-
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's end marker
-
-
 def feedback_from_json(body: bytes, stored: Collection[str]) -> tuple[Feedback, tuple[str, ...]]:
     """A feedback body and the old names it used; relevance holds a grade 0..127 or null
     (unjudged) per candidate; `model` and the keys of `model_versions` must be among
