@@ -19,7 +19,12 @@ def by_partition(
     transport: Transport, topic: str, records: Iterable[T], key: Callable[[T], bytes]
 ) -> dict[int, list[T]]:
     """`records` grouped by the partition of `topic` their key maps to under the
-    transport's rule (`Transport.partition_for`), each group in the order given."""
+    transport's rule (`Transport.partition_for`), each group in the order given. A topic
+    of one partition takes every key there, so no key is hashed (kafka-python's murmur2
+    is Python, ~11 us a key)."""
+    partitions = transport.partitions_for(topic)
+    if len(partitions) == 1:
+        return {partitions[0]: list(records)}
     groups: dict[int, list[T]] = {}
     for record in records:
         groups.setdefault(transport.partition_for(topic, key(record)), []).append(record)
