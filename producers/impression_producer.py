@@ -7,15 +7,17 @@ any other step on the engine's side (`Settings.impression_logging`, on by defaul
 Ranking must never wait on the broker, so a ranking only *offers* its impression to a
 bounded queue (`Settings.impression_queue`) and returns; one background thread drains
 it, builds each impression (`served_impression`, the one place an impression is made
-from a served ranking) and hands it to the transport. Like a Kafka producer's linger, the
-thread waits `LINGER_S` after the first impression it finds, and what was queued by then
-goes together: one message per partition holds all of it bound there (up to `BATCH_MAX`
-impressions, `MESSAGE_BYTES` of phi), sent to the partition each impression's key
-(`impression_key`) maps to under the transport's rule (`Transport.partition_for`), keyed
-by its first impression, so an impression and its clicks share a partition number as
-before. Batching is what keeps logging cheap beside ranking in one process (one GIL):
-encoding and producing cost mostly per message, and each wake-up of this thread takes
-the GIL from the ranking (docs/results/serving-cost.md).
+from a served ranking; serve's own through `trusted_impression`, the same impression
+without checking again what serve checked) and hands it to the transport. Like a Kafka
+producer's linger, the thread waits `LINGER_S` after the first impression it finds, and
+what was queued by then goes together: one message per partition holds all of it bound
+there (up to `BATCH_MAX` impressions, `MESSAGE_BYTES` of phi), sent to the partition
+each impression's key (`impression_key`) maps to under the transport's rule
+(`Transport.partition_for`), keyed by its first impression, so an impression and its
+clicks share a partition number as before. Batching is what keeps logging cheap beside
+ranking in one process (one GIL): encoding and producing cost mostly per message, and
+each wake-up of this thread takes the GIL from the ranking
+(docs/results/serving-cost.md).
 
 What cannot be written is dropped, never silently: counted in
 `rankstream_impressions_dropped_total{reason}` and logged (the first drop at once, then
@@ -48,6 +50,7 @@ import numpy as np
 from rankstream.stream.click_schema import (
     Impression,
     InvalidRecordError,
+    ServedImpression,
     encode_impressions,
     impression_key,
 )
@@ -65,6 +68,7 @@ BATCH_MAX = 64  # impressions taken from the queue at once
 LINGER_S = 0.05  # after the first, wait this long for more (closing ends the wait at once)
 MESSAGE_BYTES = 512 * 1024  # phi + ids a message at most: beyond, fresh pages cost per row
 DROP_REASONS = ("queue_full", "send_failed", "delivery_failed", "invalid", "shutdown")
+Logged = Impression | ServedImpression  # what the log writes: both encode alike
 
 
 def served_impression(
@@ -108,14 +112,44 @@ def served_impression(
     )
 
 
-def message_groups(impressions: list[Impression]) -> list[list[Impression]]:
+def trusted_impression(
+    impression_id: str,
+    candidate_ids: np.ndarray,
+    phi: np.ndarray,
+    order: np.ndarray,
+    model: str,
+    version: int,
+    model_versions: Mapping[str, int],
+    *,
+    time: float,
+    query_id: int | None = None,
+    request_id: str | None = None,
+    shown_probability: float | None = None,
+    intervention: str | None = None,
+    teams: np.ndarray | None = None,
+    team_models: tuple[str, ...] = (),
+    engine_scores: np.ndarray | None = None,
+) -> ServedImpression:
+    """`served_impression` for `rankstream serve`'s own rankings only: the same impression
+    and the same bytes on the wire, without checking again the arrays serve checked (a
+    `ServedImpression`, which says what is trusted and why) and without gathering them
+    before they are encoded. Any other caller: `served_impression`."""
+    return ServedImpression(
+        impression_id, time, model, version, model_versions, candidate_ids, phi, order,
+        query_id, request_id, shown_probability, intervention, teams, team_models,
+        engine_scores,
+    )  # fmt: skip
+
+
+def message_groups(impressions: list[Logged]) -> list[list[Logged]]:
     """`impressions` cut into messages of at most `MESSAGE_BYTES` of phi and ids each (one
     impression a message at least), in order."""
     return within_budget(impressions, _impression_bytes, MESSAGE_BYTES)
 
 
-def _impression_bytes(imp: Impression) -> int:
-    return imp.phi.nbytes + imp.candidate_ids.nbytes
+def _impression_bytes(imp: Logged) -> int:
+    """Its phi (float32) and ids (int64) in a message."""
+    return imp.shown * (imp.width * 4 + 8)
 
 
 class ImpressionLog:
@@ -123,7 +157,7 @@ class ImpressionLog:
 
     def __init__(self, settings: Settings, capacity: int | None = None) -> None:
         self.settings = settings
-        self._queue: queue.Queue[Callable[[], Impression]] = queue.Queue(
+        self._queue: queue.Queue[Callable[[], Logged]] = queue.Queue(
             maxsize=capacity or settings.impression_queue
         )
         self.written = 0
@@ -142,7 +176,7 @@ class ImpressionLog:
             metrics.IMPRESSIONS_WAITING.set_function(self._queue.qsize)  # read when scraped
 
     # --- the ranking's side: never blocks --------------------------------------------------
-    def offer(self, make: Callable[[], Impression]) -> bool:
+    def offer(self, make: Callable[[], Logged]) -> bool:
         """Queue an impression (built later, on the writer thread, by `make`); False, and
         counted as dropped, when the queue is full or the log is closed."""
         if self._stop.is_set():
@@ -190,7 +224,7 @@ class ImpressionLog:
             if self._queue.empty():
                 self._check_deliveries()
 
-    def _write(self, impressions: list[Impression]) -> None:
+    def _write(self, impressions: list[Logged]) -> None:
         """Send `impressions` as one message per partition they belong to (by each one's
         key, the transport's rule: an impression and its clicks stay co-partitioned),
         keyed by the message's first impression."""
@@ -208,7 +242,7 @@ class ImpressionLog:
             for message in message_groups(group):
                 self._send(topic, partition, message)
 
-    def _send(self, topic: str, partition: int, impressions: list[Impression]) -> None:
+    def _send(self, topic: str, partition: int, impressions: list[Logged]) -> None:
         try:
             producer = self._open()
             value = encode_impressions(impressions)

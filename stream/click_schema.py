@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -70,6 +71,7 @@ __all__ = [
     "Decoded",
     "Impression",
     "InvalidRecordError",
+    "ServedImpression",
     "clicks_fields",
     "decode_clicks",
     "decode_impressions",
@@ -179,6 +181,52 @@ def _check_float(value: object, name: str, low: float = -math.inf) -> float:
     return number
 
 
+def _check_served_by(record: Impression | ServedImpression) -> None:
+    """Check and normalize what an impression says about its serving (id, time, model,
+    versions), in place: the first checks of both kinds of impression."""
+    _check_id(record.impression_id, "impression_id")
+    object.__setattr__(record, "time", _check_float(record.time, "time"))
+    if not isinstance(record.model, str) or not record.model:
+        raise InvalidRecordError("model", "must be a model name")
+    object.__setattr__(record, "version", _check_int(record.version, "version", 0))
+    if not isinstance(record.model_versions, Mapping):
+        raise InvalidRecordError("model_versions", "must map model names to versions")
+    versions = {}
+    for name, version in record.model_versions.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidRecordError("model_versions", f"{name!r} is not a model name")
+        versions[name] = _check_int(version, "model_versions", 0)
+    object.__setattr__(record, "model_versions", versions)
+
+
+def _check_shown(record: Impression | ServedImpression, n: int) -> None:
+    """Check and normalize the caller's ids and how the list was made (`n` results shown),
+    in place: the checks after the candidates', for both kinds of impression."""
+    if record.query_id is not None:
+        object.__setattr__(record, "query_id", _check_int(record.query_id, "query_id", -(2**63)))
+    _check_id(record.request_id, "request_id", required=False)
+    if record.shown_probability is not None:
+        p = _check_float(record.shown_probability, "shown_probability", 0.0)
+        if not 0.0 < p <= 1.0:
+            raise InvalidRecordError("shown_probability", f"{p!r} must be in (0, 1]")
+        object.__setattr__(record, "shown_probability", p)
+    if record.intervention is not None and (
+        not isinstance(record.intervention, str) or not 1 <= len(record.intervention) <= 200
+    ):
+        raise InvalidRecordError("intervention", "must be 1-200 characters, or None")
+    teams = tuple(record.team_models)
+    if not all(isinstance(name, str) and name for name in teams):
+        raise InvalidRecordError("team_models", "must be model names")
+    object.__setattr__(record, "team_models", teams)
+    if record.teams is not None:
+        team = _int_array(record.teams, "teams", np.int8)
+        if team.shape != (n,):
+            raise InvalidRecordError("teams", f"needs one entry per candidate ({n})")
+        if ((team < -1) | (team >= len(teams))).any():
+            raise InvalidRecordError("teams", f"entries index team_models (-1..{len(teams) - 1})")
+        object.__setattr__(record, "teams", team)
+
+
 @dataclass(frozen=True)
 class Impression:
     """One served ranking as the user saw it (module docstring); checked when built."""
@@ -199,19 +247,7 @@ class Impression:
     engine_scores: np.ndarray | None = None  # float64, the engine's own scores, displayed order
 
     def __post_init__(self) -> None:
-        _check_id(self.impression_id, "impression_id")
-        object.__setattr__(self, "time", _check_float(self.time, "time"))
-        if not isinstance(self.model, str) or not self.model:
-            raise InvalidRecordError("model", "must be a model name")
-        object.__setattr__(self, "version", _check_int(self.version, "version", 0))
-        if not isinstance(self.model_versions, Mapping):
-            raise InvalidRecordError("model_versions", "must map model names to versions")
-        versions = {}
-        for name, version in self.model_versions.items():
-            if not isinstance(name, str) or not name:
-                raise InvalidRecordError("model_versions", f"{name!r} is not a model name")
-            versions[name] = _check_int(version, "model_versions", 0)
-        object.__setattr__(self, "model_versions", versions)
+        _check_served_by(self)
         ids = _int_array(self.candidate_ids, "candidate_ids", np.int64)
         n = len(ids)
         if n < 1:
@@ -221,31 +257,7 @@ class Impression:
             raise InvalidRecordError("candidate_ids", "a candidate is shown once per impression")
         object.__setattr__(self, "candidate_ids", ids)
         object.__setattr__(self, "phi", _phi_matrix(self.phi, n))
-        if self.query_id is not None:
-            object.__setattr__(self, "query_id", _check_int(self.query_id, "query_id", -(2**63)))
-        _check_id(self.request_id, "request_id", required=False)
-        if self.shown_probability is not None:
-            p = _check_float(self.shown_probability, "shown_probability", 0.0)
-            if not 0.0 < p <= 1.0:
-                raise InvalidRecordError("shown_probability", f"{p!r} must be in (0, 1]")
-            object.__setattr__(self, "shown_probability", p)
-        if self.intervention is not None and (
-            not isinstance(self.intervention, str) or not 1 <= len(self.intervention) <= 200
-        ):
-            raise InvalidRecordError("intervention", "must be 1-200 characters, or None")
-        teams = tuple(self.team_models)
-        if not all(isinstance(name, str) and name for name in teams):
-            raise InvalidRecordError("team_models", "must be model names")
-        object.__setattr__(self, "team_models", teams)
-        if self.teams is not None:
-            team = _int_array(self.teams, "teams", np.int8)
-            if team.shape != (n,):
-                raise InvalidRecordError("teams", f"needs one entry per candidate ({n})")
-            if ((team < -1) | (team >= len(teams))).any():
-                raise InvalidRecordError(
-                    "teams", f"entries index team_models (-1..{len(teams) - 1})"
-                )
-            object.__setattr__(self, "teams", team)
+        _check_shown(self, n)
         if self.engine_scores is not None:
             engine = np.asarray(self.engine_scores)
             if engine.dtype == object or engine.dtype.kind not in "iuf" or engine.shape != (n,):
@@ -256,8 +268,74 @@ class Impression:
             object.__setattr__(self, "engine_scores", engine)
 
     @property
+    def shown(self) -> int:
+        """How many candidates were shown (rows of the message's lists)."""
+        return len(self.candidate_ids)
+
+    @property
     def width(self) -> int:
         return int(self.phi.shape[1])
+
+
+@dataclass(frozen=True, slots=True)
+class ServedImpression:
+    """An impression as a serving process holds it until it is logged: the request's
+    arrays and the displayed order as indices into them (`order`, top first), gathered
+    only when encoded, straight into the message's columns (`encode_impressions`: the
+    same bytes as the `Impression` of `impression()`, one copy of the rows fewer).
+
+    Built by `rankstream serve` only (`producers.impression_producer`), which is why its
+    arrays are not checked again here: `candidate_ids` (int64, distinct) and `phi`
+    (float32, C-contiguous, finite, the deployment's width) passed
+    `producers.candidate_checks.check_candidates`, `engine_scores` (float64, finite, one
+    per candidate) the request's checks, and `order` comes from the ranking (a
+    permutation of the candidates' indices). `order`'s bounds and every other field are
+    checked as an `Impression`'s (`InvalidRecordError`); anything else builds an
+    `Impression`."""
+
+    impression_id: str
+    time: float
+    model: str
+    version: int
+    model_versions: Mapping[str, int]
+    request_ids: np.ndarray  # int64 (k,), the request's order
+    request_phi: np.ndarray  # float32 (k, d), the request's order
+    order: np.ndarray  # indices into the request's candidates, top first
+    query_id: int | None = None
+    request_id: str | None = None
+    shown_probability: float | None = None
+    intervention: str | None = None
+    teams: np.ndarray | None = None  # int8 per DISPLAYED position
+    team_models: tuple[str, ...] = ()
+    request_engine_scores: np.ndarray | None = None  # float64 (k,), the request's order
+
+    def __post_init__(self) -> None:
+        _check_served_by(self)
+        order, k = np.asarray(self.order), len(self.request_ids)
+        if order.ndim != 1 or order.dtype.kind not in "iu" or not 1 <= len(order) <= k:
+            raise InvalidRecordError("candidate_ids", f"order must index 1..{k} candidates")
+        if order.min() < 0 or order.max() >= k:
+            raise InvalidRecordError("candidate_ids", f"order must index candidates 0..{k - 1}")
+        _check_shown(self, len(order))
+
+    @property
+    def shown(self) -> int:
+        """How many candidates were shown (rows of the message's lists)."""
+        return len(self.order)
+
+    @property
+    def width(self) -> int:
+        return int(self.request_phi.shape[1])
+
+    def impression(self) -> Impression:
+        """The same impression gathered and checked in full (what the log's bytes say)."""
+        engine = self.request_engine_scores
+        return Impression(
+            self.impression_id, self.time, self.model, self.version, self.model_versions,
+            self.request_ids[self.order], self.request_phi[self.order], self.query_id,
+            self.request_id, self.shown_probability, self.intervention, self.teams,
+            self.team_models, None if engine is None else engine[self.order],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -322,33 +400,27 @@ def _phi_matrix(values: object, n: int) -> np.ndarray:
 
 
 # --- encoding ------------------------------------------------------------------------
-def encode_impressions(impressions: Sequence[Impression]) -> bytes:
+def encode_impressions(impressions: Sequence[Impression | ServedImpression]) -> bytes:
     """One `rankstream.impressions` message, a row per impression (all of one width).
     The API sends the impressions queued at once that share a partition in one message,
     keyed by the first one's `impression_key` (`producers.impression_producer`).
 
     Written for the serving path's budget (one message a ranking): the stream's schema
     message is cached per width and the record batch appended to it (the bytes pyarrow's
-    stream writer writes), and the columns that are nearly always alike (no teams, the
-    same model versions) are cached arrays."""
+    stream writer writes), the columns that are nearly always alike (no teams, the
+    same model versions) are cached arrays, and a `ServedImpression`'s rows are gathered
+    straight into the message's columns."""
     if not impressions:
         raise ValueError("an impressions message holds at least one impression")
     width = impressions[0].width
     if any(imp.width != width for imp in impressions):
         raise ValueError("the impressions of one message share one phi width")
-    engine = [imp.engine_scores for imp in impressions]
+    engine = [_shown_engine_scores(imp) for imp in impressions]
     carried = any(scores is not None for scores in engine)
     schema, head = _impressions_head(width, ENGINE_IMPRESSIONS_VERSION if carried else 1)
     n = len(impressions)
-    if n == 1:
-        ids, phi = impressions[0].candidate_ids, impressions[0].phi.reshape(-1)
-        offsets = np.array([0, len(ids)], np.int32)
-    else:
-        sizes = np.array([len(imp.candidate_ids) for imp in impressions])
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-        ids = np.concatenate([imp.candidate_ids for imp in impressions])
-        phi = np.concatenate([imp.phi for imp in impressions]).reshape(-1)
-    rows = pa.FixedSizeListArray.from_arrays(pa.array(phi), width)
+    ids, phi, offsets = _shown_rows(impressions, width)
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(phi.reshape(-1)), width)
 
     def column(name: str, kind: pa.DataType) -> pa.Array:
         values = [getattr(imp, name) for imp in impressions]
@@ -380,6 +452,51 @@ def encode_impressions(impressions: Sequence[Impression]) -> bytes:
         schema=schema,
     )
     return b"".join((head, batch.serialize(), _END_OF_STREAM))  # one copy of the rows
+
+
+def _shown_rows(
+    impressions: Sequence[Impression | ServedImpression], width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, phi, offsets) of the message's candidate_ids and phi lists, displayed order:
+    one impression's checked arrays as they are; else every row copied once, into
+    arrays of the whole message (a `ServedImpression`'s gathered by its order; the
+    order's bounds were checked, so `clip` never clips)."""
+    first = impressions[0]
+    if len(impressions) == 1 and isinstance(first, Impression):
+        return first.candidate_ids, first.phi, np.array([0, len(first.candidate_ids)], np.int32)
+    offsets = np.zeros(len(impressions) + 1, np.int32)
+    np.cumsum([imp.shown for imp in impressions], out=offsets[1:])
+    ids, phi = _scratch(int(offsets[-1]), width)
+    for imp, start, stop in zip(impressions, offsets[:-1], offsets[1:], strict=True):
+        if isinstance(imp, Impression):
+            ids[start:stop], phi[start:stop] = imp.candidate_ids, imp.phi
+        else:
+            np.take(imp.request_ids, imp.order, out=ids[start:stop], mode="clip")
+            np.take(imp.request_phi, imp.order, axis=0, out=phi[start:stop], mode="clip")
+    return ids, phi, offsets
+
+
+_SCRATCH = threading.local()  # per thread: the arrays a message's rows are gathered into
+_SCRATCH_ROWS = 4096  # kept between messages up to this many rows (~600 KB at width 36)
+
+
+def _scratch(rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays of `rows` ids and phi rows to gather a message into, reused by this thread's
+    next message: they live only until the message is serialized (a copy), and a
+    buffer fresh from the OS costs a page fault per 4 KB on every message."""
+    kept = getattr(_SCRATCH, "arrays", None)
+    if kept is None or kept[1].shape[1] != width or len(kept[0]) < rows:
+        kept = np.empty(rows, np.int64), np.empty((rows, width), np.float32)
+        if rows <= _SCRATCH_ROWS:
+            _SCRATCH.arrays = kept
+    return kept[0][:rows], kept[1][:rows]
+
+
+def _shown_engine_scores(imp: Impression | ServedImpression) -> np.ndarray | None:
+    if isinstance(imp, Impression):
+        return imp.engine_scores
+    engine = imp.request_engine_scores
+    return None if engine is None else engine[imp.order]
 
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream format's end marker
@@ -429,13 +546,17 @@ def _no_teams(n: int) -> pa.Array:
 
 
 def _versions(rows: list[tuple[tuple[str, int], ...]]) -> pa.Array:
-    return _versions_row(rows[0]) if len(rows) == 1 else pa.array(rows, _VERSIONS)
+    first = rows[0]
+    if all(row == first for row in rows):
+        return _versions_rows(first, len(rows))
+    return pa.array(rows, _VERSIONS)
 
 
 @functools.lru_cache(maxsize=256)
-def _versions_row(items: tuple[tuple[str, int], ...]) -> pa.Array:
-    """One row of model versions (they change only when a model is saved: cached)."""
-    return pa.array([items], _VERSIONS)
+def _versions_rows(items: tuple[tuple[str, int], ...], n: int) -> pa.Array:
+    """`n` rows of the same model versions (they change only when a model is saved, so a
+    message's rows are nearly always alike: cached)."""
+    return pa.array([items] * n, _VERSIONS)
 
 
 def encode_clicks(clicks: Sequence[Click]) -> bytes:
