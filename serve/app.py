@@ -76,7 +76,7 @@ from starlette.routing import Route
 from rankstream.producers.candidate_checks import ENGINE_SCORES, FieldError
 from rankstream.producers.click_producer import ClickProducer
 from rankstream.producers.feedback_producer import check_feedback
-from rankstream.producers.impression_producer import ImpressionLog, served_impression
+from rankstream.producers.impression_producer import ImpressionLog, trusted_impression
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.pdgd import plackett_luce_intervention
 from rankstream.selection.click_race import Interleaver, refused_challengers
@@ -393,7 +393,7 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     if state.impressions is not None:
         state.impressions.offer(
             functools.partial(
-                served_impression, impression_id, query.candidate_ids, query.phi, order,
+                trusted_impression, impression_id, query.candidate_ids, query.phi, order,
                 loaded.name, loaded.version, latest, time=time.time(),
                 intervention=intervention, shown_probability=shown_probability, **teams,
                 engine_scores=query.engine_scores, **caller,

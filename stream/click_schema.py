@@ -289,9 +289,10 @@ class ServedImpression:
     (float32, C-contiguous, finite, the deployment's width) passed
     `producers.candidate_checks.check_candidates`, `engine_scores` (float64, finite, one
     per candidate) the request's checks, and `order` comes from the ranking (a
-    permutation of the candidates' indices). `order`'s bounds and every other field are
-    checked as an `Impression`'s (`InvalidRecordError`); anything else builds an
-    `Impression`."""
+    permutation of the candidates' indices, or a team draft of them, each drafted once:
+    `ranking.interleaving`), so the shown ids are distinct. `order`'s bounds and every
+    other field are checked as an `Impression`'s (`InvalidRecordError`); anything else
+    builds an `Impression`."""
 
     impression_id: str
     time: float
