@@ -285,10 +285,10 @@ class ServedImpression:
     same bytes as the `Impression` of `impression()`, one copy of the rows fewer).
 
     Built by `rankstream serve` only (`producers.impression_producer`), which is why its
-    arrays are not checked again here: `candidate_ids` (int64, distinct) and `phi`
+    arrays are not checked again here: `request_ids` (int64, distinct) and `request_phi`
     (float32, C-contiguous, finite, the deployment's width) passed
-    `producers.candidate_checks.check_candidates`, `engine_scores` (float64, finite, one
-    per candidate) the request's checks, and `order` comes from the ranking (a
+    `producers.candidate_checks.check_candidates`, `request_engine_scores` (float64,
+    finite, one per candidate) the request's checks, and `order` comes from the ranking (a
     permutation of the candidates' indices, or a team draft of them, each drafted once:
     `ranking.interleaving`), so the shown ids are distinct. `order`'s bounds and every
     other field are checked as an `Impression`'s (`InvalidRecordError`); anything else
