@@ -31,9 +31,9 @@ class ServeBenchOptions:
     )
     compare_processes: int = option(
         0,
-        "also a logging server on N serving processes (RANKSTREAM_API_PROCESSES), against "
-        "the one-process reference in the same rounds (0: none; every other server, the "
-        "floors included, runs one process)",
+        "also a logging server on N serving processes (RANKSTREAM_API_PROCESSES) at the "
+        "first interleaving share, against the one-process server of that share in the "
+        "same rounds (0: none; every other server, the floors included, runs one process)",
         metavar="N",
     )
     baseline_python: str | None = option(

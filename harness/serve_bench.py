@@ -39,8 +39,9 @@ drained (no run pays for a backlog the one before it left, e.g. wrk's flood):
   interleaved answers is reported too: 0).
 
 With `compare_processes` N, one more logging server in the same rounds runs N serving
-processes on its port (`serve.processes`; every other server here runs one): `processes`
-gives its figures and, against the one-process reference, `cost` (paired per round as
+processes on its port (`serve.processes`; every other server here runs one), interleaving
+at the first share (0 without one): `processes` gives its figures and, against the
+one-process server of that share (the reference at share 0), `cost` (paired per round as
 above); its CPU per answer sums its processes'.
 
 The floor, in the same rounds: the same bodies answered by `harness.floor_app`'s two
@@ -70,8 +71,9 @@ install's serve (that python's `-m rankstream serve`, e.g. the code before a cha
 impression logging on, interleaving at the first share (0 without one), one process (it
 is given only variables this bench's servers all take; Settings ignores the ones it does
 not know, older ones included, so RANKSTREAM_API_PROCESSES=1 is harmless there). Its
-figures are `baseline` per body format, with `cost`: the reference's (`on`) and the
-several-process server's (`processes`) paired ratios to it (`_cost`); the top level's
+figures are `baseline` per body format, with `cost`: the paired ratios to it (`_cost`)
+of the reference (`on`), of the one-process server at its share (`interleaved`: the same
+work as the baseline's) and of the several-process server (`processes`); the top level's
 `baseline` says which python and which install (`installed_from`) it ran.
 
 After the rounds of each body format, the reference (and the several-process server) run
@@ -542,14 +544,16 @@ def run_serve_bench(
             RANKSTREAM_INTERLEAVING_SHARE=repr(share),
             **one,
         )
+    first_share = options.interleaving_share[0] if options.interleaving_share else 0.0
+    same_work = _share_label(first_share) if options.interleaving_share else "on"
     processes = _processes_label(options.compare_processes)
-    if options.compare_processes:  # "on" on several processes
+    if options.compare_processes:  # `same_work` on several processes
         servers[processes] = ServeProcess(
             bench, directory / "serve-processes.log", RANKSTREAM_IMPRESSION_LOGGING="on",
-            RANKSTREAM_INTERLEAVING_SHARE="0",
+            RANKSTREAM_INTERLEAVING_SHARE=repr(first_share),
             RANKSTREAM_API_PROCESSES=str(options.compare_processes),
         )  # fmt: skip
-    baseline_share = options.interleaving_share[0] if options.interleaving_share else 0.0
+    baseline_share = first_share
     if options.baseline_python is not None:  # another install: only variables it knows
         servers[BASELINE] = ServeProcess(
             bench, directory / "serve-baseline.log", python=options.baseline_python,
@@ -652,7 +656,8 @@ def run_serve_bench(
                 results[kind]["processes"] = {
                     "processes": options.compare_processes,
                     **summaries[processes],
-                    "cost": _cost(summaries[processes], on),  # both log impressions
+                    "share": first_share,
+                    "cost": _cost(summaries[processes], summaries[same_work]),
                     "at_80_percent": at_rate[processes],
                 }
             if baseline is not None:
@@ -662,6 +667,8 @@ def run_serve_bench(
                 )
                 progress(f"{kind}: " + _share_line(BASELINE, baseline_share, measured))
                 cost = {"on": _cost(on, old)}  # the reference against the baseline
+                if options.interleaving_share:
+                    cost["interleaved"] = _cost(summaries[same_work], old)
                 if options.compare_processes:
                     cost["processes"] = _cost(summaries[processes], old)
                 results[kind][BASELINE] = {"share": baseline_share, **measured, **old,
