@@ -657,6 +657,9 @@ def run_serve_bench(
                     "processes": options.compare_processes,
                     **summaries[processes],
                     "share": first_share,
+                    **_share_measured(
+                        first_share, counted[processes], servers[processes].ranking_counts()
+                    ),
                     "cost": _cost(summaries[processes], summaries[same_work]),
                     "at_80_percent": at_rate[processes],
                 }

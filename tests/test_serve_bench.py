@@ -146,7 +146,7 @@ def test_the_bench_s_interleaving_servers_interleave(
     monkeypatch.setattr(serve_bench, "ensure_wrk", lambda directory: None)
     lines: list[str] = []
     options = ServeBenchOptions(arrow_rate=40, json_rate=30, seconds=1, repeats=1,
-                                interleaving_share=(0.5,))  # fmt: skip
+                                interleaving_share=(0.5,), compare_processes=2)  # fmt: skip
     result = run_serve_bench(service_settings, options, progress=lines.append)
     for kind in ("arrow", "json"):
         (interleaved,) = result[kind]["interleaving"]
@@ -154,4 +154,6 @@ def test_the_bench_s_interleaving_servers_interleave(
         assert result[kind]["interleaved_answers"] == 0  # the reference: share 0
         at_80 = result[kind]["at_80_percent"]
         assert (at_80["rate"] is None) == (result[kind]["sustained_rps"] is None)
-    assert "baseline" not in result and "processes" not in result["arrow"]
+        several = result[kind]["processes"]  # the same work as the share's server
+        assert several["share"] == 0.5 and several["share_measured"] > 0, lines
+    assert "baseline" not in result
