@@ -6,9 +6,9 @@ any other step on the engine's side (`Settings.impression_logging`, on by defaul
 
 Ranking must never wait on the broker, so a ranking only *offers* its impression to a
 bounded queue (`Settings.impression_queue`) and returns; one background thread drains
-it, builds each impression (`served_impression`, the one place an impression is made
-from a served ranking; serve's own through `trusted_impression`, the same impression
-without checking again what serve checked) and hands it to the transport. Like a Kafka
+it, builds each impression (`trusted_impression` for serve's own rankings: checked
+once, gathered only when encoded; `served_impression`, the same checked in full, for
+everything else) and hands it to the transport. Like a Kafka
 producer's linger, the thread waits `LINGER_S` after the first impression it finds, and
 what was queued by then goes together: one message per partition holds all of it bound
 there (up to `BATCH_MAX` impressions, `MESSAGE_BYTES` of phi), sent to the partition
@@ -93,23 +93,13 @@ def served_impression(
     scores (if sent) in the request's order, `order` the displayed order as indices into
     them (top first). A randomized logging policy or an interleaved list sets
     `shown_probability`, `intervention`, `teams` (per displayed position) and
-    `team_models` (`stream.click_schema`)."""
-    return Impression(
-        impression_id=impression_id,
-        time=time,
-        model=model,
-        version=version,
-        model_versions=model_versions,
-        candidate_ids=candidate_ids[order],
-        phi=phi[order],
-        query_id=query_id,
-        request_id=request_id,
-        shown_probability=shown_probability,
-        intervention=intervention,
-        teams=teams,
-        team_models=team_models,
-        engine_scores=None if engine_scores is None else engine_scores[order],
-    )
+    `team_models` (`stream.click_schema`). Checked in full: `InvalidRecordError`."""
+    return trusted_impression(
+        impression_id, candidate_ids, phi, order, model, version, model_versions,
+        time=time, query_id=query_id, request_id=request_id,
+        shown_probability=shown_probability, intervention=intervention, teams=teams,
+        team_models=team_models, engine_scores=engine_scores,
+    ).impression()  # fmt: skip
 
 
 def trusted_impression(
