@@ -6,9 +6,9 @@ any other step on the engine's side (`Settings.impression_logging`, on by defaul
 
 Ranking must never wait on the broker, so a ranking only *offers* its impression to a
 bounded queue (`Settings.impression_queue`) and returns; one background thread drains
-it, builds each impression (`trusted_impression` for serve's own rankings: checked
-once, gathered only when encoded; `served_impression`, the same checked in full, for
-everything else) and hands it to the transport. Like a Kafka
+it, builds each impression (serve's own rankings as `ServedImpression`s, whose arrays
+serve checked once and which are gathered only when encoded; `served_impression`, the same
+checked in full, for everything else) and hands it to the transport. Like a Kafka
 producer's linger, the thread waits `LINGER_S` after the first impression it finds, and
 what was queued by then goes together: one message per partition holds all of it bound
 there (up to `BATCH_MAX` impressions, `MESSAGE_BYTES` of phi), sent to the partition
@@ -94,41 +94,11 @@ def served_impression(
     them (top first). A randomized logging policy or an interleaved list sets
     `shown_probability`, `intervention`, `teams` (per displayed position) and
     `team_models` (`stream.click_schema`). Checked in full: `InvalidRecordError`."""
-    return trusted_impression(
-        impression_id, candidate_ids, phi, order, model, version, model_versions,
-        time=time, query_id=query_id, request_id=request_id,
-        shown_probability=shown_probability, intervention=intervention, teams=teams,
-        team_models=team_models, engine_scores=engine_scores,
-    ).impression()  # fmt: skip
-
-
-def trusted_impression(
-    impression_id: str,
-    candidate_ids: np.ndarray,
-    phi: np.ndarray,
-    order: np.ndarray,
-    model: str,
-    version: int,
-    model_versions: Mapping[str, int],
-    *,
-    time: float,
-    query_id: int | None = None,
-    request_id: str | None = None,
-    shown_probability: float | None = None,
-    intervention: str | None = None,
-    teams: np.ndarray | None = None,
-    team_models: tuple[str, ...] = (),
-    engine_scores: np.ndarray | None = None,
-) -> ServedImpression:
-    """`served_impression` for `rankstream serve`'s own rankings only: the same impression
-    and the same bytes on the wire, without checking again the arrays serve checked (a
-    `ServedImpression`, which says what is trusted and why) and without gathering them
-    before they are encoded. Any other caller: `served_impression`."""
     return ServedImpression(
         impression_id, time, model, version, model_versions, candidate_ids, phi, order,
         query_id, request_id, shown_probability, intervention, teams, team_models,
         engine_scores,
-    )  # fmt: skip
+    ).impression()  # fmt: skip
 
 
 def message_groups(impressions: list[Logged]) -> list[list[Logged]]:

@@ -76,7 +76,7 @@ from starlette.routing import Route
 from rankstream.producers.candidate_checks import ENGINE_SCORES, FieldError
 from rankstream.producers.click_producer import ClickProducer
 from rankstream.producers.feedback_producer import check_feedback
-from rankstream.producers.impression_producer import ImpressionLog, trusted_impression
+from rankstream.producers.impression_producer import ImpressionLog
 from rankstream.ranking.baselines import UNI_CON
 from rankstream.ranking.pdgd import plackett_luce_intervention
 from rankstream.selection.click_race import Interleaver, refused_challengers
@@ -106,7 +106,7 @@ from rankstream.serve.embedded_workers import EmbeddedWorkers
 from rankstream.serve.models_listing import model_entry, models_listing
 from rankstream.serve.openapi import docs_page, openapi_document
 from rankstream.serve.registry import LoadedModel, ModelRegistry, Snapshot
-from rankstream.stream.click_schema import Click
+from rankstream.stream.click_schema import Click, ServedImpression
 from rankstream.stream.connect import open_store, probe_transport
 from rankstream.stream.errors import TRANSIENT
 from rankstream.stream.settings import Settings
@@ -393,10 +393,10 @@ async def rank(request: Request, state: ServeState) -> tuple[Response, str]:
     if state.impressions is not None:
         state.impressions.offer(
             functools.partial(
-                trusted_impression, impression_id, query.candidate_ids, query.phi, order,
-                loaded.name, loaded.version, latest, time=time.time(),
-                intervention=intervention, shown_probability=shown_probability, **teams,
-                engine_scores=query.engine_scores, **caller,
+                ServedImpression, impression_id, time.time(), loaded.name, loaded.version,
+                latest, query.candidate_ids, query.phi, order, intervention=intervention,
+                shown_probability=shown_probability, **teams,
+                request_engine_scores=query.engine_scores, **caller,
             )
         )  # fmt: skip
     echo = {"impression_id": impression_id, **{k: v for k, v in caller.items() if v is not None}}

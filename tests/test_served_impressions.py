@@ -1,5 +1,5 @@
-"""Serve's impressions on the log's fast path (`trusted_impression`, a `ServedImpression`
-gathered only when encoded) write exactly the bytes of the checked path
+"""Serve's impressions on the log's fast path (a `ServedImpression`, gathered only when
+encoded) write exactly the bytes of the checked path
 (`served_impression`, an `Impression`), with and without every optional field, alone or
 many to a message; what the fast path is given wrong is still refused, and counted."""
 
@@ -13,7 +13,6 @@ from rankstream.producers import impression_producer as impression_log
 from rankstream.producers.impression_producer import (
     ImpressionLog,
     served_impression,
-    trusted_impression,
 )
 from rankstream.stream.click_schema import (
     Impression,
@@ -36,6 +35,35 @@ OPTIONAL = {
     "all": {"query_id": 3, "request_id": "r", "shown_probability": 1.0, "intervention": "x",
             "teams": "teams", "team_models": ("arow",), "engine_scores": "engine"},
 }  # fmt: skip
+
+
+def trusted_impression(
+    impression_id,
+    candidate_ids,
+    phi,
+    order,
+    model,
+    version,
+    model_versions,
+    *,
+    time,
+    engine_scores=None,
+    **optional,
+) -> ServedImpression:
+    """What serve offers its log for one ranking (`serve.app.rank`): the request's checked
+    arrays and the order, as a `ServedImpression`."""
+    return ServedImpression(
+        impression_id,
+        time,
+        model,
+        version,
+        model_versions,
+        candidate_ids,
+        phi,
+        order,
+        request_engine_scores=engine_scores,
+        **optional,
+    )
 
 
 def _ranking(seed: int, k: int = 9, shown: int | None = None, **optional) -> dict:
