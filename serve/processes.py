@@ -30,8 +30,9 @@ Supervision, by the parent:
 * a process that exits before it started (the store unreachable, say) stops the group,
   exit code 1, as one process that cannot start exits;
 * the parent killed (SIGKILL): Linux kills the processes with it (PR_SET_PDEATHSIG), so the
-  port is free for a new serve at once, as after one process was killed. (A metrics
-  directory left that way stays in the temporary directory.)
+  port is free for a new serve at once, as after one process was killed. The metrics
+  directory it leaves is named with its pid; the next group to start removes every such
+  directory whose process is gone (`stale_metrics_directories`).
 
 Several processes need shared services: with the embedded transport or store (one
 process's memory) or the embedded workers, `serving_processes` is 1.
@@ -58,6 +59,7 @@ from typing import Any
 from rankstream.stream.settings import Settings
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it at its import
+METRICS_PREFIX = "rankstream-serve-metrics-"  # then the parent's pid, "-", a random part
 CLICKS_HEARD = "clicks-heard"  # beside the metrics files, which are *.db
 BACKLOG = 2048  # uvicorn's default
 _TICK_S = 0.2  # how often the parent looks at the clock while it waits
@@ -241,13 +243,45 @@ def clicks_heard_flag() -> str | None:
     return os.path.join(directory, CLICKS_HEARD) if directory else None
 
 
+def stale_metrics_directories(parent: str | None = None) -> list[str]:
+    """The metrics directories in `parent` (the temporary directory) whose serve is gone:
+    named `METRICS_PREFIX` + a pid no process has now (a serve killed by SIGKILL could not
+    remove its own). A directory whose pid is alive, or not named so, is not listed."""
+    parent = parent or tempfile.gettempdir()
+    stale = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            pid = entry.name.removeprefix(METRICS_PREFIX).partition("-")[0]
+            if (
+                entry.name.startswith(METRICS_PREFIX)
+                and pid.isdigit()
+                and entry.is_dir(follow_symlinks=False)
+                and not _alive(int(pid))
+            ):
+                stale.append(entry.path)
+    return sorted(stale)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def _metrics_directory() -> Iterator[str]:
     """A fresh directory for the processes' metrics files, which the parent's /metrics
-    sums while it exists; removed at the end."""
+    sums while it exists; removed at the end (and, if this process is SIGKILLed, by the
+    next group to start: `stale_metrics_directories`)."""
     from rankstream.telemetry import prometheus_metrics
 
-    directory = tempfile.mkdtemp(prefix="rankstream-serve-metrics-")
+    for stale in stale_metrics_directories():
+        shutil.rmtree(stale, ignore_errors=True)
+    directory = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ[MULTIPROC_DIR] = directory  # the spawned processes inherit it
     prometheus_metrics.export_processes(directory)
     try:

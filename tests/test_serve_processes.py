@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +30,13 @@ import pytest
 from rankstream.harness.serve_process import ServeProcess
 from rankstream.ranking.online import OnlineRanker
 from rankstream.ranking.scaling import Standardizer
-from rankstream.serve.processes import restart_delay, serving_processes, usable_cores
+from rankstream.serve.processes import (
+    METRICS_PREFIX,
+    restart_delay,
+    serving_processes,
+    stale_metrics_directories,
+    usable_cores,
+)
 from rankstream.stream.connect import open_store
 from rankstream.stream.settings import DEFAULT_PHI_DIM as PHI_DIM
 from rankstream.stream.settings import Settings
@@ -274,3 +281,36 @@ def test_clicks_posted_to_one_process_let_every_process_interleave(
 
 def test_a_process_that_keeps_ending_soon_after_its_start_is_restarted_ever_later() -> None:
     assert [restart_delay(n) for n in range(1, 9)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def _metrics_directories(pid: int) -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}{pid}-*"))
+
+
+def test_a_killed_groups_metrics_directory_is_removed_by_the_next_group(
+    services, service_settings: Settings, tmp_path: Path
+) -> None:
+    _save_champion(service_settings, 1.0)
+    with _serving(service_settings, tmp_path / "killed.log") as killed:
+        _started(killed, tmp_path / "killed.log")
+        (left,) = _metrics_directories(killed.process.pid)
+        killed.process.kill()  # SIGKILL: no `finally` runs in the parent
+        killed.process.wait(timeout=HANG_GUARD_S)
+        assert left.is_dir()
+    with _serving(service_settings, tmp_path / "next.log") as after:
+        _started(after, tmp_path / "next.log")
+        assert not left.exists()
+        assert len(_metrics_directories(after.process.pid)) == 1  # its own stays
+
+
+def test_only_directories_of_processes_that_are_gone_are_stale(tmp_path: Path) -> None:
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid names no process now
+    gone = tmp_path / f"{METRICS_PREFIX}{ended.pid}-abc"
+    alive = tmp_path / f"{METRICS_PREFIX}{os.getpid()}-def"
+    unnamed = tmp_path / f"{METRICS_PREFIX}xyz"  # not named by a pid: not ours to judge
+    other = tmp_path / "something-else"
+    for directory in (gone, alive, unnamed, other):
+        directory.mkdir()
+    (tmp_path / f"{METRICS_PREFIX}{ended.pid}-file").write_text("")  # a file, not a directory
+    assert stale_metrics_directories(str(tmp_path)) == [str(gone)]
