@@ -111,6 +111,8 @@ only asymptotically; on a "rare loss" null it switched falsely in 15% of runs).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -495,6 +497,29 @@ def _moments(state: RaceState) -> tuple[float, float, float]:
 
 
 ChampionTest = PairedTest | MixtureSPRT
+
+
+@functools.lru_cache(maxsize=64)
+def family_test(test: ChampionTest, challengers: int) -> ChampionTest:
+    """`test` with its switch's alpha split over a family of `challengers` racing one
+    incumbent (Bonferroni): each switches at alpha / k, so that, by the union bound over
+    the k wealths, the champion leaves an incumbent no challenger beats in at most alpha
+    of races, not alpha per challenger, whatever the dependence between the races. The
+    refusal keeps its own rate (a `PairedTest`'s refuse_alpha, set to the undivided
+    alpha if it had none; a `MixtureSPRT` has one alpha for both and refuses at alpha / k
+    too). A race's state is the same whatever k (the bets do not read alpha).
+
+    >>> test = family_test(PairedTest(alpha=0.01, refuse_alpha=0.1), 4)
+    >>> test.alpha, test.refuse_alpha, round(test.threshold, 4)  # log(4 / 0.01)
+    (0.0025, 0.1, 5.9915)
+    """
+    if challengers < 1:
+        raise ValueError(f"a family has at least one challenger, got {challengers!r}")
+    if challengers == 1:
+        return test
+    if isinstance(test, PairedTest) and test.refuse_alpha is None:
+        test = dataclasses.replace(test, refuse_alpha=test.alpha)
+    return dataclasses.replace(test, alpha=test.alpha / challengers)
 
 
 def switch_times(test: ChampionTest, differences: Any) -> np.ndarray:

@@ -24,9 +24,9 @@ an incumbent no challenger beats in at most alpha of races, not alpha per challe
 (with k challengers each at alpha that is up to k alpha: six challengers behind an engine
 better than all of them left it in 4 of 480 simulated runs, each switch on an early
 streak of wins, docs/results/adoption.md). So each challenger's switch is tested at alpha
-/ k (Bonferroni: its wealth must reach k / alpha, `family_test`), k the challengers raced
-against this incumbent (`family`: every one with an outcome in this race, refused ones
-included, since their wealth was at risk while they were drafted). By the union bound
+/ k (Bonferroni: its wealth must reach k / alpha, `ranking.sequential.family_test`), k
+the challengers raced against this incumbent (`family`: every one with an outcome in
+this race, refused ones included, since their wealth was at risk while drafted). By the union bound
 over the k wealths, each a supermartingale reaching k / alpha with probability at most
 alpha / k (Ville), some no-better challenger switches with probability at most alpha,
 whatever the outcomes' dependence between challengers. k is read at each outcome; with
@@ -154,7 +154,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -165,7 +164,14 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome, team_draft
-from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
+from rankstream.ranking.sequential import (
+    REFUSE,
+    SWITCH,
+    ChampionTest,
+    Evidence,
+    PairedTest,
+    family_test,
+)
 from rankstream.selection.judged_race import DECISION_VALUES, ChampionPolicy
 from rankstream.selection.scoring import Scorer, served_order
 from rankstream.stream.settings import MULTILEAVE, Settings
@@ -214,27 +220,6 @@ def refused_challengers(summary: Mapping[str, Any], champion: str) -> frozenset[
         name for name, race in summary.get("challengers", {}).items()
         if race.get("refused") is not None
     )  # fmt: skip
-
-
-@functools.lru_cache(maxsize=64)
-def family_test(test: ChampionTest, challengers: int) -> ChampionTest:
-    """`test` with its switch's alpha split over a family of `challengers` (module
-    docstring, "The family"): each at alpha / k, so that the champion leaves an incumbent
-    no challenger beats in at most alpha of races. The refusal keeps its own rate (a
-    `PairedTest`'s refuse_alpha, set to the undivided alpha if it had none; a
-    `MixtureSPRT` has one alpha for both and refuses at alpha / k too).
-
-    >>> test = family_test(PairedTest(alpha=0.01, refuse_alpha=0.1), 4)
-    >>> test.alpha, test.refuse_alpha, round(test.threshold, 4)  # log(4 / 0.01)
-    (0.0025, 0.1, 5.9915)
-    """
-    if challengers < 1:
-        raise ValueError(f"a family has at least one challenger, got {challengers!r}")
-    if challengers == 1:
-        return test
-    if isinstance(test, PairedTest) and test.refuse_alpha is None:
-        test = dataclasses.replace(test, refuse_alpha=test.alpha)
-    return dataclasses.replace(test, alpha=test.alpha / challengers)
 
 
 class InterleavingRace:

@@ -11,6 +11,14 @@ highest lower confidence bound). Every race starts
 over when the champion changes, since its pairs were against the old incumbent. A
 switch, and each race's first refusal, is logged with the statistics that decided it.
 
+Alpha is the family's, as in the click race: every challenger races the same incumbent
+and any one switching moves it, so each switch is tested at alpha / k
+(`ranking.sequential.family_test`), k the challengers raced against this incumbent (every
+model with a pair in this race). The champion then leaves an incumbent no challenger beats
+in at most alpha of races, not up to k alpha. Every scored model adds its pair on every
+query, so k is known from the first query on; a model first scored later raises k from
+then on. Only the switch is split: the refusal keeps the undivided alpha.
+
 An incumbent that leaves the store (deleted, or its kind no longer scorable) is served
 by no one: serving falls back to Uni-Con (`selection.what_serves.ServingModel`), so the race
 falls back too (`fall_back`, called by the evaluator when the incumbent was not scored
@@ -50,7 +58,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankstream.ranking.baselines import UNI_CON
-from rankstream.ranking.sequential import REFUSE, SWITCH, ChampionTest, Evidence, PairedTest
+from rankstream.ranking.sequential import (
+    REFUSE,
+    SWITCH,
+    ChampionTest,
+    Evidence,
+    PairedTest,
+    family_test,
+)
 from rankstream.selection.scoring import EVALUATOR_RECORD
 from rankstream.stream.settings import Settings
 from rankstream.stream.store import FencingError, ModelStore
@@ -91,11 +106,21 @@ class ChampionRace:
         self.refused: set[str] = set()  # races whose refusal was logged
         self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
 
+    @property
+    def family(self) -> int:
+        """k: the challengers raced against this incumbent (a pair each)."""
+        return len(self.races)
+
+    @property
+    def test(self) -> ChampionTest:
+        """The policy's test at this family's alpha / k (`family_test`): what decides."""
+        return family_test(self.policy.test, max(1, self.family))
+
     def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
         """Add one query's paired differences; the new champion if one won, else None."""
         if self.incumbent not in ndcg:
             return None
-        base, test = ndcg[self.incumbent], self.policy.test
+        base, test = ndcg[self.incumbent], self.policy.test  # the state does not read alpha
         for model, value in sorted(ndcg.items()):
             if model != self.incumbent:
                 self.races[model] = test.add(self.races.get(model, test.start()), value - base)
@@ -155,13 +180,18 @@ class ChampionRace:
         return True
 
     def evidence(self) -> dict[str, Evidence]:
-        return {m: self.policy.test.evidence(s) for m, s in sorted(self.races.items())}
+        test = self.test
+        return {m: test.evidence(s) for m, s in sorted(self.races.items())}
 
     def summary(self) -> dict[str, Any]:
-        """The race for reports, the scores record and GET /v1/models."""
+        """The race for reports, the scores record and GET /v1/models: the deployment's
+        test, the family's size, each challenger's alpha and the threshold it needs."""
         return {
             "incumbent": self.incumbent,
             **self.policy.describe(),
+            "family": self.family,
+            "challenger_alpha": self.test.alpha,
+            "threshold": self.test.threshold,  # log(k / alpha): what a switch needs here
             "challengers": {m: e.as_dict() for m, e in self.evidence().items()},
         }
 
@@ -198,7 +228,7 @@ class ChampionRace:
     def _export(self, evidence: Mapping[str, Evidence]) -> None:
         for gauge in metrics.CHAMPION_RACE_GAUGES:
             gauge.clear()
-        metrics.CHAMPION_RACE_THRESHOLD.set(self.policy.test.threshold)
+        metrics.CHAMPION_RACE_THRESHOLD.set(self.test.threshold)
         for model, seen in evidence.items():
             metrics.CHAMPION_RACE_PAIRS.labels(model=model).set(seen.pairs)
             metrics.CHAMPION_RACE_MEAN.labels(model=model).set(seen.mean_difference)
@@ -218,6 +248,8 @@ class ChampionRace:
             challenger=model,
             queries_evaluated=query,
             alpha=self.policy.test.alpha,
+            challenger_alpha=self.test.alpha,
+            family=self.family,
             delta=self.policy.test.delta,
             **seen.as_dict(),
         )

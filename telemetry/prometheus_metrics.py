@@ -185,8 +185,9 @@ CHAMPION_RACE_DECISION = Gauge(
 )
 CHAMPION_RACE_THRESHOLD = Gauge(
     "rankstream_champion_race_threshold",
-    "log(1/alpha): the statistic a switch needs in the judged race (the evaluator); the "
-    "interleaving race's challengers need rankstream_interleaving_threshold.",
+    "log(k/alpha), k the challengers raced: the statistic a switch needs in the judged race "
+    "(the evaluator); the interleaving race's challengers need "
+    "rankstream_interleaving_threshold.",
 )
 CHAMPION_RACE_GAUGES = (
     CHAMPION_RACE_PAIRS,

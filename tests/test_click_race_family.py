@@ -9,8 +9,8 @@ import math
 import pytest
 from prometheus_client import REGISTRY
 
-from rankstream.ranking.sequential import MixtureSPRT, PairedTest
-from rankstream.selection.click_race import REFUSE_ALPHA, InterleavingRace, family_test
+from rankstream.ranking.sequential import MixtureSPRT, PairedTest, family_test
+from rankstream.selection.click_race import REFUSE_ALPHA, InterleavingRace
 from rankstream.selection.judged_race import ChampionPolicy
 
 WINS = [1, 1, 0, 1, 1, -1, 1, 1, 0, 1] * 8  # a challenger that clearly wins
