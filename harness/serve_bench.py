@@ -22,6 +22,11 @@ Per body format (Arrow IPC in and out, then JSON in and out; 300 candidates x 36
   all its threads / its /v1/rank answers, Linux only): the server is busy throughout, so
   idle threads hardly count, and time other processes take from it does not count at
   all, which makes it the steadier measure of what a mode costs on a shared machine.
+  When the Kafka broker runs on this machine (a bootstrap address on loopback:
+  `harness.listening_processes` finds the processes listening there), the broker's CPU
+  time over the same window, per answer of the server measured, is
+  `broker_cpu_us_per_request`: what the impressions cost where they are written, on the
+  same cores (null for a remote broker or the embedded transport).
 
 Impression logging on vs off, and interleaving on vs off, in the same run: one serve
 process per mode on the same store, measured one after the other in every round, the
@@ -113,6 +118,12 @@ from scipy.stats import binomtest
 
 from rankstream.harness.bench_options import ServeBenchOptions
 from rankstream.harness.floor_app import FloorProcess
+from rankstream.harness.listening_processes import (
+    cpu_seconds,
+    listening_pids,
+    local_ports,
+    parent_and_ticks,
+)
 from rankstream.harness.serve_process import ServeProcess, free_port, installed_from, settings_env
 from rankstream.ranking import learners
 from rankstream.serve.bodies import ARROW
@@ -318,14 +329,9 @@ def _stats() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, user + system clock ticks) of every process in /proc."""
     stats = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name: state, ppid, ...
-        stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+        seen = parent_and_ticks(int(entry.name)) if entry.name.isdigit() else None
+        if seen is not None:  # else not a process, or it ended
+            stats[int(entry.name)] = seen
     return stats
 
 
@@ -340,11 +346,24 @@ def _cpu_per_request(
     return round((cpu - cpu_before) / ranked * 1e6, 1)
 
 
+def _broker_per_request(
+    brokers: set[int], cpu_before: float | None, answers: float
+) -> float | None:
+    """The local brokers' CPU microseconds since `cpu_before` per answer (`answers`)."""
+    cpu = cpu_seconds(brokers)
+    if cpu is None or cpu_before is None or answers <= 0:
+        return None
+    return round((cpu - cpu_before) / answers * 1e6, 1)
+
+
 def _summary(runs: list[dict], sustained: list[float | None]) -> dict[str, Any]:
     measured = [rps for rps in sustained if rps is not None]
     cpu = [r["cpu_us_per_request"] for r in runs if r.get("cpu_us_per_request") is not None]
+    broker = [r["broker_cpu_us_per_request"] for r in runs
+              if r.get("broker_cpu_us_per_request") is not None]  # fmt: skip
     return {
         "cpu_us_per_request": round(statistics.median(cpu), 1) if cpu else None,
+        "broker_cpu_us_per_request": round(statistics.median(broker), 1) if broker else None,
         "p50_ms": _median(runs, lambda r: r["latency_ms"]["p50"]),
         "p99_ms": _median(runs, lambda r: r["latency_ms"]["p99"]),
         "achieved_rate": _median(runs, lambda r: r["achieved_rate"]),
@@ -564,6 +583,9 @@ def run_serve_bench(
         servers[mode] = FloorProcess(kind, free_port(), directory / f"{kind}-floor.log")
     logging = [s for n, s in servers.items() if isinstance(s, ServeProcess) and n != "off"]
     load_before = os.getloadavg()
+    brokers = listening_pids(local_ports((bench.kafka_bootstrap or "").split(",")))
+    progress(f"the local Kafka broker's CPU is measured too (pids {sorted(brokers)})" if brokers
+             else "no Kafka broker on this machine: its CPU is not measured")  # fmt: skip
     wrk_note = ensure_wrk(directory)
     if wrk_note is not None:
         progress(wrk_note)
@@ -605,12 +627,17 @@ def run_serve_bench(
                     for server in logging:
                         _settled(server)
                     before = _cpu_seconds(servers[mode]), servers[mode].ranking_counts()
+                    broker_before = cpu_seconds(brokers)
                     sustained[mode].append(
                         _wrk(port, bodies[kind], kind, options.seconds, directory)
                     )
                     for server in logging:
                         _settled(server)  # its impressions written: their cost counts too
                     run["cpu_us_per_request"] = _cpu_per_request(servers[mode], *before)
+                    answers = servers[mode].ranking_counts()["ranked"] - before[1]["ranked"]
+                    run["broker_cpu_us_per_request"] = _broker_per_request(
+                        brokers, broker_before, answers
+                    )
                     runs[mode].append(run)
             summaries = {m: _summary(runs[m], sustained[m]) for m in modes}
             on = summaries["on"]

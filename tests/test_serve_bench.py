@@ -157,3 +157,6 @@ def test_the_bench_s_interleaving_servers_interleave(
         several = result[kind]["processes"]  # the same work as the share's server
         assert several["share"] == 0.5 and several["share_measured"] > 0, lines
     assert "baseline" not in result
+    (found,) = [line for line in lines if line.startswith("the local Kafka broker's CPU")]
+    pids = [int(pid) for pid in found.partition("pids [")[2].rstrip(")]").split(", ")]
+    assert pids and all(b"kafka" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids)
