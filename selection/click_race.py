@@ -167,12 +167,10 @@ from rankstream.ranking.interleaving import LOSS, TIE, WIN, credit, outcome, tea
 from rankstream.ranking.sequential import (
     REFUSE,
     SWITCH,
-    ChampionTest,
     Evidence,
     PairedTest,
-    family_test,
 )
-from rankstream.selection.judged_race import DECISION_VALUES, ChampionPolicy
+from rankstream.selection.judged_race import DECISION_VALUES, ChampionPolicy, FamilyOfRaces
 from rankstream.selection.scoring import Scorer, served_order
 from rankstream.stream.settings import MULTILEAVE, Settings
 from rankstream.telemetry import prometheus_metrics as metrics
@@ -222,7 +220,7 @@ def refused_challengers(summary: Mapping[str, Any], champion: str) -> frozenset[
     )  # fmt: skip
 
 
-class InterleavingRace:
+class InterleavingRace(FamilyOfRaces):
     """The incumbent and one interleaving race per challenger (module docstring); each
     challenger's switch is tested at alpha / k, k the challengers raced against this
     incumbent (`family`), so that the champion leaves a better incumbent in at most alpha
@@ -241,16 +239,6 @@ class InterleavingRace:
         self.refusals: dict[str, dict[str, Any]] = {}  # refused, not re-opened (docstring)
         self.reopened: dict[str, int] = {}  # times each race was re-opened
         self.versions: dict[str, int] = {}  # the newest version seen raced, per challenger
-
-    @property
-    def family(self) -> int:
-        """k: the challengers raced against this incumbent (an outcome each, refused or not)."""
-        return len(self.races)
-
-    @property
-    def test(self) -> ChampionTest:
-        """The policy's test at this family's alpha / k (`family_test`): what decides."""
-        return family_test(self.policy.test, max(1, self.family))
 
     def follow(self, champion: str) -> bool:
         """The champion changed (this race or the judged one switched): every race starts over."""

@@ -96,7 +96,25 @@ class ChampionPolicy:
         return self.test.describe()
 
 
-class ChampionRace:
+class FamilyOfRaces:
+    """One incumbent's races, a challenger each (`races`), every switch tested at alpha / k
+    (`ranking.sequential.family_test`): what both races share."""
+
+    policy: ChampionPolicy
+    races: dict[str, Any]
+
+    @property
+    def family(self) -> int:
+        """k: the challengers raced against this incumbent (each with a race under way)."""
+        return len(self.races)
+
+    @property
+    def test(self) -> ChampionTest:
+        """The policy's test at this family's alpha / k (`family_test`): what decides."""
+        return family_test(self.policy.test, max(1, self.family))
+
+
+class ChampionRace(FamilyOfRaces):
     """The incumbent and one paired test per challenger (module docstring)."""
 
     def __init__(self, policy: ChampionPolicy, incumbent: str | None = None) -> None:
@@ -105,16 +123,6 @@ class ChampionRace:
         self.races: dict[str, Any] = {}  # the test's state per challenger
         self.refused: set[str] = set()  # races whose refusal was logged
         self.decided: dict[str, Any] = {}  # the last switch's evidence (for the record)
-
-    @property
-    def family(self) -> int:
-        """k: the challengers raced against this incumbent (a pair each)."""
-        return len(self.races)
-
-    @property
-    def test(self) -> ChampionTest:
-        """The policy's test at this family's alpha / k (`family_test`): what decides."""
-        return family_test(self.policy.test, max(1, self.family))
 
     def observe(self, ndcg: Mapping[str, float], query: int = 0) -> str | None:
         """Add one query's paired differences; the new champion if one won, else None."""
