@@ -1,6 +1,6 @@
 """The judged race holds alpha for the whole family of challengers, as the click race
 does: each challenger's switch is tested at alpha / k, k the challengers raced against
-the incumbent (`ranking.sequential.family_test`)."""
+the incumbent (`ranking.sequential.family_test`); both races' summaries show it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from rankstream.ranking.sequential import PairedTest
+from rankstream.selection.click_race import InterleavingRace
 from rankstream.selection.judged_race import ChampionPolicy, ChampionRace
 
 GAINS = [0.12, 0.05, -0.03, 0.09, 0.02, 0.07, -0.01, 0.11] * 40  # a clearly better model
@@ -48,18 +49,39 @@ def test_the_judged_race_switches_when_the_wealth_reaches_k_over_alpha() -> None
     assert _switch_at(("opr", "ogdr")) == family_at
 
 
-def test_the_judged_summary_shows_the_family_and_its_threshold() -> None:
+def _judged_race() -> ChampionRace:
     race = ChampionRace(ChampionPolicy())
     race.observe({"uni_con": 0.5, "opr": 0.6, "arow": 0.4, "ogdr": 0.5})
+    return race
+
+
+def _click_race() -> InterleavingRace:
+    race = InterleavingRace(ChampionPolicy())
+    race.observe("opr", [1, 0, -1])
+    race.observe("arow", [1, 1, 0])
+    race.observe("ogdr", [0])
+    return race
+
+
+@pytest.mark.parametrize(
+    ("make", "gauge"),
+    [
+        (_judged_race, "rankstream_champion_race_threshold"),
+        (_click_race, "rankstream_interleaving_threshold"),  # the gauge Grafana draws it with
+    ],
+    ids=["judged", "clicks"],
+)
+def test_each_race_s_summary_shows_the_family_and_its_threshold(make, gauge: str) -> None:  # type: ignore[no-untyped-def]
+    """Three challengers raced, alpha 0.01: both races show and export log(3 / 0.01)."""
+    race = make()
     summary = race.summary()
     assert summary["alpha"] == 0.01 and summary["family"] == 3
     assert summary["challenger_alpha"] == pytest.approx(0.01 / 3)
     assert summary["threshold"] == pytest.approx(math.log(300))
     for seen in summary["challengers"].values():
         assert seen["threshold"] == pytest.approx(math.log(300))
-    exported = REGISTRY.get_sample_value("rankstream_champion_race_threshold")
-    assert exported == pytest.approx(math.log(300))
-    restored = ChampionRace.from_state(ChampionPolicy(), race.to_state())
+    assert REGISTRY.get_sample_value(gauge) == pytest.approx(math.log(300))
+    restored = type(race).from_state(ChampionPolicy(), race.to_state())
     assert restored.family == 3 and restored.summary() == summary
 
 
